@@ -1,0 +1,5 @@
+import sys
+
+from flowsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""The ``flowsim`` command.
+
+Each sub-command lives in its own module under :mod:`flowsim.commands` and
+exposes ``register(subparsers)``, which adds its parser and sets
+``func(args) -> int`` as the default.  This module only discovers them, so
+adding a command never touches another command's code.
+
+Errors flowsim raises on purpose (:class:`flowsim.errors.FlowsimError`) are
+printed as one line ``flowsim: error: …`` with exit status 2, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from flowsim import __version__
+from flowsim.errors import FlowsimError
+from flowsim.profiles import DEFAULT_PROFILE, PROFILES, SWITCHES
+
+__all__ = ["main", "build_parser", "add_profile_args"]
+
+
+def add_profile_args(parser: argparse.ArgumentParser, *, multiple: bool = False) -> None:
+    """The common ``--profile P`` and ``--set K=V`` options."""
+    if multiple:
+        parser.add_argument("--profile", action="append", metavar="P", default=None,
+                            help=f"kernel behaviour profile, given twice ({', '.join(PROFILES)})")
+    else:
+        parser.add_argument("--profile", metavar="P", default=DEFAULT_PROFILE,
+                            help=f"kernel behaviour profile (default {DEFAULT_PROFILE}; one of {', '.join(PROFILES)})")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
+                        help="override a profile switch (" + ", ".join(SWITCHES) + ")")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowsim",
+        description="Simulate the Linux netfilter flowtable fast path (with IPIP/IP6IP6 acceleration).",
+    )
+    parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    import flowsim.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"flowsim.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except FlowsimError as exc:
+        print(f"flowsim: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `flowsim tuple x.pcap | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of ``flowsim``: one module each, exposing ``register(subparsers)``."""

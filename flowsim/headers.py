@@ -1,0 +1,160 @@
+"""Protocol constants, header layouts and checksum helpers (<linux/if_ether.h>, <linux/ip.h>, …).
+
+The data path reads headers straight from the packet bytes with
+``struct.unpack_from`` at offsets (header-pointer style); this module holds
+what those readers share: the numbers the kernel uses, the fixed header
+sizes, the Internet checksum and its incremental update (RFC 1624, the
+kernel's ``csum_replace2/4`` and ``inet_proto_csum_replace*``), and the
+IPv6 extension-header walk ``ipv6_skip_exthdr``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+__all__ = [
+    "ETH_HLEN", "VLAN_HLEN", "PPPOE_SES_HLEN", "IPV4_HLEN", "IPV6_HLEN",
+    "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES", "ETH_P_ARP",
+    "PPP_IP", "PPP_IPV6", "IPPROTO_IPIP", "IPPROTO_TCP", "IPPROTO_UDP", "IPPROTO_GRE",
+    "IPPROTO_IPV6", "IPPROTO_ICMP", "IPPROTO_ICMPV6", "IPPROTO_ESP",
+    "NEXTHDR_HOP", "NEXTHDR_ROUTING", "NEXTHDR_FRAGMENT", "NEXTHDR_AUTH", "NEXTHDR_NONE", "NEXTHDR_DEST",
+    "AF_INET", "AF_INET6", "L4_HDRSIZE",
+    "ipv6_ext_hdr", "ipv6_skip_exthdr", "pppoe_proto_to_ethertype",
+    "csum_fold", "internet_checksum", "csum_replace", "ip_send_check",
+    "addr_bytes", "addr_text",
+]
+
+ETH_HLEN = 14
+VLAN_HLEN = 4
+PPPOE_SES_HLEN = 8  # 6-byte PPPoE header + 2-byte PPP protocol
+IPV4_HLEN = 20
+IPV6_HLEN = 40
+
+ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ETH_P_IPV6 = 0x86DD
+ETH_P_8021Q = 0x8100
+ETH_P_8021AD = 0x88A8
+ETH_P_PPP_SES = 0x8864
+
+PPP_IP = 0x0021
+PPP_IPV6 = 0x0057
+
+IPPROTO_ICMP = 1
+IPPROTO_IPIP = 4
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+IPPROTO_IPV6 = 41
+IPPROTO_GRE = 47
+IPPROTO_ESP = 50
+IPPROTO_ICMPV6 = 58
+
+NEXTHDR_HOP = 0
+NEXTHDR_ROUTING = 43
+NEXTHDR_FRAGMENT = 44
+NEXTHDR_AUTH = 51
+NEXTHDR_NONE = 59
+NEXTHDR_DEST = 60
+_EXT_HDRS = frozenset((NEXTHDR_HOP, NEXTHDR_ROUTING, NEXTHDR_FRAGMENT, NEXTHDR_AUTH, NEXTHDR_NONE, NEXTHDR_DEST))
+
+AF_INET = 2
+AF_INET6 = 10
+
+# Bytes of L4 header the flowtable pulls (sizeof tcphdr / udphdr / gre_base_hdr).
+L4_HDRSIZE = {IPPROTO_TCP: 20, IPPROTO_UDP: 8, IPPROTO_GRE: 4}
+
+_PPP_TO_ETH = {PPP_IP: ETH_P_IP, PPP_IPV6: ETH_P_IPV6}
+
+
+def pppoe_proto_to_ethertype(ppp_proto: int) -> int:
+    """Mirror ``__nf_flow_pppoe_proto``: PPP_IP → IPv4, PPP_IPV6 → IPv6, else 0."""
+    return _PPP_TO_ETH.get(ppp_proto, 0)
+
+
+def ipv6_ext_hdr(nexthdr: int) -> bool:
+    """Mirror ``ipv6_ext_hdr``: hop-by-hop, routing, fragment, AH, none, dest-opts."""
+    return nexthdr in _EXT_HDRS
+
+
+def ipv6_skip_exthdr(read, start: int, nexthdr: int) -> tuple[int, int, int]:
+    """Mirror ``ipv6_skip_exthdr``: walk the extension-header chain.
+
+    *read(offset, length)* is a header-pointer style reader returning bytes
+    or ``None`` beyond the end.  Returns ``(offset, nexthdr, frag_off)``;
+    offset is -1 on error (truncated chain, or next header NONE).  A
+    non-first fragment stops the walk at the fragment header, as in the kernel.
+    """
+    frag_off = 0
+    while nexthdr in _EXT_HDRS:
+        if nexthdr == NEXTHDR_NONE:
+            return -1, nexthdr, frag_off
+        hp = read(start, 2)
+        if hp is None:
+            return -1, nexthdr, frag_off
+        if nexthdr == NEXTHDR_FRAGMENT:
+            fp = read(start + 2, 2)
+            if fp is None:
+                return -1, nexthdr, frag_off
+            frag_off = (fp[0] << 8) | fp[1]
+            if frag_off & ~0x7:
+                break
+            hdrlen = 8
+        elif nexthdr == NEXTHDR_AUTH:
+            hdrlen = (hp[1] + 2) << 2
+        else:
+            hdrlen = (hp[1] + 1) << 3
+        nexthdr = hp[0]
+        start += hdrlen
+    return start, nexthdr, frag_off
+
+
+# --- checksums -------------------------------------------------------------
+
+def csum_fold(total: int) -> int:
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def internet_checksum(data: bytes | bytearray | memoryview, initial: int = 0) -> int:
+    """RFC 1071 one's-complement checksum of *data* (returned complemented)."""
+    if len(data) & 1:
+        data = bytes(data) + b"\0"
+    total = initial + sum(struct.unpack(f"!{len(data) // 2}H", data))
+    return ~csum_fold(total) & 0xFFFF
+
+
+def csum_replace(check: int, old: bytes, new: bytes) -> int:
+    """Incremental update of a stored checksum (RFC 1624 eqn. 3, ``csum_replace4``/``inet_proto_csum_replace16``).
+
+    *old* and *new* are the replaced field's bytes (even length).
+    """
+    total = ~check & 0xFFFF
+    for (o,) in struct.iter_unpack("!H", old):
+        total += ~o & 0xFFFF
+    for (n,) in struct.iter_unpack("!H", new):
+        total += n
+    return ~csum_fold(total) & 0xFFFF
+
+
+def ip_send_check(buf: bytearray, off: int) -> None:
+    """Mirror ``ip_send_check``: recompute the IPv4 header checksum in place."""
+    ihl = (buf[off] & 0x0F) * 4
+    buf[off + 10:off + 12] = b"\0\0"
+    struct.pack_into("!H", buf, off + 10, internet_checksum(buf[off:off + ihl]))
+
+
+# --- addresses ---------------------------------------------------------------
+
+def addr_bytes(text: str) -> bytes:
+    """An address as the 16-byte union the kernel keys on (IPv4 in the first 4 bytes)."""
+    ip = ipaddress.ip_address(text)
+    return ip.packed.ljust(16, b"\0")
+
+
+def addr_text(raw: bytes, l3proto: int) -> str:
+    """Text form of a 16-byte address union for family *l3proto* (AF_INET / AF_INET6)."""
+    if l3proto == AF_INET:
+        return str(ipaddress.IPv4Address(bytes(raw[:4])))
+    return str(ipaddress.IPv6Address(bytes(raw)))

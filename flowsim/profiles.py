@@ -1,0 +1,206 @@
+"""Kernel behaviour profiles: one frozen object of named switches per kernel.
+
+Every behaviour that differs between kernel versions (reference §9) is a
+switch here, never an ``if version >= …`` test in the data path.  A profile is
+an immutable :class:`Profile`; :func:`get_profile` returns a named one and
+:meth:`Profile.derive` makes a variant (``--set switch=value`` on the CLI)::
+
+    >>> p = get_profile("linux-7.0").derive(ip6_tunnel_header_access="pull")
+    >>> p.ip6_tunnel_header_access, p.name
+    ('pull', 'linux-7.0+ip6_tunnel_header_access=pull')
+
+Named profiles: ``linux-6.1``, ``linux-6.12`` (Debian kernels used for the
+qemu conformance runs), ``linux-6.18`` (no tunnel acceleration),
+``linux-6.19`` (IPIP), ``linux-7.0`` (the reference REF: IP6IP6 with its
+known bugs) and ``linux-7.1.5`` (June-2026 fixes; the default).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import attrs
+
+from flowsim.errors import ProfileError
+
+__all__ = ["Profile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "profile_from_cli", "SWITCHES"]
+
+DEFAULT_PROFILE = "linux-7.1.5"
+
+
+def _switch(doc: str, choices: tuple[str, ...] | None = None):
+    """A profile field: *doc* says what it models; *choices* for str switches."""
+    return attrs.field(metadata={"doc": doc, "choices": choices})
+
+
+@attrs.frozen
+class Profile:
+    """The behaviour switches of one kernel version (reference §9)."""
+
+    name: str = attrs.field(metadata={"doc": "profile name", "choices": None})
+    kernel: str = attrs.field(metadata={"doc": "kernel version this models", "choices": None})
+
+    # --- receive side: nf_flow_table_ip.c parsing (§4.1, §4.2, §5.1, §5.2)
+    ipip_rx: bool = _switch("IPIP tunnels recognised at the flowtable hook (nf_flow_ip4_tunnel_proto, 6.19)")
+    ip6ip6_rx: bool = _switch("IP6IP6 tunnels recognised at the flowtable hook (nf_flow_ip6_tunnel_proto, 7.0)")
+    ip4_tunnel_ihl_check: bool = _switch(
+        "explicit IHL < 5 check in nf_flow_ip4_tunnel_proto (025a41e76b51, CVE-2026-72417, 7.1.5)")
+    ip6_tunnel_hdr_size: str = _switch(
+        "IPv6 tunnel header size stored by nf_flow_ip6_tunnel_proto: 'absolute' offset from "
+        "ipv6_skip_exthdr (REF bug with in-band VLAN/PPPoE) or 'relative' (fixed, 7.1.5)",
+        ("absolute", "relative"))
+    ip6_tunnel_exthdr: str = _switch(
+        "extension headers after the outer IPv6 header: 'skip' them with ipv6_skip_exthdr (REF) "
+        "or send the packet to the 'slowpath' (7.1.5)", ("skip", "slowpath"))
+    ip6_tunnel_header_access: str = _switch(
+        "how the outer IPv6 header is read: 'header_pointer' (REF, not pulled; a later skb_pull "
+        "of non-linear bytes is a bug) or 'pull' (pskb_may_pull, 7.1.5)", ("header_pointer", "pull"))
+    tuple_encap_pppoe_proto: str = _switch(
+        "protocol nf_flow_tuple_encap compares for a PPPoE-carried packet: the 'raw' PPP protocol "
+        "(mainline through 7.1.5: tunnel fields stay empty) or the 'mapped' ethertype (CI tree's "
+        "ctx.ether_type rework)", ("raw", "mapped"))
+
+    # --- transmit side (§5.3, §5.4)
+    ipip_tx: bool = _switch("IPIP outer header pushed by the fast path (nf_flow_tunnel_ipip_push, 6.19)")
+    ip6ip6_tx: bool = _switch("IP6IP6 outer header pushed by the fast path (nf_flow_tunnel_ip6ip6_push, 7.0)")
+    ip6ip6_tx_encap_limit: bool = _switch(
+        "IP6IP6 push adds a destination-options header with encap limit 4 and the MTU check "
+        "subtracts 8 more (REF); removed in 7.1.5")
+    encap_push_order: str = _switch(
+        "how VLAN tags are pushed on transmit: 'legacy' (<= 6.18: neigh_xmit / hw_ifidx path), "
+        "'entry0-first' (6.19: generic skb_vlan_push from entry 0, reverse QinQ order), "
+        "'innermost-first' (April-2026 fix, nf_flow_vlan_push)", ("legacy", "entry0-first", "innermost-first"))
+    pppoe_direct_xmit: bool = _switch(
+        "PPPoE path entries force DIRECT xmit with needs_gso_segment (April-2026 fix)")
+    tunnel_push_dst: str = _switch(
+        "route used by the tunnel push: the 'opposite' tuple's dst_cache (REF bug) or 'this' "
+        "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"))
+
+    # --- path discovery (§2, nf_flow_table_path.c)
+    ipip_fill_forward_path: bool = _switch("ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP, 6.19)")
+    ip6tnl_fill_forward_path: bool = _switch("ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl, 7.0)")
+    ip6tnl_requires_encaplimit_none: bool = _switch(
+        "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)")
+    path_failure: str = _switch(
+        "what a path-resolution failure does: build an 'incomplete-flow' (REF) or create 'no-flow' "
+        "(June-2026 rework)", ("incomplete-flow", "no-flow"))
+    path_requires_both_neigh: bool = _switch(
+        "device paths used only when both directions are NEIGH xmit (<= 6.18)")
+    bridge_tag_encap_check: bool = _switch(
+        "bridge VLAN TAG mode checks the 2-VLAN limit in nft_dev_path_info (6.19)")
+
+    # --- flow life cycle (§6)
+    tcp_fin_rst: str = _switch(
+        "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
+        ("closing", "teardown"))
+
+    def derive(self, **overrides) -> "Profile":
+        """A copy with some switches changed; values may be given as text."""
+        fields = attrs.fields_dict(Profile)
+        changes = {}
+        for key, raw in overrides.items():
+            if key not in fields or key in ("name", "kernel"):
+                raise ProfileError(f"unknown profile switch {key!r}", value=key,
+                                   expected="one of " + ", ".join(SWITCHES))
+            changes[key] = _coerce(fields[key], raw)
+        if not changes:
+            return self
+        suffix = "".join(f"+{k}={_text(v)}" for k, v in changes.items())
+        return attrs.evolve(self, name=self.name + suffix, **changes)
+
+    def switches(self) -> dict[str, object]:
+        """The switches as a plain dict (for reports)."""
+        return {k: v for k, v in attrs.asdict(self).items() if k not in ("name", "kernel")}
+
+
+SWITCHES: tuple[str, ...] = tuple(f.name for f in attrs.fields(Profile) if f.name not in ("name", "kernel"))
+
+_TRUE = {"1", "true", "yes", "on", "y"}
+_FALSE = {"0", "false", "no", "off", "n"}
+
+
+def _text(v) -> str:
+    return ("1" if v else "0") if isinstance(v, bool) else str(v)
+
+
+def _coerce(field: attrs.Attribute, raw):
+    if field.type in (bool, "bool"):
+        if isinstance(raw, bool):
+            return raw
+        low = str(raw).strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ProfileError(f"bad value {raw!r} for switch {field.name!r}", value=raw, expected="a boolean (1/0, true/false, on/off)")
+    choices = field.metadata.get("choices")
+    value = str(raw).strip()
+    if choices and value not in choices:
+        raise ProfileError(f"bad value {raw!r} for switch {field.name!r}", value=raw,
+                           expected="one of " + ", ".join(choices))
+    return value
+
+
+_LINUX_6_18 = Profile(
+    name="linux-6.18", kernel="6.18",
+    ipip_rx=False, ip6ip6_rx=False, ip4_tunnel_ihl_check=False,
+    ip6_tunnel_hdr_size="absolute", ip6_tunnel_exthdr="skip", ip6_tunnel_header_access="header_pointer",
+    tuple_encap_pppoe_proto="raw",
+    ipip_tx=False, ip6ip6_tx=False, ip6ip6_tx_encap_limit=False,
+    encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite",
+    ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
+    path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
+    tcp_fin_rst="closing",
+)
+
+_LINUX_6_19 = attrs.evolve(
+    _LINUX_6_18, name="linux-6.19", kernel="6.19",
+    ipip_rx=True, ipip_tx=True, ipip_fill_forward_path=True,
+    encap_push_order="entry0-first", path_requires_both_neigh=False, bridge_tag_encap_check=True,
+)
+
+# REF: 7.0 merge window + the April-2026 inline VLAN/PPPoE fixes, before June 2026.
+_LINUX_7_0 = attrs.evolve(
+    _LINUX_6_19, name="linux-7.0", kernel="7.0",
+    ip6ip6_rx=True, ip6ip6_tx=True, ip6ip6_tx_encap_limit=True, ip6tnl_fill_forward_path=True,
+    encap_push_order="innermost-first", pppoe_direct_xmit=True,
+)
+
+_LINUX_7_1_5 = attrs.evolve(
+    _LINUX_7_0, name="linux-7.1.5", kernel="7.1.5",
+    ip4_tunnel_ihl_check=True, ip6_tunnel_hdr_size="relative", ip6_tunnel_exthdr="slowpath",
+    ip6_tunnel_header_access="pull", ip6ip6_tx_encap_limit=False, ip6tnl_requires_encaplimit_none=True,
+    path_failure="no-flow",
+)
+
+# Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).
+_LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown")
+_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1")
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5)
+}
+
+
+def get_profile(name: str | Profile | None = None) -> Profile:
+    """The named profile (default ``linux-7.1.5``); a Profile is returned as is."""
+    if isinstance(name, Profile):
+        return name
+    if name is None:
+        name = DEFAULT_PROFILE
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ProfileError(f"unknown profile {name!r}", value=name,
+                           expected="one of " + ", ".join(PROFILES)) from None
+
+
+def profile_from_cli(name: str | None, settings: Iterable[str] = ()) -> Profile:
+    """Build a profile from ``--profile NAME`` and ``--set K=V`` arguments."""
+    overrides = {}
+    for item in settings or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ProfileError(f"bad --set {item!r}", value=item, expected="SWITCH=VALUE")
+        overrides[key.strip()] = value
+    return get_profile(name).derive(**overrides)

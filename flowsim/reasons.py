@@ -1,0 +1,87 @@
+"""The one table of reason ids: why a packet left (or never took) the fast path.
+
+Every slow-path or drop exit of the simulated data path carries one of these
+stable, kebab-case ids.  The JSON report, ``flowsim explain`` and the tests
+use the ids; the table says which kernel function takes the exit and what it
+means.  Add a row here before using a new id anywhere: :func:`reason` refuses
+ids that are not in the table, so a typo cannot become a silent new reason.
+
+Verdicts (``struct nf_hook_ops`` return values the flowtable hook uses):
+``accept`` = NF_ACCEPT, continue through the ordinary stack (slow path);
+``drop`` = NF_DROP; ``stolen`` = NF_STOLEN, the fast path transmitted it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["Reason", "REASONS", "reason", "ACCEPT", "DROP", "STOLEN"]
+
+ACCEPT = "accept"
+DROP = "drop"
+STOLEN = "stolen"
+
+
+@attrs.frozen
+class Reason:
+    id: str
+    verdict: str  # ACCEPT (slow path) or DROP
+    where: str  # the kernel function that takes this exit
+    text: str  # one line for humans
+
+
+_ROWS = [
+    # --- parsing: nf_flow_offload_inet_hook / nf_flow_skb_encap_protocol (§4.0, §4.1 step 1)
+    ("l3proto-unsupported", ACCEPT, "nf_flow_offload_inet_hook",
+     "skb->protocol is not IPv4, IPv6, 802.1Q or PPPoE session for this hook"),
+    ("encap-unsupported", ACCEPT, "nf_flow_skb_encap_protocol",
+     "in-band VLAN or PPPoE header whose inner protocol is not the hook's (or a second in-band header)"),
+    ("header-truncated", ACCEPT, "pskb_may_pull / skb_header_pointer",
+     "a header the parser needs lies beyond the end of the packet"),
+    # --- IPv4 / IPv6 header checks (nf_flow_ip4_tunnel_proto, nf_flow_tuple_ip, nf_flow_ip6_tunnel_proto, nf_flow_tuple_ipv6)
+    ("fragment", ACCEPT, "ip_is_fragment", "IPv4 fragment (MF set or fragment offset non-zero)"),
+    ("ip-options", ACCEPT, "ip_has_options", "IPv4 header length is not 20 bytes (options present)"),
+    ("ip-ihl-invalid", ACCEPT, "nf_flow_ip4_tunnel_proto",
+     "IPv4 IHL below 5 (rejected explicitly since 025a41e76b51, CVE-2026-72417)"),
+    ("ttl-expired", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6 / tunnel checks",
+     "TTL or hop limit is 1 or 0: the slow path must send the ICMP time-exceeded"),
+    ("ipv6-exthdr", ACCEPT, "nf_flow_tuple_ipv6 / nf_flow_ip6_tunnel_proto",
+     "IPv6 extension header where the fast path only accepts TCP/UDP/GRE (or, from 7.1.5, any extension header after an outer IPv6 header)"),
+    ("ipv6-exthdr-error", ACCEPT, "ipv6_skip_exthdr",
+     "the IPv6 extension header chain cannot be walked (truncated, or next header 59)"),
+    ("l4proto-unsupported", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6",
+     "layer-4 protocol is not TCP, UDP or GRE"),
+    ("gre-version", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6", "GRE header version is not 0"),
+    # --- lookup and per-flow checks (nf_flow_offload_forward, §4.1 steps 3-7)
+    ("no-flow-entry", ACCEPT, "flow_offload_lookup", "no flow in the flowtable has this tuple"),
+    ("flow-teardown", ACCEPT, "nf_flow_offload_forward", "the matching flow is being torn down (NF_FLOW_TEARDOWN)"),
+    ("ct-dying", ACCEPT, "nf_flow_offload_forward", "the flow's conntrack entry is dying"),
+    ("mtu-exceeded", ACCEPT, "nf_flow_exceeds_mtu",
+     "packet longer than the flow's MTU (plus in-band headers, minus tunnel overhead)"),
+    ("tcp-syn-closing", ACCEPT, "nf_flow_state_check", "TCP SYN on a CLOSING flow: flow torn down"),
+    ("tcp-fin-rst", ACCEPT, "nf_flow_state_check", "TCP FIN or RST before 6.14: flow torn down"),
+    ("route-stale", ACCEPT, "nf_flow_dst_check", "cached route is obsolete: flow torn down"),
+    # --- drops in the fast path (§4.3)
+    ("not-writable", DROP, "skb_ensure_writable", "headers cannot be made writable"),
+    ("tunnel-push-failed", DROP, "nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push", "outer tunnel header could not be pushed"),
+    ("no-egress-device", DROP, "dev_get_by_index_rcu", "the tuple's egress ifindex names no device: flow torn down"),
+    ("neigh-error", DROP, "ip_neigh_gw4 / ip_neigh_gw6", "neighbour lookup or creation failed: flow torn down"),
+    ("xmit-type-unknown", DROP, "nf_flow_offload_ip_hook", "tuple has no usable xmit type"),
+    ("encap-push-failed", DROP, "nf_flow_encap_push", "VLAN/PPPoE header push failed (headroom, or PPPoE over a non-IP protocol)"),
+    ("gso-segment-error", DROP, "nf_flow_encap_gso_xmit", "software GSO segmentation failed"),
+]
+
+REASONS: dict[str, Reason] = {r[0]: Reason(*r) for r in _ROWS}
+
+
+def reason(rid: str) -> Reason:
+    """Return the table row for *rid*; unknown ids are a programming error.
+
+    >>> reason("fragment").verdict
+    'accept'
+    """
+    try:
+        return REASONS[rid]
+    except KeyError:
+        raise KeyError(f"unknown reason id {rid!r}; add it to flowsim/reasons.py") from None
+
