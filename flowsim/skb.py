@@ -73,7 +73,17 @@ class SkBuff:
     vlan_tci: int = 0
     iif: int = 0  # skb->skb_iif / the ingress device's ifindex
     gso_size: int = 0  # non-zero for a GSO skb (skb_shinfo(skb)->gso_size)
-    cost: SkbCost = attrs.Factory(SkbCost)
+    tailroom: int = 0  # free bytes after the linear area (none for a head filled by the driver)
+    # Cost counters kept as plain fields: one object less per packet.
+    copies: int = 0
+    reallocs: int = 0
+    bytes_copied: int = 0
+    pull_bugs: int = 0
+
+    @property
+    def cost(self) -> SkbCost:
+        """A snapshot of this skb's access cost."""
+        return SkbCost(self.copies, self.reallocs, self.bytes_copied, self.pull_bugs)
 
     # --- sizes -------------------------------------------------------------
     @property
@@ -107,9 +117,8 @@ class SkBuff:
             return None
         if end <= self.linear_end:
             return memoryview(self.buf)[start:end]
-        cost = self.cost
-        cost.copies += 1
-        cost.bytes_copied += length
+        self.copies += 1
+        self.bytes_copied += length
         return bytes(self.buf[start:end])
 
     def may_pull(self, length: int) -> bool:
@@ -119,17 +128,22 @@ class SkBuff:
             return True
         if need > len(self.buf):
             return False
-        # __pskb_pull_tail: reallocate the head and copy the missing bytes in.
-        cost = self.cost
-        cost.reallocs += 1
-        cost.bytes_copied += need - self.linear_end
+        # __pskb_pull_tail: copy the missing bytes into the head; when the
+        # tailroom is short, pskb_expand_head reallocates it with 128 spare bytes.
+        delta = need - self.linear_end
+        if delta > self.tailroom:
+            self.reallocs += 1
+            self.tailroom = 128
+        else:
+            self.tailroom -= delta
+        self.bytes_copied += delta
         self.linear_end = need
         return True
 
     def pull(self, length: int) -> None:
         """``skb_pull``: advance data by *length*; crossing the linear area is a kernel bug."""
         if self.data + length > self.linear_end:
-            self.cost.pull_bugs += 1
+            self.pull_bugs += 1
             raise SkbPullBug(self.data, length, self.headlen)
         self.data += length
 
@@ -145,7 +159,7 @@ class SkBuff:
                 value = getattr(self, name)
                 if value >= 0:
                     setattr(self, name, value + grow)
-            self.cost.reallocs += 1
+            self.reallocs += 1
         self.data -= n
         self.buf[self.data:self.data + n] = header
 

@@ -41,6 +41,7 @@ Example::
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import attrs
 
@@ -66,18 +67,23 @@ _UNPACK_V4_ADDRS = struct.Struct("!4s4s").unpack_from
 _UNPACK_V6_ADDRS = struct.Struct("!16s16s").unpack_from
 _UNPACK_PORTS = struct.Struct("!HH").unpack_from
 _L3_NAMES = {AF_INET: "ipv4", AF_INET6: "ipv6"}
+_new_tuple = tuple.__new__  # FlowTuple(...) without the generated __new__'s extra call
 
 
-@attrs.frozen(slots=True)
-class Encap:
+# The key classes are NamedTuples, not attrs classes: hashing and comparing
+# them happens in C, the way the kernel jhashes and memcmps the key bytes, and
+# creating one costs a third of a frozen attrs instance.  That is the per-packet
+# work of the fast path (see benchmarks/bench_tuple.py).  They are immutable
+# values all the same; compare them only with each other.
+
+class Encap(NamedTuple):
     """One ``tuple.encap[i]``: ``id`` (VLAN TCI as stored, or PPPoE session id) and ``proto`` (ethertype)."""
 
     id: int
     proto: int
 
 
-@attrs.frozen(slots=True)
-class Tunnel:
+class Tunnel(NamedTuple):
     """``struct flow_offload_tunnel``: outer source/destination (16-byte unions) and ``l3_proto`` (4 or 41)."""
 
     src: bytes
@@ -93,8 +99,7 @@ class Tunnel:
                 "l3_proto": self.l3_proto}
 
 
-@attrs.frozen(slots=True, cache_hash=True)
-class FlowTuple:
+class FlowTuple(NamedTuple):
     """The key fields of ``struct flow_offload_tuple``, in the kernel's order (§1.2).
 
     Addresses are the kernel's 16-byte unions (an IPv4 address in the first
@@ -142,7 +147,7 @@ class FlowTuple:
 
     def differences(self, other: "FlowTuple") -> list[str]:
         """The key fields whose values differ (for "why did this packet miss its flow?")."""
-        return [f.name for f in attrs.fields(FlowTuple) if getattr(self, f.name) != getattr(other, f.name)]
+        return [name for name, a, b in zip(self._fields, self, other) if a != b]
 
     def __str__(self) -> str:
         encap = ",".join(f"{e.proto:#06x}:{e.id}" for e in self.encap)
@@ -163,9 +168,8 @@ class FlowtableCtx:
     tun_proto: int = 0  # ctx->tun.proto (IPPROTO_IPIP / IPPROTO_IPV6)
 
 
-@attrs.frozen(slots=True)
-class TupleResult:
-    """The tuple and its context, or the slow-path reason the kernel would give."""
+class TupleResult(NamedTuple):
+    """The tuple and its context, or the slow-path reason the kernel would give (one per packet: a NamedTuple)."""
 
     tuple: FlowTuple | None
     ctx: FlowtableCtx
@@ -349,8 +353,8 @@ def nf_flow_tuple_ip(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTu
     buf = skb.buf  # may_pull keeps the buffer, but be explicit after a pull
     src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
     encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
-    return FlowTuple(src + _ZERO12, dst + _ZERO12, ports[0], ports[1], ctx.in_ifindex,
-                     AF_INET, ipproto, encap, tun)
+    return _new_tuple(FlowTuple, (src + _ZERO12, dst + _ZERO12, ports[0], ports[1], ctx.in_ifindex,
+                                  AF_INET, ipproto, encap, tun))
 
 
 def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
@@ -374,7 +378,7 @@ def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> Flow
         return ports
     src, dst = _UNPACK_V6_ADDRS(skb.buf, o + 8)
     encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
-    return FlowTuple(src, dst, ports[0], ports[1], ctx.in_ifindex, AF_INET6, nexthdr, encap, tun)
+    return _new_tuple(FlowTuple, (src, dst, ports[0], ports[1], ctx.in_ifindex, AF_INET6, nexthdr, encap, tun))
 
 
 def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[tuple[Encap, ...], Tunnel | None]:
@@ -409,10 +413,10 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
     o = skb.network_header + offset
     if inner == ETH_P_IP and ctx.tun_proto == IPPROTO_IPIP:
         src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
-        tun = Tunnel(src + _ZERO12, dst + _ZERO12, IPPROTO_IPIP)
+        tun = _new_tuple(Tunnel, (src + _ZERO12, dst + _ZERO12, IPPROTO_IPIP))
     elif inner == ETH_P_IPV6 and ctx.tun_proto == IPPROTO_IPV6:
         src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
-        tun = Tunnel(src, dst, IPPROTO_IPV6)
+        tun = _new_tuple(Tunnel, (src, dst, IPPROTO_IPV6))
     return tuple(encap), tun
 
 
@@ -420,14 +424,18 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
 
 def _lookup_tuple(skb: SkBuff, ctx: FlowtableCtx, proto: int, profile: Profile) -> TupleResult:
     """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup."""
-    hook = "ipv4" if proto == ETH_P_IP else "ipv6"
     failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
     if failed is not None:
-        return TupleResult(None, ctx, failed[0], failed[1], hook)
-    built = nf_flow_tuple_ip(ctx, skb, profile) if proto == ETH_P_IP else nf_flow_tuple_ipv6(ctx, skb, profile)
+        return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
+    if proto == ETH_P_IP:
+        built = nf_flow_tuple_ip(ctx, skb, profile)
+        hook = "ipv4"
+    else:
+        built = nf_flow_tuple_ipv6(ctx, skb, profile)
+        hook = "ipv6"
     if type(built) is tuple:
         return TupleResult(None, ctx, built[0], built[1], hook)
-    return TupleResult(built, ctx, None, "", hook)
+    return _new_tuple(TupleResult, (built, ctx, None, "", hook))
 
 
 def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
@@ -463,7 +471,8 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
     the skb's ``iif``).  Never raises for a bad packet, except
     :class:`~flowsim.errors.SkbPullBug` where the modelled kernel has that bug.
     """
-    profile = get_profile(profile) if not isinstance(profile, Profile) else profile
+    if profile.__class__ is not Profile:
+        profile = get_profile(profile)
     ctx = FlowtableCtx(skb.iif if iifidx is None else iifidx)
     if family == "ip":
         return _lookup_tuple(skb, ctx, ETH_P_IP, profile)
@@ -471,7 +480,9 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
         return _lookup_tuple(skb, ctx, ETH_P_IPV6, profile)
     if family != "inet":
         raise ValueError(f"unknown flowtable family {family!r} (expected one of {', '.join(HOOKS)})")
-    proto = nf_flow_offload_inet_hook(skb)
-    if type(proto) is tuple:
-        return TupleResult(None, ctx, proto[0], proto[1], None)
+    proto = skb.protocol
+    if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
+        proto = nf_flow_offload_inet_hook(skb)
+        if type(proto) is tuple:
+            return TupleResult(None, ctx, proto[0], proto[1], None)
     return _lookup_tuple(skb, ctx, proto, profile)

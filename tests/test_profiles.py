@@ -1,0 +1,64 @@
+"""Kernel behaviour profiles: named sets of switches and derived variants (reference §9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowsim.errors import ProfileError
+from flowsim.profiles import DEFAULT_PROFILE, PROFILES, SWITCHES, get_profile, profile_from_cli
+
+
+@pytest.mark.parametrize("name,ipip,ip6ip6,hdr_size,exthdr,fin", [
+    ("linux-6.1", False, False, "absolute", "skip", "teardown"),
+    ("linux-6.12", False, False, "absolute", "skip", "teardown"),
+    ("linux-6.18", False, False, "absolute", "skip", "closing"),
+    ("linux-6.19", True, False, "absolute", "skip", "closing"),
+    ("linux-7.0", True, True, "absolute", "skip", "closing"),
+    ("linux-7.1.5", True, True, "relative", "slowpath", "closing"),
+])
+def test_named_profiles(name, ipip, ip6ip6, hdr_size, exthdr, fin):
+    """Each named profile carries the version table's switches (§9)."""
+    p = get_profile(name)
+    assert (p.ipip_rx, p.ip6ip6_rx, p.ip6_tunnel_hdr_size, p.ip6_tunnel_exthdr, p.tcp_fin_rst) == (
+        ipip, ip6ip6, hdr_size, exthdr, fin)
+
+
+def test_default_is_7_1_5():
+    """Without --profile, linux-7.1.5."""
+    assert get_profile().name == DEFAULT_PROFILE == "linux-7.1.5"
+
+
+def test_derive_overrides_by_text_and_renames():
+    """--set K=V derives a variant whose name says what changed; the named profile is untouched."""
+    p = profile_from_cli("linux-7.0", ["ip6_tunnel_header_access=pull", "ipip_rx=off"])
+    assert (p.ip6_tunnel_header_access, p.ipip_rx) == ("pull", False)
+    assert p.name == "linux-7.0+ip6_tunnel_header_access=pull+ipip_rx=0"
+    assert PROFILES["linux-7.0"].ip6_tunnel_header_access == "header_pointer"
+
+
+@pytest.mark.parametrize("settings,match", [
+    (["nope=1"], "unknown profile switch 'nope'"),
+    (["ipip_rx=maybe"], "bad value 'maybe' for switch 'ipip_rx'"),
+    (["ip6_tunnel_hdr_size=sideways"], "expected one of absolute, relative"),
+    (["ipip_rx"], "expected SWITCH=VALUE"),
+])
+def test_bad_overrides_are_one_clear_error(settings, match):
+    """A wrong switch or value is a ProfileError naming it and what was expected."""
+    with pytest.raises(ProfileError, match=match):
+        profile_from_cli("linux-7.0", settings)
+
+
+def test_unknown_profile():
+    """An unknown name lists the known ones."""
+    with pytest.raises(ProfileError, match="unknown profile 'linux-9'.*linux-7.1.5"):
+        get_profile("linux-9")
+
+
+def test_every_switch_is_documented():
+    """Each switch says what it models."""
+    import attrs
+    from flowsim.profiles import Profile
+
+    for f in attrs.fields(Profile):
+        if f.name in SWITCHES:
+            assert len(f.metadata["doc"]) > 20, f.name
