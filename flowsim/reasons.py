@@ -69,6 +69,10 @@ _ROWS = [
     ("xmit-type-unknown", DROP, "nf_flow_offload_ip_hook", "tuple has no usable xmit type"),
     ("encap-push-failed", DROP, "nf_flow_encap_push", "VLAN/PPPoE header push failed (headroom, or PPPoE over a non-IP protocol)"),
     ("gso-segment-error", DROP, "nf_flow_encap_gso_xmit", "software GSO segmentation failed"),
+    # --- the slow path: nf_tables and conntrack
+    ("nft-drop", DROP, "nft_do_chain", "an nftables rule or a chain policy dropped the packet"),
+    ("nft-reject", DROP, "nft_reject_eval", "an nftables reject statement refused the packet"),
+    ("ct-clash", DROP, "__nf_conntrack_confirm", "conntrack confirmation clashed with an existing entry"),
 ]
 
 REASONS: dict[str, Reason] = {r[0]: Reason(*r) for r in _ROWS}
