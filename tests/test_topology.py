@@ -1,0 +1,310 @@
+"""Topology loading: devices, ifindexes, MACs, MTUs, graph, L2 discovery, schema and errors."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from flowsim.devices.base import ETH_P_8021AD, mac_for
+from flowsim.errors import TopologyError
+from flowsim.topology import UPPER_EDGES, load_topology, load_topology_text
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGIES = ROOT / "topologies"
+BAD = ROOT / "tests" / "data" / "topologies"
+ip = ipaddress.ip_address
+
+
+def one(commands: str, extra: str = "", name: str = "t.toml"):
+    return load_topology_text(f"[netns.r]\ncommands = '''\n{commands}\n'''\n[netns.h]\n{extra}", name)
+
+
+# ---------------------------------------------------------------------- shipped files
+
+@pytest.mark.parametrize("path", sorted(TOPOLOGIES.glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_topology_loads_with_diagram_source_and_ruleset(path):
+    """Every shipped scenario loads, opens with a comment diagram, names its source and has a flowtable."""
+    text = path.read_text()
+    assert text.startswith("#") and "Source:" in text.split("\n\n")[0] + text
+    topo = load_topology(path)
+    assert topo.description and topo.source
+    rulesets = [ns.nft for ns in topo.namespaces.values() if ns.nft is not None]
+    assert rulesets and any("flow add @" in r.text for r in rulesets)
+    assert topo.traffic
+
+
+def test_expected_scenarios_are_shipped():
+    """The scenarios the issue lists exist."""
+    names = {p.stem for p in TOPOLOGIES.glob("*.toml")}
+    assert {"ip6ip6-rx", "ip6ip6-rx-encaplimit", "ip6ip6-over-pppoe", "ipip", "ipip-over-vlan",
+            "ip6ip6-over-vlan", "selftest", "bridge-vlan", "pppoe-over-vlan", "dsa"} <= names
+
+
+def test_nft_text_keeps_its_absolute_line():
+    """The ruleset text is stored with the TOML line where it starts (for the nft parser's errors)."""
+    path = TOPOLOGIES / "selftest.toml"
+    lines = path.read_text().split("\n")
+    nft = load_topology(path).netns("nsr1").nft
+    assert nft.file == str(path)
+    assert lines[nft.line - 1] == nft.text.split("\n")[0] == "table inet filter {"
+
+
+def test_sysctls_and_traffic_fields():
+    """Quoted dotted sysctl keys stay flat; traffic defaults src to the netns's address of the family."""
+    topo = load_topology(TOPOLOGIES / "selftest.toml")
+    assert topo.netns("nsr1").sysctl("net.ipv4.conf.veth0.forwarding") == "1"
+    t = {t.name: t for t in topo.traffic}
+    assert t["tcp6-12345"].src == ip("dead:1::99") and t["tcp6-12345"].dst == ip("dead:2::99")
+    assert t["tcp-12345"].proto == "tcp" and t["tcp-12345"].handshake and t["tcp-12345"].line
+
+
+# ---------------------------------------------------------------------- devices
+
+def test_ifindex_per_namespace_lo_first_peer_before_device():
+    """lo = 1 in each namespace; a veth peer is registered before the device (veth_newlink)."""
+    topo = one("ip link add a type veth peer name b\nip link add c type veth peer name c netns h")
+    r, h = topo.netns("r"), topo.netns("h")
+    assert r.devices["lo"].ifindex == h.devices["lo"].ifindex == 1
+    assert (r.devices["b"].ifindex, r.devices["a"].ifindex, r.devices["c"].ifindex) == (2, 3, 4)
+    assert h.devices["c"].ifindex == 2
+    assert topo.device_by_index("r", 3).name == "a"
+
+
+def test_moved_device_keeps_ifindex_unless_taken():
+    """dev_change_net_namespace keeps the ifindex when free, else allocates; addresses are dropped."""
+    topo = one("ip link add x type dummy\nip link add y type dummy\nip addr add 10.0.0.1/24 dev y\n"
+               "ip link set y netns h\nip link set x netns h")
+    h = topo.netns("h")
+    assert h.devices["y"].ifindex == 3 and h.devices["y"].addrs == []
+    assert h.devices["x"].ifindex == 2
+    assert ("h", "y") in topo.graph and ("r", "y") not in topo.graph
+
+
+def test_macs_deterministic_inherited_and_explicit():
+    """MACs derive from netns/name; VLAN and DSA inherit the lower's; `address` is honoured."""
+    topo = one("ip link add e0 address 02:00:00:00:00:aa type ethernet\nip link add link e0 name e0.5 type vlan id 5\n"
+               "ip link add lan1 link e0 type dsa port 1 tagger dsa\nip link add v type veth peer name w")
+    r = topo.netns("r").devices
+    assert r["e0"].mac == r["e0.5"].mac == r["lan1"].mac == "02:00:00:00:00:aa"
+    assert r["v"].mac == mac_for("r", "v") and int(r["v"].mac[:2], 16) & 2
+    assert load_topology_text("[netns.r]\ncommands='ip link add v type veth peer name w'").device("r", "v").mac == r["v"].mac
+
+
+@pytest.mark.parametrize("command,dev,mtu", [
+    ("ip link add tun type ipip remote 192.0.2.2 local 10.0.0.1", "tun", 1480),
+    ("ip link add tun type ip6tnl remote 2001:db8:9::2 local 2001:db8::1", "tun", 1452),
+    ("ip link add tun type ip6tnl remote 2001:db8:9::2 local 2001:db8::1 encaplimit none", "tun", 1460),
+    ("ip link add tun type gre remote 192.0.2.2 local 10.0.0.1", "tun", 1476),
+    ("ip link add tun type gretap remote 192.0.2.2 local 10.0.0.1", "tun", 1462),
+    ("ip link add tun type vxlan id 5 dev e0", "tun", 8950),
+    ("ip link add tun type wireguard", "tun", 1420),
+    ("ip link add ppp0 type pppoe dev e0 session 1 peer 02:00:00:00:00:01", "ppp0", 8992),
+    ("ip link add link e0 name e0.2 type vlan id 2", "e0.2", 9000),
+    ("ip link add link e0 name mv type macvlan mode bridge", "mv", 9000),
+])
+def test_default_mtus_as_the_kernel_computes(command, dev, mtu):
+    """Without an underlay route tunnels start from 1500 minus their headers; stacked devices inherit."""
+    topo = one(f"ip link add e0 type dummy\nip link set e0 mtu 9000\nip link set e0 up\n"
+               f"ip addr add 10.0.0.1/24 dev e0\n{command}")
+    assert topo.device("r", dev).mtu == mtu
+
+
+def test_tunnel_mtu_follows_underlay_route():
+    """With a route to the remote, ipip takes the underlay MTU minus 20; ip6tnl minus 48 (40 + encap limit)."""
+    topo = one("ip link add e0 type dummy\nip link set e0 mtu 9000\nip link set e0 up\nip addr add 10.0.0.1/24 dev e0\n"
+               "ip addr add 2001:db8::1/64 dev e0\nip link add t4 type ipip local 10.0.0.1 remote 10.0.0.2\n"
+               "ip link add t6 type ip6tnl local 2001:db8::1 remote 2001:db8::2")
+    assert topo.device("r", "t4").mtu == 8980 and topo.device("r", "t6").mtu == 8952
+
+
+def test_graph_edges_are_typed():
+    """Graph nodes are (netns, name); edges are keyed peer / lower / master / pppoe / conduit."""
+    topo = load_topology(TOPOLOGIES / "dsa.toml")
+    g = topo.graph
+    assert isinstance(g, nx.MultiDiGraph)
+    assert g.has_edge(("router", "lan1"), ("host1", "eth0"), key="peer")
+    assert g.has_edge(("router", "lan1"), ("router", "eth0"), key="conduit")
+    assert g.has_edge(("router", "br-lan"), ("router", "lan1"), key="master")
+    assert g.has_edge(("router", "br-lan.20"), ("router", "br-lan"), key="lower")
+    upper = nx.subgraph_view(g, filter_edge=lambda a, b, k: k in UPPER_EDGES)
+    assert nx.is_directed_acyclic_graph(upper)
+    topo = load_topology(TOPOLOGIES / "pppoe-over-vlan.toml")
+    assert topo.graph.has_edge(("cpe", "ppp0"), ("cpe", "eth1.7"), key="pppoe")
+
+
+def test_bridge_takes_lowest_port_mac_and_smallest_mtu():
+    """br_stp_recalculate_bridge_id / br_mtu_auto_adjust unless address or mtu were set."""
+    topo = one("ip link add a type veth peer name a2\nip link add b type veth peer name b2\nip link set b mtu 1400\n"
+               "ip link add br type bridge\nip link set a master br\nip link set b master br")
+    r = topo.netns("r").devices
+    assert r["br"].mac == min(r["a"].mac, r["b"].mac) and r["br"].mtu == 1400
+
+
+def test_bridge_vlan_defaults_and_changes():
+    """Ports and the bridge get PVID 1 untagged; vlan add/del changes PVID and untagged; 802.1ad is kept."""
+    topo = one("ip link add br type bridge vlan_filtering 1 vlan_protocol 802.1ad\nip link add p type veth peer name q\n"
+               "ip link set p master br\nbridge vlan add vid 10-12 dev p\nbridge vlan add vid 20 dev p pvid untagged\n"
+               "bridge vlan del vid 1 dev p\nbridge vlan add vid 20 dev br self")
+    br = topo.device("r", "br")
+    assert br.vlan_protocol == ETH_P_8021AD and br.vlan_filtering
+    assert br.get_pvid("p") == 20 and br.vlan_find("p", 20).untagged and br.vlan_find("p", 1) is None
+    assert sorted(br.vlan_group("p")) == [10, 11, 12, 20] and not br.vlan_find("p", 11).untagged
+    assert br.get_pvid(None) == 1 and br.vlan_find(None, 20) is not None
+
+
+def test_switchdev_flag_default_and_override():
+    """VLANs on DSA ports are 'added by switchdev' unless `switchdev off`; veth ports are not unless `on`."""
+    topo = one("ip link add e type ethernet\nip link add lan1 link e type dsa port 1 tagger dsa\n"
+               "ip link add v type veth peer name w\nip link add br type bridge vlan_filtering 1\n"
+               "ip link set lan1 master br\nip link set v master br\nbridge vlan add vid 5 dev lan1 switchdev off\n"
+               "bridge vlan add vid 5 dev v switchdev on")
+    br = topo.device("r", "br")
+    assert br.vlan_find("lan1", 1).switchdev and not br.vlan_find("lan1", 5).switchdev
+    assert not br.vlan_find("v", 1).switchdev and br.vlan_find("v", 5).switchdev
+
+
+def test_fdb_static_learned_and_vlan_checks():
+    """Static entries need the VLAN on the port, survive its removal; learning never moves them."""
+    topo = one("ip link add br type bridge vlan_filtering 1\nip link add p type veth peer name q\nip link set p master br\n"
+               "bridge vlan add vid 7 dev p\nbridge fdb add 02:00:00:00:00:07 dev p master static vlan 7\n"
+               "bridge vlan del vid 7 dev p")
+    br = topo.device("r", "br")
+    assert br.fdb_find("02:00:00:00:00:07", 7).static
+    br.fdb_learn("02:00:00:00:00:07", 7, "other")
+    assert br.fdb_find("02:00:00:00:00:07", 7).port == "p"
+    assert br.fdb_learn("02:00:00:00:00:08", 1, "p").port == "p"
+    with pytest.raises(TopologyError, match="VLAN 9 is not configured on p"):
+        one("ip link add br type bridge\nip link add p type veth peer name q\nip link set p master br\n"
+            "bridge fdb add 02:00:00:00:00:07 dev p vlan 9")
+
+
+def test_prelearned_fdb_and_discovered_neighbours():
+    """Each bridge learns the MACs behind its ports in their VLAN; neighbours resolve across the segment."""
+    topo = load_topology(TOPOLOGIES / "dsa.toml")
+    br = topo.device("router", "br-lan")
+    ap = topo.device("ap", "eth0").mac
+    assert br.fdb_find(ap, 1).port == "lan2" and br.fdb_find(ap, 20).port == "lan2"
+    assert br.fdb_find(topo.device("guest", "eth0").mac, 20).port == "lan3"
+    neigh = topo.netns("router").neigh
+    assert neigh.lookup("br-lan", ip("192.168.1.2")).lladdr == ap
+    assert neigh.lookup("br-lan.20", ip("192.168.20.5")).lladdr == topo.device("phone", "wlan0").mac
+    assert neigh.lookup("br-lan", ip("192.168.20.4")) is None  # printer's port lacks VLAN 20
+    assert topo.netns("host1").neigh.lookup("eth0", ip("192.168.1.1")).lladdr == br.mac
+
+
+def test_vlan_through_bridge_resolves_neighbour():
+    """ns1's eth0.10 and nsr1's br0 (port veth0.10) see each other (selftest row 12)."""
+    topo = load_topology(TOPOLOGIES / "bridge-vlan.toml")
+    n = topo.netns("nsr1").neigh.lookup("br0", ip("10.0.1.99"))
+    assert n.lladdr == topo.device("ns1", "eth0.10").mac and n.valid
+    assert topo.device("nsr1", "br0").fdb_find(n.lladdr, 0).port == "veth0.10"
+
+
+def test_link_delete_removes_peer_and_uppers():
+    """ip link del: veth peer and VLAN uppers go; a bridge port leaves the bridge."""
+    topo = one("ip link add a type veth peer name b\nip link add link a name a.1 type vlan id 1\n"
+               "ip link add br type bridge\nip link set b master br\nip link del a")
+    r = topo.netns("r").devices
+    assert "a" not in r and "b" not in r and "a.1" not in r and topo.device("r", "br").ports == []
+
+
+def test_iproute_syntax_variants():
+    """Abbreviations, -n/-6 options, flags before `dev`, `ip route change/del`, sysctl lines."""
+    topo = one("ip l a e0 type dummy\nip link set up dev e0\nip -6 a add 2001:db8::1/64 dev e0 nodad\n"
+               "ip -6 ro add default via 2001:db8::ff dev e0 metric 5 mtu lock 1400\n"
+               "ip -6 route change default via 2001:db8::fe dev e0 metric 5\n"
+               "ip -n h link add x type dummy\nsysctl -w net.ipv4.ip_forward=1\n"
+               "ip route add blackhole 10.9.0.0/16\nip route del 10.9.0.0/16")
+    r = topo.netns("r")
+    route = r.fib.lookup(ip("2001:db8:5::1"))
+    assert str(route.gateway) == "2001:db8::fe" and route.metric == 5
+    assert "x" in topo.netns("h").devices and r.sysctl("net.ipv4.ip_forward") == "1"
+    assert r.fib.lookup(ip("10.9.1.1")).error != 0 and r.fib.lookup(ip("10.9.1.1")).type == "none"
+
+
+# ---------------------------------------------------------------------- errors
+
+ERRORS = [
+    ("unknown-command.toml", 5, "ifconfig eth0 up", "unknown command"),
+    ("bad-address.toml", 7, "ip addr add 10.0.300.1/24 dev eth0", "bad address"),
+    ("missing-device.toml", 10, "ip addr add 10.0.0.2/24 dev veth1", "does not exist"),
+    ("duplicate-name.toml", 6, "ip link add br0 type bridge vlan_filtering 1", "already exists"),
+    ("upper-cycle.toml", 6, "ip link set br0.10 master br0", "cycle of upper devices"),
+    ("unknown-kind.toml", 4, "ip link add bond0 type bond mode 802.3ad", "unknown device type"),
+    ("bad-gateway.toml", 7, "ip route add default via 10.1.0.1", "not on a connected subnet"),
+    ("bad-traffic.toml", 11, "[[traffic]]", "bad proto"),
+]
+
+
+@pytest.mark.parametrize("fixture,line,command,what", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors_name_file_line_command_and_expectation(fixture, line, command, what):
+    """Every topology error is one TopologyError with file, absolute line, command and what was expected."""
+    path = BAD / fixture
+    with pytest.raises(TopologyError) as info:
+        load_topology(path)
+    exc = info.value
+    message = str(exc)
+    assert exc.file == str(path) and exc.line == line and exc.command == command
+    assert f"{path}:{line}:" in message and f"`{command}`" in message and what in message
+    assert "(expected " in message and exc.expected
+
+
+def test_invalid_toml_and_unknown_key_name_their_line():
+    """TOML syntax errors and misspelt keys also name the file and line."""
+    with pytest.raises(TopologyError) as info:
+        load_topology(BAD / "bad-toml.toml")
+    assert info.value.line == 2 and "bad-toml.toml:2" in str(info.value)
+    with pytest.raises(TopologyError) as info:
+        load_topology(BAD / "unknown-key.toml")
+    assert info.value.line == 3 and "comands" in str(info.value)
+
+
+def test_unreadable_file():
+    """A missing file is a TopologyError naming it."""
+    with pytest.raises(TopologyError, match="cannot read"):
+        load_topology(BAD / "nope.toml")
+
+
+def test_errors_in_array_commands_and_continuations():
+    """Commands given as an array, or continued with a backslash, still report their own line."""
+    text = "[netns.r]\ncommands = [\n  'ip link add e0 type dummy',\n  'ip link set e9 up',\n]\n"
+    with pytest.raises(TopologyError) as info:
+        load_topology_text(text, "arr.toml")
+    assert info.value.line == 4
+    text = "[netns.r]\ncommands = '''\nip link add e0 \\\n   type dummy\nip addr add 1.2.3 dev e0\n'''\n"
+    with pytest.raises(TopologyError) as info:
+        load_topology_text(text, "cont.toml")
+    assert info.value.line == 5 and info.value.command == "ip addr add 1.2.3 dev e0"
+
+
+@pytest.mark.parametrize("command,what", [
+    ("ip link add v type vlan id 5", "'link DEV'"),
+    ("ip link add link lo name v type vlan id 5000", "0..4094"),
+    ("ip link add p type pppoe dev lo session 1", "dev, session and peer"),
+    ("ip link add d link lo type dsa port 1 tagger nope", "tagger"),
+    ("ip link add t type ipip remote 2001:db8::1", "IPv4"),
+    ("ip neigh add 10.0.0.9 dev lo", "Ethernet"),
+    ("ip route add 10.0.0.1/24 dev lo", "no host bits"),
+    ("ip link set lo netns nowhere", "namespace"),
+    ("bridge vlan add vid 5 dev lo", "not a bridge port"),
+    ("ip link add v type veth", "peer"),
+])
+def test_bad_commands_say_what_was_expected(command, what):
+    """Kind-specific syntax errors name the command and what was expected."""
+    with pytest.raises(TopologyError) as info:
+        one(command)
+    assert info.value.command == command and what in str(info.value)
+
+
+def test_selftest_lines_paste_as_they_are():
+    """`ip link add … netns NS … peer … netns NS`, `ip -net NS …` and `ip netns exec NS …` work from any table."""
+    text = ("[netns.init]\ncommands = '''\nip link add veth0 netns nsr1 type veth peer name eth0 netns ns1\n"
+            "ip -net nsr1 link set veth0 up\nip -net nsr1 addr add 10.0.1.1/24 dev veth0\n"
+            "ip netns exec nsr1 sysctl net.ipv4.conf.veth0.forwarding=1\n'''\n[netns.nsr1]\n[netns.ns1]\n")
+    topo = load_topology_text(text, "paste.toml")
+    assert topo.device("nsr1", "veth0").addrs[0].ip == ip("10.0.1.1")
+    assert topo.peer(topo.device("nsr1", "veth0")).netns == "ns1"
+    assert topo.netns("nsr1").sysctl("net.ipv4.conf.veth0.forwarding") == "1"
