@@ -74,6 +74,8 @@ class SkBuff:
     iif: int = 0  # skb->skb_iif / the ingress device's ifindex
     gso_size: int = 0  # non-zero for a GSO skb (skb_shinfo(skb)->gso_size)
     tailroom: int = 0  # free bytes after the linear area (none for a head filled by the driver)
+    mark: int = 0  # skb->mark
+    tag: object = None  # the simulator's label: which traffic, direction and packet this is
     # Cost counters kept as plain fields: one object less per packet.
     copies: int = 0
     reallocs: int = 0
