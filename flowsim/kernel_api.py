@@ -17,7 +17,8 @@ The stack calls the flowtable
   ``verdict`` is ``"accept"`` (continue through the stack: slow path),
   ``"drop"`` or ``"stolen"`` (the fast path has transmitted the skb through
   :meth:`Kernel.dev_queue_xmit` / :meth:`Kernel.neigh_output`; the stack
-  must not touch it again).  The skb arrives with ``data`` at the network
+  must not touch it again).  On ``"drop"`` the reason id is in
+  ``skb.drop_reason``.  The skb arrives with ``data`` at the network
   header, as ``skb_from_frame`` leaves it.
 * from the forward chain's ``flow add @ft`` (the ``on_flow_add`` callback of
   ``Nftables.eval_hook``)::
@@ -42,8 +43,10 @@ The flowtable calls the stack (:class:`Kernel`)
   towards *nexthop* the way ``ip_finish_output2`` does (neighbour resolution
   and link-layer header for Ethernet devices; VLAN, PPP, bridge and tunnel
   devices run their own xmit).  Used by the ≤ 6.18 NEIGH xmit;
+* ``kernel.tracing`` — true when steps are being recorded; callers test it
+  before building a step's details, so tracing costs nothing when off;
 * ``kernel.trace(skb, where, what, **details)`` — one step of a packet's
-  life for ``flowsim trace`` (may do nothing);
+  life for ``flowsim trace``;
 * ``kernel.account(skb, kind)`` — *kind* is ``"fastpath"`` or
   ``"slowpath"``: attribute the hook's verdict to the packet's traffic
   direction (``skb.tag``).
@@ -73,6 +76,7 @@ class Kernel(Protocol):
     now: float
     profile: Any
     topo: Any
+    tracing: bool
 
     def dev_queue_xmit(self, dev: Any, skb: Any) -> None: ...
 

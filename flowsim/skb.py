@@ -76,6 +76,7 @@ class SkBuff:
     tailroom: int = 0  # free bytes after the linear area (none for a head filled by the driver)
     mark: int = 0  # skb->mark
     tag: object = None  # the simulator's label: which traffic, direction and packet this is
+    drop_reason: str | None = None  # reason id when a hook returned NF_DROP
     # Cost counters kept as plain fields: one object less per packet.
     copies: int = 0
     reallocs: int = 0

@@ -1,0 +1,221 @@
+"""The fast path end to end on real topologies: flow creation, hook verdicts, bytes out (reference §3, §4, §5)."""
+
+from __future__ import annotations
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
+from scapy.layers.l2 import Dot1Q, Ether
+
+from ftkit import add_flow, established_ct, setup
+from flowsim.conntrack import IPS_OFFLOAD
+from flowsim.fastpath import nf_flow_offload_hook
+from flowsim.flowtable import NF_FLOW_CLOSING, NF_FLOW_TEARDOWN
+from flowsim.skb import skb_from_frame
+
+CLIENT, SERVER = "2001:db8:1::1", "2001:db8:3::2"
+MAC = dict(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb")
+
+
+def hook(kernel, state, dev, frame, ft="ft"):
+    skb = skb_from_frame(frame, iif=state.ns.devices[dev].ifindex)
+    verdict = nf_flow_offload_hook(kernel, state, state.flowtables[ft], skb, state.ns.devices[dev])
+    return verdict, skb
+
+
+def checks_ok(pkt) -> None:
+    """Every IPv4/TCP/UDP checksum on the wire equals the one scapy recomputes."""
+    for layer in (IP, TCP, UDP):
+        i = 1
+        while (lay := pkt.getlayer(layer, i)) is not None:
+            fresh = lay.copy()
+            fresh.remove_payload()
+            fresh.add_payload(lay.payload.copy())
+            del fresh.chksum
+            assert layer(bytes(fresh)).chksum == lay.chksum or layer is not IP, f"{layer.__name__} checksum"
+            if layer is not IP:
+                # L4 checksums cover the pseudo-header: recompute with the enclosing IP layer
+                under = lay.underlayer.copy()
+                under[layer].chksum = None
+                assert under.__class__(bytes(under))[layer].chksum == lay.chksum, f"{layer.__name__} checksum"
+            i += 1
+
+
+def ip6ip6(profile):
+    kernel, state = setup("ip6ip6-rx.toml", "router", profile)
+    ct = established_ct(state, CLIENT, SERVER, 40000, 5201)
+    ok = add_flow(kernel, state, "ft", ct, 0, "eth0")
+    return kernel, state, ct, ok
+
+
+def test_ip6ip6_flow_tuples_715():
+    """7.1.5: the reply tuple arrives on eth1 with the tunnel (remote → local) in its key (§2.4 worked example)."""
+    kernel, state, ct, ok = ip6ip6("linux-7.1.5")
+    assert ok and ct.status & IPS_OFFLOAD
+    (flow,) = state.flowtables["ft"].flows.values()
+    orig, reply = flow.tuplehash
+    eth0, eth1 = state.ns.devices["eth0"].ifindex, state.ns.devices["eth1"].ifindex
+    assert (orig.key.iifidx, orig.key.tun, orig.ifidx) == (eth0, None, eth1)
+    assert reply.key.iifidx == eth1 and reply.key.tun.to_dict() == {
+        "src": "2001:db8:2::2", "dst": "2001:db8:2::1", "l3_proto": 41}
+    assert orig.mtu == 1500  # the underlay route's MTU for the into-tunnel direction
+
+
+@pytest.mark.parametrize("profile,destopt", [("linux-7.1.5", False), ("linux-7.0", True)])
+def test_ip6ip6_into_tunnel_push(profile, destopt):
+    """Client → server is encapsulated by the fast path: outer 2001:db8:2::1 → ::2, hop limits from the
+    inner header, REF adds the encap-limit destination option (§5.3)."""
+    kernel, state, ct, ok = ip6ip6(profile)
+    assert ok
+    frame = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER, hlim=64) / TCP(sport=40000, dport=5201, flags="A")
+                  / (b"x" * 100))
+    verdict, _ = hook(kernel, state, "eth0", frame)
+    assert verdict == "stolen"
+    kind, dev, skb = kernel.xmits[-1]
+    assert (kind, dev) == ("dev_queue_xmit", "eth1")
+    out = Ether(skb.bytes())
+    outer = out[IPv6]
+    assert (outer.src, outer.dst, outer.hlim) == ("2001:db8:2::1", "2001:db8:2::2", 63)
+    assert out.dst == state.ns.neigh.lookup("eth1", __import__("ipaddress").ip_address("2001:db8:2::2")).lladdr
+    assert out.src == state.ns.devices["eth1"].mac
+    if destopt:
+        assert outer.nh == 60 and out[IPv6ExtHdrDestOpt].nh == 41
+        inner = out[IPv6ExtHdrDestOpt].payload
+    else:
+        assert outer.nh == 41
+        inner = outer.payload
+    assert (inner.src, inner.dst, inner.hlim) == (CLIENT, SERVER, 63)
+    checks_ok(out)
+
+
+@pytest.mark.parametrize("profile", ["linux-7.0", "linux-7.1.5"])
+def test_ip6ip6_out_of_tunnel_decap(profile):
+    """Server → client arrives on eth1 encapsulated: matched with the tunnel key, outer header popped, sent on eth0."""
+    kernel, state, ct, ok = ip6ip6(profile)
+    frame = bytes(Ether(**MAC) / IPv6(src="2001:db8:2::2", dst="2001:db8:2::1", hlim=64)
+                  / IPv6(src=SERVER, dst=CLIENT, hlim=63) / TCP(sport=5201, dport=40000, flags="A") / (b"y" * 200))
+    verdict, _ = hook(kernel, state, "eth1", frame)
+    assert verdict == "stolen"
+    kind, dev, skb = kernel.xmits[-1]
+    out = Ether(skb.bytes())
+    assert dev == "eth0" and out[IPv6].src == SERVER and out[IPv6].hlim == 62
+    assert out[IPv6].payload.__class__ is TCP and len(out) == 14 + 40 + 20 + 200
+    checks_ok(out)
+
+
+def test_ip6ip6_618_reply_stays_slow():
+    """6.18 has no ip6tnl resolver: the flow is built (REF), the into-tunnel direction uses neigh_xmit on tun0,
+    and encapsulated replies at eth1 miss (l4proto 41) (§9)."""
+    kernel, state, ct, ok = ip6ip6("linux-6.18")
+    assert ok
+    frame = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER, hlim=64) / TCP(sport=40000, dport=5201, flags="A"))
+    assert hook(kernel, state, "eth0", frame)[0] == "stolen"
+    assert kernel.xmits[-1][:2] == ("neigh_output", "tun0")
+    reply = bytes(Ether(**MAC) / IPv6(src="2001:db8:2::2", dst="2001:db8:2::1") / IPv6(src=SERVER, dst=CLIENT)
+                  / TCP(sport=5201, dport=40000, flags="A"))
+    assert hook(kernel, state, "eth1", reply)[0] == "accept"
+    assert state.flowtables["ft"].reasons["l4proto-unsupported"] == 1
+
+
+def test_mtu_exceeded_goes_slow():
+    """A packet longer than the flow MTU minus the tunnel overhead takes the slow path (§4.1 step 4)."""
+    kernel, state, ct, ok = ip6ip6("linux-7.1.5")
+    big = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER) / TCP(sport=40000, dport=5201, flags="A") / (b"z" * 1441))
+    assert hook(kernel, state, "eth0", big)[0] == "accept"
+    assert state.flowtables["ft"].reasons == {"mtu-exceeded": 1}
+    fits = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER) / TCP(sport=40000, dport=5201, flags="A") / (b"z" * 1400))
+    assert hook(kernel, state, "eth0", fits)[0] == "stolen"
+
+
+@pytest.mark.parametrize("profile,verdict,closing", [("linux-7.1.5", "stolen", True), ("linux-6.12", "accept", False)])
+def test_fin_closing_or_teardown(profile, verdict, closing):
+    """FIN: CLOSING and stay fast from 6.14; immediate teardown before (§6)."""
+    kernel, state = setup("selftest.toml", "nsr1", profile)
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    assert add_flow(kernel, state, "f1", ct, 0, "veth0")
+    fin = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99", ttl=64) / TCP(sport=40000, dport=12345, flags="FA"))
+    assert hook(kernel, state, "veth0", fin, "f1")[0] == verdict
+    (flow,) = state.flowtables["f1"].flows.values()
+    assert flow.test(NF_FLOW_CLOSING) == closing and flow.test(NF_FLOW_TEARDOWN) != closing
+    if closing:  # a SYN on a CLOSING flow tears it down and goes slow
+        syn = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345, flags="S"))
+        assert hook(kernel, state, "veth0", syn, "f1")[0] == "accept"
+        assert flow.test(NF_FLOW_TEARDOWN) and not ct.status & IPS_OFFLOAD
+
+
+def test_ttl_one_goes_slow():
+    """TTL 1 is left to the slow path, which sends the ICMP (§4.1 step 2)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    add_flow(kernel, state, "f1", ct, 0, "veth0")
+    pkt = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99", ttl=1) / TCP(sport=40000, dport=12345))
+    assert hook(kernel, state, "veth0", pkt, "f1")[0] == "accept"
+    assert state.flowtables["f1"].reasons == {"ttl-expired": 1}
+
+
+def test_gc_expires_idle_flow_and_hands_back_ct():
+    """GC tears down a flow idle for the offload timeout, clears IPS_OFFLOAD and frees it (§6)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    add_flow(kernel, state, "f1", ct, 0, "veth0")
+    ft = state.flowtables["f1"]
+    kernel.now = 29.0
+    ft.nf_flow_offload_work_gc(kernel, state)
+    assert len(ft.flows) == 1
+    kernel.now = 30.5
+    ft.nf_flow_offload_work_gc(kernel, state)
+    assert not ft.flows and not ft.table and not ct.status & IPS_OFFLOAD
+    assert [e[1] for e in ft.history] == ["add", "teardown", "free"]
+    # the next `flow add` re-creates it
+    assert add_flow(kernel, state, "f1", ct, 0, "veth0") and ft.flows_created == 2
+
+
+@pytest.mark.parametrize("ctdir,in_dev", [(0, "veth0"), (1, "veth1")])
+def test_flow_created_by_either_direction(ctdir, in_dev):
+    """`flow add` works for a reply-direction packet as well (§3 step 7; the selftest's tunnel cases)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    assert add_flow(kernel, state, "f1", ct, ctdir, in_dev)
+    (flow,) = state.flowtables["f1"].flows.values()
+    assert [h.key.iifidx for h in flow.tuplehash] == [state.ns.devices["veth0"].ifindex,
+                                                      state.ns.devices["veth1"].ifindex]
+
+
+@pytest.mark.parametrize("why,prepare,rid", [
+    ("unconfirmed-syn-only", "syn", "flow-add-tcp-not-established"),
+    ("second-flow-add", "twice", "flow-add-already-offloaded"),
+    ("helper", "helper", "flow-add-helper"),
+])
+def test_flow_add_refusals_are_recorded(why, prepare, rid):
+    """Each refused `flow add` records the §3 condition that stopped it, for explain."""
+    import ipaddress
+    from flowsim.conntrack import TCP_SYN, CtTuple
+
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    if prepare == "syn":
+        t = CtTuple(ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99"), 1, 2, 2, 6)
+        ct = state.conntrack.nf_conntrack_in(t, 0.0, tcp_flags=TCP_SYN).entry
+    else:
+        ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+        if prepare == "twice":
+            assert add_flow(kernel, state, "f1", ct, 0, "veth0")
+        if prepare == "helper":
+            ct.helper = "ftp"
+    assert not add_flow(kernel, state, "f1", ct, 0, "veth0")
+    assert state.flowtables["f1"].ct_failures[ct.id][0] == rid
+
+
+def test_counter_flag_feeds_conntrack_accounting():
+    """With `counter`, fast-path packets add to the ct's counters: L3 length after pop (§7)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ft = state.flowtables["f1"]
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    add_flow(kernel, state, "f1", ct, 0, "veth0")
+    before = ct.acct[0].packets, ct.acct[0].bytes
+    pkt = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345, flags="A")
+                / (b"q" * 60))
+    for flags in (0, 2):
+        ft.flags = flags
+        assert hook(kernel, state, "veth0", pkt, "f1")[0] == "stolen"
+    assert (ct.acct[0].packets - before[0], ct.acct[0].bytes - before[1]) == (1, 100)
+
