@@ -30,3 +30,13 @@ def test_every_reason_the_tuple_builder_returns_is_in_the_table():
     text = (SOURCE / "tuple.py").read_text()
     used = set(re.findall(r'"([a-z0-9]+(?:-[a-z0-9]+)+)", f?"', text))
     assert used and used <= set(REASONS), used - set(REASONS)
+
+
+def test_cli_lists_every_reason(capsys):
+    """`flowsim reasons --json` documents every id in one place."""
+    import json
+
+    from flowsim.cli import main
+
+    assert main(["reasons", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == set(REASONS)
