@@ -24,6 +24,7 @@ of each kernel version (§9), bugs included.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 
@@ -47,18 +48,23 @@ IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
 _ZERO_MAC = b"\0" * 6
 
 
+@functools.lru_cache(maxsize=4096)
 def _mac(text: str | None) -> bytes:
     return bytes.fromhex(text.replace(":", "")) if text else _ZERO_MAC
 
 
+@functools.lru_cache(maxsize=65536)
 def _ip(raw: bytes, v4: bool):
+    """The address object of a key's 16-byte union (cached: it is needed per packet for the next hop)."""
     return ipaddress.IPv4Address(raw[:4]) if v4 else ipaddress.IPv6Address(raw)
 
 
 # --- verdicts ------------------------------------------------------------------
 
-def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "") -> str:
+def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffloadTuple | None = None) -> str:
     ft.count("accept", rid)
+    if th is not None:
+        th.slow[rid] += 1
     kernel.account(skb, "slowpath")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"slow path: {rid}", reason=rid, detail=detail)
@@ -96,9 +102,9 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
     flow = th.flow
     if flow.test(NF_FLOW_TEARDOWN):
-        return _accept(kernel, ft, skb, "flow-teardown")
+        return _accept(kernel, ft, skb, "flow-teardown", th=th)
     if flow.ct.dying:
-        return _accept(kernel, ft, skb, "ct-dying")
+        return _accept(kernel, ft, skb, "ct-dying", th=th)
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}",
                      tuple=str(res.tuple))
@@ -128,16 +134,16 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if skb.len > mtu:  # nf_flow_exceeds_mtu, with skb_gso_validate_network_len for GSO skbs
         l4len = (buf[skb.data + thoff + 12] >> 4) * 4 if l4proto == IPPROTO_TCP else 8
         if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
-            return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}")
+            return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
     if l4proto == IPPROTO_TCP:  # nf_flow_state_check
         flags = buf[skb.data + thoff + 13]
         if flags & TCP_SYN and flow.test(NF_FLOW_CLOSING):
             ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
-            return _accept(kernel, ft, skb, "tcp-syn-closing")
+            return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
         if flags & (TCP_FIN | TCP_RST):
             if profile.tcp_fin_rst == "teardown":
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
-                return _accept(kernel, ft, skb, "tcp-fin-rst")
+                return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
     if not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")
@@ -203,7 +209,8 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
     if other.encap_num and not nf_flow_encap_push(skb, other, profile.encap_push_order):
         return _drop(kernel, ft, skb, "encap-push-failed")
-    skb.push(dest + source + struct.pack("!H", skb.protocol))
+    if outdev.link_type == "ether":  # dev_hard_header: no-op on a device without header_ops (tunnels)
+        skb.push(dest + source + struct.pack("!H", skb.protocol))
     skb.mac_header = skb.data
     _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
     kernel.dev_queue_xmit(outdev, skb)

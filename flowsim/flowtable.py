@@ -96,6 +96,8 @@ class FlowOffloadTuple:
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
+    slow: collections.Counter = attrs.Factory(collections.Counter)  # reason -> packets that hit this tuple
+    # but left the fast path (mtu-exceeded, tcp-syn-closing, …)
 
     @property
     def encap_num(self) -> int:
@@ -111,7 +113,7 @@ class FlowOffloadTuple:
             return dev.name if dev is not None else None
         d = {"dir": "original" if self.dir == IP_CT_DIR_ORIGINAL else "reply", "tuple": self.key.to_dict(),
              "iif": name(self.key.iifidx), "xmit_type": self.xmit_type.name.lower(), "mtu": self.mtu,
-             "packets": self.packets, "bytes": self.bytes}
+             "packets": self.packets, "bytes": self.bytes, "slowpath": dict(self.slow)}
         if self.xmit_type == XmitType.DIRECT:
             d.update(out_ifidx=self.out_ifidx, out_dev=name(self.out_ifidx), h_source=self.h_source,
                      h_dest=self.h_dest)
@@ -229,6 +231,7 @@ class Flowtable:
     flow_add_failures: collections.Counter = attrs.Factory(collections.Counter)
     ct_failures: dict = attrs.Factory(dict)  # ct id -> (reason id, detail) of the last refused flow add
     near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count)
+    by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
@@ -263,6 +266,7 @@ class Flowtable:
             self.table[half.key] = half
             self.by_addrs[_addr_key(half.key)] = half
         self.flows[flow.id] = flow
+        self.by_ct[flow.ct.id] = flow
         flow.ct.timeout = now + NF_CT_DAY  # nf_ct_refresh(ct, NF_CT_DAY)
         self.flows_created += 1
         self.history.append((now, "add", flow.id, ""))

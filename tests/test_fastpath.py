@@ -219,3 +219,60 @@ def test_counter_flag_feeds_conntrack_accounting():
         assert hook(kernel, state, "veth0", pkt, "f1")[0] == "stolen"
     assert (ct.acct[0].packets - before[0], ct.acct[0].bytes - before[1]) == (1, 100)
 
+
+
+# --- IP6IP6 over PPPoE: a lookup miss although the connection has a flow (§5.1, §5.2) -------------
+
+def _pppoe_tunnel_reply():
+    from scapy.layers.ppp import PPP, PPPoE
+
+    return bytes(Ether(**MAC) / PPPoE(sessionid=0x1234) / PPP(proto=0x0057)
+                 / IPv6(src="2001:db8:2::2", dst="2001:db8:ff::2") / IPv6(src=SERVER, dst=CLIENT, hlim=60)
+                 / TCP(sport=5201, dport=40000, flags="A") / (b"d" * 100))
+
+
+@pytest.mark.parametrize("profile,settings,verdict,near", [
+    ("linux-7.0", {}, "accept", None),  # the absolute-offset bug reads the wrong inner header
+    ("linux-7.1.5", {}, "accept", ("tun",)),  # the raw PPP protocol leaves the tunnel fields empty
+    ("linux-7.1.5", {"tuple_encap_pppoe_proto": "mapped"}, "stolen", None),  # the CI tree's fix
+])
+def test_ip6ip6_over_pppoe_reply(profile, settings, verdict, near):
+    """Tunnel packets arriving in a PPPoE session miss their flow under 7.0 and 7.1.5 for different reasons;
+    the miss names the key field that differs."""
+    kernel, state = setup("ip6ip6-over-pppoe.toml", "cpe", profile)
+    kernel.profile = kernel.profile.derive(**settings)
+    ct = established_ct(state, CLIENT, SERVER, 40000, 5201)
+    assert add_flow(kernel, state, "ft", ct, 0, "eth0")
+    (flow,) = state.flowtables["ft"].flows.values()
+    assert flow.tuplehash[1].key.tun is not None and flow.tuplehash[1].key.encap[0].proto == 0x8864
+    assert hook(kernel, state, "eth1", _pppoe_tunnel_reply())[0] == verdict
+    ft = state.flowtables["ft"]
+    if near is not None:
+        assert ft.near_misses[(flow.id, 1)] == (near, 1)
+    if verdict == "stolen":
+        out = Ether(kernel.xmits[-1][2].bytes())
+        assert out[IPv6].src == SERVER and out[IPv6].hlim == 59 and kernel.xmits[-1][1] == "eth0"
+
+
+def test_pppoe_over_vlan_masquerade_direct_xmit():
+    """Into a PPPoE session over VLAN 7 with masquerade: DIRECT to the BRAS MAC, PPPoE inside the
+    hwaccel VLAN tag, source NATed with valid checksums (§4.4, §5.4)."""
+    import ipaddress
+
+    from flowsim.conntrack import NatRange
+
+    kernel, state = setup("pppoe-over-vlan.toml", "cpe", "linux-7.1.5")
+    ct = established_ct(state, "192.168.1.10", "198.51.100.10", 40000, 443)
+    state.conntrack.nf_nat_setup_info(ct, "src", NatRange(ipaddress.ip_address("100.64.0.2"),
+                                                          ipaddress.ip_address("100.64.0.2")))
+    assert add_flow(kernel, state, "ft", ct, 0, "br-lan")
+    frame = bytes(Ether(**MAC) / IP(src="192.168.1.10", dst="198.51.100.10", ttl=64)
+                  / TCP(sport=40000, dport=443, flags="PA") / (b"u" * 300))
+    assert hook(kernel, state, "lan0", frame)[0] == "stolen"
+    kind, dev, skb = kernel.xmits[-1]
+    assert dev == "eth1" and (skb.vlan_present, skb.vlan_proto, skb.vlan_tci) == (True, 0x8100, 7)
+    out = Ether(skb.bytes())
+    from scapy.layers.ppp import PPPoE
+    assert out.dst == "02:00:00:00:07:01" and out[PPPoE].sessionid == 0x42 and out[PPPoE].len == 2 + 20 + 20 + 300
+    assert (out[IP].src, out[IP].ttl, out[TCP].sport) == ("100.64.0.2", 63, ct.tuplehash[1].dport)
+    checks_ok(out)

@@ -1,0 +1,82 @@
+"""``flowsim run``: run a topology's traffic through the simulated kernels and print the report.
+
+The topology's ``[[traffic]]`` tables are played on a virtual clock through
+every namespace's stack: the flowtable fast path where a flowtable hooks a
+device, the slow path (nftables, conntrack, NAT, routing, bridges, VLAN,
+PPPoE, tunnels) everywhere else.  The report counts packets injected,
+delivered, dropped (by reason) and in flight — they always add up — and
+shows per flowtable the fast-path and slow-path packets with the reasons,
+per traffic direction the packets sent and delivered and how many took
+the fast path, the conntrack entries and the nft named counters.
+
+Exit status: 0 after a run, 2 on bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import flowsim.cli
+from flowsim.errors import ConfigError
+from flowsim.profiles import profile_from_cli
+from flowsim.report import build_report, format_report
+from flowsim.sim import Simulation
+from flowsim.topology import load_topology
+
+__all__ = ["register", "run"]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (expected seconds, e.g. 35 or 0.5)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (expected seconds >= 0)")
+    return value
+
+
+def _headlen(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --headlen {text!r} (expected a byte count)") from None
+    if value < 14:
+        raise argparse.ArgumentTypeError(f"bad --headlen {text!r} (expected at least 14, the Ethernet header)")
+    return value
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="run a topology's traffic and report fast path / slow path per flowtable and traffic",
+        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topology", help="topology file (TOML)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--pcap-dir", metavar="DIR", help="write one pcap per (namespace, device) into DIR")
+    p.add_argument("--duration", type=_seconds, metavar="S",
+                   help="stop after S seconds of virtual time (GC runs every second up to it); "
+                        "default: when the traffic is done")
+    p.add_argument("--headlen", type=_headlen, metavar="N",
+                   help="bytes of each received frame in the skb's linear area (default: all)")
+    p.add_argument("--no-flowtables", action="store_true",
+                   help="skip the flowtable hooks and `flow add` (the pure slow path)")
+    flowsim.cli.add_profile_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    profile = profile_from_cli(args.profile, args.settings)
+    topo = load_topology(args.topology)
+    if not topo.traffic:
+        raise ConfigError(f"{args.topology}: no [[traffic]] tables", value=args.topology,
+                          expected="a topology with at least one [[traffic]] table")
+    sim = Simulation(topo, profile, flowtables=not args.no_flowtables, headlen=args.headlen,
+                     pcap_dir=args.pcap_dir)
+    sim.run(args.duration)
+    report = build_report(sim)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_report(report), end="")
+    return 0
