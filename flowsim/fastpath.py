@@ -85,14 +85,33 @@ def _near_miss(ft: Flowtable, key) -> None:
     if half is None:
         return
     k = (half.flow.id, half.dir)
-    fields, n = ft.near_misses.get(k, ((), 0))
-    ft.near_misses[k] = (tuple(key.differences(half.key)), n + 1)
+    old = ft.near_misses.get(k)
+    if old is None:
+        ft.near_misses[k] = (tuple(key.differences(half.key)), 1, key)
+    else:
+        ft.near_misses[k] = (old[0], old[1] + 1, old[2])
 
 
 # --- the hook --------------------------------------------------------------------
 
 def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
-    """The flowtable's ingress hook for *skb* received on *in_dev*: "accept", "drop" or "stolen"."""
+    """The flowtable's ingress hook for *skb* received on *in_dev*: "accept", "drop" or "stolen".
+
+    The skb's header-access cost during the hook (copies, head
+    reallocations, pulls of non-linear data) is added to ``ft.cost``.
+    """
+    before = (skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs)
+    try:
+        return _hook(kernel, ns_state, ft, skb, in_dev)
+    finally:
+        c = ft.cost
+        c.copies += skb.copies - before[0]
+        c.reallocs += skb.reallocs - before[1]
+        c.bytes_copied += skb.bytes_copied - before[2]
+        c.pull_bugs += skb.pull_bugs - before[3]
+
+
+def _hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     res = flow_tuple_from_skb(skb, iifidx=in_dev.ifindex, family=ft.family, profile=kernel.profile)
     if res.tuple is None:
         return _accept(kernel, ft, skb, res.reason, res.detail)

@@ -41,6 +41,7 @@ from flowsim.conntrack import (
 from flowsim.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.path import FlowtableRef, XmitType, nft_flow_route
 from flowsim.reasons import reason
+from flowsim.skb import SkbCost
 from flowsim.tuple import Encap, FlowTuple, Tunnel
 
 __all__ = [
@@ -229,10 +230,11 @@ class Flowtable:
     flows_created: int = 0
     flows_removed: int = 0
     flow_add_failures: collections.Counter = attrs.Factory(collections.Counter)
-    ct_failures: dict = attrs.Factory(dict)  # ct id -> (reason id, detail) of the last refused flow add
-    near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count)
+    ct_failures: dict = attrs.Factory(dict)  # ct id -> {reason id: [count, first detail]} of refused flow adds
+    near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count, first packet key)
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
+    cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
     _ip_ident: int = 0
@@ -340,7 +342,11 @@ class Flowtable:
         reason(rid)  # only ids from the table
         self.flow_add_failures[rid] += 1
         if ct is not None:
-            self.ct_failures[ct.id] = (rid, detail)
+            per = self.ct_failures.setdefault(ct.id, {})
+            if rid in per:
+                per[rid][0] += 1
+            else:
+                per[rid] = [1, detail]
 
     def report(self, ns=None) -> dict:
         """The ``flowtables[]`` object of ``flowsim run --json``."""
@@ -356,6 +362,7 @@ class Flowtable:
                        "original": f.tuplehash[0].to_dict(ns), "reply": f.tuplehash[1].to_dict(ns)}
                       for f in self.flows.values()],
             "kernel_bugs": list(self.kernel_bugs),
+            "skb_cost": attrs.asdict(self.cost),
         }
 
 
@@ -431,7 +438,6 @@ def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry |
         ct.status &= ~IPS_OFFLOAD
         ft.record_failure(ct, failed)
         return False
-    ft.ct_failures.pop(ct.id, None)
     kernel.trace(skb, "flow add", f"flow {flow.id} created in @{ft.name}",
                  original=str(flow.tuplehash[0].key), reply=str(flow.tuplehash[1].key))
     return True

@@ -59,6 +59,8 @@ class Simulation:
         self.topo = topo
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
                              link_delay=link_delay)
+        if tracing:
+            self.kernel.ledger.all_tags = []
         self.kernel.schedule = self.at
         self.kernel.accept = self._accept
         if traffic is None:

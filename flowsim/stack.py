@@ -99,8 +99,11 @@ class Ledger:
         # per traffic: (name, direction, origin) -> Counter(sent, delivered, dropped)
         self.per_traffic: dict = collections.defaultdict(collections.Counter)
         self.drop_log: list = []  # (time, tag, reason, where) of the first drops, for reports
+        self.all_tags: list | None = None  # every packet in injection order, when kept (tracing)
 
     def inject(self, tag: PacketTag) -> None:
+        if self.all_tags is not None:
+            self.all_tags.append(tag)
         self.injected[tag.origin] += 1
         self.live[id(tag)] = tag
         self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["sent"] += 1

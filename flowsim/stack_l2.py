@@ -483,7 +483,7 @@ def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
         _capture(kernel, dev, tx_frame(skb, l3))
     if kernel.tracing:
         kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
-                     vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None)
+                     vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
     xmit = XMIT.get(type(dev), _xmit_unsupported)
     kernel.xmit_depth += 1
     try:

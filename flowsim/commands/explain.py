@@ -1,0 +1,53 @@
+"""``flowsim explain TOPOLOGY``: for each connection, was it offloaded — and if not, why, and what to change."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from flowsim.explain import explain
+from flowsim.profiles import profile_from_cli
+from flowsim.sim import Simulation
+from flowsim.topology import load_topology
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    from flowsim.cli import add_profile_args
+
+    p = sub.add_parser("explain", help="say why each connection was or was not offloaded",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topology", metavar="TOPOLOGY")
+    p.add_argument("--traffic", metavar="NAME", help="only the connections of this traffic table")
+    add_profile_args(p)
+    p.add_argument("--duration", type=float, default=None, metavar="S")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    topo = load_topology(args.topology)
+    sim = Simulation(topo, profile_from_cli(args.profile, args.settings)).run(args.duration)
+    answers = explain(sim)
+    if args.traffic:
+        conns = _traffic_connections(sim, args.traffic)
+        answers = [a for a in answers if (a.original["proto"], a.original["sport"]) in conns]
+    if args.json:
+        print(json.dumps([a.to_dict() for a in answers], indent=2, default=str))
+    else:
+        print(f"profile {sim.profile.name}: {len(answers)} connection(s)")
+        for a in answers:
+            print(a.text())
+    return 0
+
+
+def _traffic_connections(sim, name: str) -> set[tuple]:
+    """(proto, client port) of each flow of one traffic table: how its connections are recognised."""
+    from flowsim.errors import ConfigError
+
+    specs = [s for s in sim.specs if s.name == name]
+    if not specs:
+        raise ConfigError(f"no traffic named {name!r}", value=name,
+                          expected="one of " + ", ".join(s.name for s in sim.specs))
+    return {(c.spec.proto, c.client.lport) for c in sim.conversations if c.spec.name == name}

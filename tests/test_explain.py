@@ -1,0 +1,59 @@
+"""`flowsim explain`: the first condition that stopped each connection, in plain words, with a fix (issue 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flowsim.cli import main
+from flowsim.explain import explain
+from flowsim.profiles import get_profile
+from flowsim.sim import Simulation
+from flowsim.topology import load_topology
+
+TOPO = Path(__file__).resolve().parent.parent / "topologies"
+
+
+def answers(name, profile="linux-7.1.5", **switches):
+    sim = Simulation(load_topology(TOPO / name), get_profile(profile).derive(**switches)).run()
+    return {a.connection: a for a in explain(sim)}
+
+
+@pytest.mark.parametrize("topology,profile,offloaded,needle,fix", [
+    ("selftest.toml", "linux-7.1.5", True, "both directions take the fast path", None),
+    ("ip6ip6-rx-encaplimit.toml", "linux-7.1.5", False, "encaplimit none", "encaplimit none"),
+    ("ip6ip6-over-pppoe.toml", "linux-7.1.5", True, "tun: packets None vs flow", None),
+    ("dsa.toml", "linux-7.1.5", None, "UNTAG_HW", None),
+    ("ipip-in-ipip.toml", "linux-7.1.5", False, "a second tunnel in the stack", None),
+    ("ip6ip6-rx.toml", "linux-6.18", None, "no resolver for ip6tnl", "7.0"),
+])
+def test_explanations(topology, profile, offloaded, needle, fix):
+    """Each scenario's answer names what the kernel did, e.g. which device, setting or version to change (§2-§5)."""
+    got = answers(topology, profile)
+    hits = [a for a in got.values() if needle in a.why + json.dumps(a.directions, default=str)]
+    assert hits, [a.why for a in got.values()]
+    a = hits[0]
+    if offloaded is not None:
+        assert a.offloaded is offloaded
+    if fix is not None:
+        assert fix in (a.fix or "")
+
+
+def test_device_missing_from_flowtable_names_the_device(tmp_path):
+    """A flowtable without the egress device: explain names the device to add (§2.4 step 3)."""
+    text = (TOPO / "selftest.toml").read_text().replace("devices = { veth0, veth1 }", "devices = { veth0 }")
+    path = tmp_path / "t.toml"
+    path.write_text(text)
+    got = answers(path)
+    a = next(iter(got.values()))
+    assert not a.offloaded and "add veth1" in a.fix
+
+
+def test_cli_json(capsys):
+    """--json prints one object per connection with the stacks per direction."""
+    assert main(["explain", str(TOPO / "ip6ip6-rx.toml"), "--json", "--traffic", "tcp-rx-from-tunnel"]) == 0
+    (obj,) = json.loads(capsys.readouterr().out)
+    assert obj["offloaded"] and obj["original"]["proto"] == "tcp"
+    assert [e["type"] for e in obj["paths"]["reply"]["stack"]] == ["TUN", "ETHERNET"]
