@@ -239,7 +239,7 @@ def _explain_ct(kernel, st, ft, ct, flow) -> Explanation:
                                "values": {f: {"packet": _field(sample, f, st), "flow": _field(th.key, f, st)}
                                           for f in fields},
                                "why": "; ".join(_near_text(f, sample, th, st) for f in fields)})
-            directions[name] = {"fastpath": th.packets, "slowpath": dict(th.slow), "near_miss": misses}
+            directions[name] = {"fastpath": th.packets, "slowpath": dict(th.slow or {}), "near_miss": misses}
         slow_dirs = [n for n, d in directions.items() if not d["fastpath"]]
         if slow_dirs:
             d = slow_dirs[0]

@@ -64,7 +64,9 @@ def _ip(raw: bytes, v4: bool):
 def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffloadTuple | None = None) -> str:
     ft.count("accept", rid)
     if th is not None:
-        th.slow[rid] += 1
+        slow = th.slow if th.slow is not None else {}
+        slow[rid] = slow.get(rid, 0) + 1
+        th.slow = slow
     kernel.account(skb, "slowpath")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"slow path: {rid}", reason=rid, detail=detail)
@@ -166,7 +168,9 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
             flow.set(NF_FLOW_CLOSING)
     if not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")
-    ft.flow_offload_refresh(flow, kernel.now, ns_state.ns)
+    now = kernel.now  # flow_offload_refresh, inlined: this runs for every packet
+    if now + flow.offload_timeout - flow.timeout > 1.0:
+        flow.timeout = now + flow.offload_timeout
 
     nf_flow_encap_pop(ctx, skb, th)
     if v4:
@@ -182,7 +186,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
 
     if th.xmit_type == XmitType.XFRM:
         return _drop(kernel, ft, skb, "xmit-type-unknown", "XFRM xmit is not modelled")
-    ip_daddr = _ip(other.key.src, v4)
+    ip_daddr = other.key.src
     if other.tun_num:
         dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst
         if dst is None:
@@ -193,7 +197,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
             nf_flow_tunnel_ipip_push(skb, other, locked, ft.next_ip_ident())
         else:
             nf_flow_tunnel_ip6ip6_push(skb, other, profile.ip6ip6_tx_encap_limit)
-        ip_daddr = _ip(other.key.tun.src, v4)
+        ip_daddr = other.key.tun.src
 
     ns = ns_state.ns
     legacy = profile.encap_push_order == "legacy"
@@ -205,14 +209,16 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
                 ft.flow_offload_teardown(flow, kernel, ns_state, "no egress device")
                 return _drop(kernel, ft, skb, "no-egress-device")
             _stolen(kernel, ft, skb, dev, "neigh_xmit")
-            kernel.neigh_output(dev, skb, rt.nexthop(ip_daddr))
+            kernel.neigh_output(dev, skb, rt.nexthop(_ip(ip_daddr, v4)))
             return "stolen"
         outdev = ns.by_index.get(th.ifidx)
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
             return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
-        nexthop = rt.nexthop(ip_daddr)
-        neigh = ns.neigh.lookup(rt.dev, nexthop)
+        cache = th.nexthop_cache  # rt_nexthop() of the same route and address gives the same answer
+        if cache is None or cache[0] is not ip_daddr or cache[1] is not rt:
+            cache = th.nexthop_cache = (ip_daddr, rt, rt.nexthop(_ip(ip_daddr, v4)))
+        neigh = ns.neigh.lookup(rt.dev, cache[2])
         # ip_neigh_gw4/6 create a missing entry; its state is not checked
         dest = _mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC
         source = _mac(outdev.mac)

@@ -94,11 +94,11 @@ class FlowOffloadTuple:
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
     flow: "FlowOffload | None" = None
+    nexthop_cache: tuple | None = None  # (daddr key bytes, route, next-hop address): derived once per route
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
-    slow: collections.Counter = attrs.Factory(collections.Counter)  # reason -> packets that hit this tuple
-    # but left the fast path (mtu-exceeded, tcp-syn-closing, …)
+    slow: dict | None = None  # reason -> packets that hit this tuple but left the fast path (created on first use)
 
     @property
     def encap_num(self) -> int:
@@ -114,7 +114,7 @@ class FlowOffloadTuple:
             return dev.name if dev is not None else None
         d = {"dir": "original" if self.dir == IP_CT_DIR_ORIGINAL else "reply", "tuple": self.key.to_dict(),
              "iif": name(self.key.iifidx), "xmit_type": self.xmit_type.name.lower(), "mtu": self.mtu,
-             "packets": self.packets, "bytes": self.bytes, "slowpath": dict(self.slow)}
+             "packets": self.packets, "bytes": self.bytes, "slowpath": dict(self.slow or {})}
         if self.xmit_type == XmitType.DIRECT:
             d.update(out_ifidx=self.out_ifidx, out_dev=name(self.out_ifidx), h_source=self.h_source,
                      h_dest=self.h_dest)
@@ -134,6 +134,7 @@ class FlowOffload:
     timeout: float = 0.0
     created: float = 0.0
     id: int = 0
+    offload_timeout: float = NF_FLOW_TIMEOUT  # the protocol's sysctl, read when the flow is added
 
     def test(self, bit: int) -> bool:
         return bool(self.flags & (1 << bit))
@@ -257,7 +258,8 @@ class Flowtable:
     # --- nf_flow_table_core.c --------------------------------------------------
     def flow_offload_add(self, flow: FlowOffload, now: float, ns) -> str | None:
         """``flow_offload_add``: timeout, insert both tuples, ct timeout to a day.  Reason id on failure."""
-        flow.timeout = now + offload_timeout(ns, flow.ct.l4proto)
+        flow.offload_timeout = offload_timeout(ns, flow.ct.l4proto)
+        flow.timeout = now + flow.offload_timeout
         keys = [half.key for half in flow.tuplehash]
         if any(k in self.table for k in keys) or keys[0] == keys[1]:
             return "flow-add-insert-clash"
@@ -280,7 +282,7 @@ class Flowtable:
 
     def flow_offload_refresh(self, flow: FlowOffload, now: float, ns, force: bool = False) -> None:
         """``flow_offload_refresh``: push the expiry forward, only by more than a second unless forced."""
-        timeout = now + offload_timeout(ns, flow.ct.l4proto)
+        timeout = now + flow.offload_timeout
         if force or timeout - flow.timeout > 1.0:
             flow.timeout = timeout
 

@@ -6,6 +6,7 @@ import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
 from scapy.layers.l2 import Dot1Q, Ether
+from scapy.layers.ppp import PPP, PPPoE  # registers the 0x8864 binding for dissection
 
 from ftkit import add_flow, established_ct, setup
 from flowsim.conntrack import IPS_OFFLOAD
@@ -224,8 +225,6 @@ def test_counter_flag_feeds_conntrack_accounting():
 # --- IP6IP6 over PPPoE: a lookup miss although the connection has a flow (§5.1, §5.2) -------------
 
 def _pppoe_tunnel_reply():
-    from scapy.layers.ppp import PPP, PPPoE
-
     return bytes(Ether(**MAC) / PPPoE(sessionid=0x1234) / PPP(proto=0x0057)
                  / IPv6(src="2001:db8:2::2", dst="2001:db8:ff::2") / IPv6(src=SERVER, dst=CLIENT, hlim=60)
                  / TCP(sport=5201, dport=40000, flags="A") / (b"d" * 100))
@@ -272,7 +271,6 @@ def test_pppoe_over_vlan_masquerade_direct_xmit():
     kind, dev, skb = kernel.xmits[-1]
     assert dev == "eth1" and (skb.vlan_present, skb.vlan_proto, skb.vlan_tci) == (True, 0x8100, 7)
     out = Ether(skb.bytes())
-    from scapy.layers.ppp import PPPoE
     assert out.dst == "02:00:00:00:07:01" and out[PPPoE].sessionid == 0x42 and out[PPPoE].len == 2 + 20 + 20 + 300
     assert (out[IP].src, out[IP].ttl, out[TCP].sport) == ("100.64.0.2", 63, ct.tuplehash[1].dport)
     checks_ok(out)
