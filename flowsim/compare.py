@@ -91,8 +91,8 @@ class Comparison:
         for label in order:
             va, vb = verdicts(self.a.traces[label]), verdicts(self.b.traces.get(label, []))
             if va != vb:
-                return {"packet": label, "a": [str(r) for r in self.a.traces[label]],
-                        "b": [str(r) for r in self.b.traces.get(label, [])], "verdicts": {"a": va, "b": vb}}
+                return {"packet": label, "a": [_step(r) for r in self.a.traces[label]],
+                        "b": [_step(r) for r in self.b.traces.get(label, [])], "verdicts": {"a": va, "b": vb}}
         return None
 
     def frame_differences(self) -> list[dict]:
@@ -155,6 +155,11 @@ class Comparison:
                 if f[side]:
                     lines.append(f"    {side.upper()}: " + hexdump_frame(bytes.fromhex(f[side])))
         return "\n".join(lines) + "\n"
+
+
+def _step(record) -> str:
+    """A trace record as text, without the frame bytes (frame differences are shown apart)."""
+    return str(attrs.evolve(record, details=tuple((k, v) for k, v in record.details if k != "frame")))
 
 
 def _switch_diff(a: Profile, b: Profile) -> dict:

@@ -100,6 +100,8 @@ class Explanation:
         for d, p in self.paths.items():
             stack = " → ".join(f"{e['type']} {e['dev']}" for e in p.get("stack", ())) or "-"
             lines.append(f"  path {d}: {stack}" + (f"  [error: {p['error']}]" if p.get("error") else ""))
+            for w in p.get("warnings", ()):
+                lines.append(f"    warning: {w}")
         return "\n".join(lines)
 
 
@@ -179,7 +181,8 @@ def _paths(kernel, st, ft, ct) -> tuple[dict, str | None, str | None]:
             continue
         out[name] = {"stack": [{"type": e.type.name, "dev": e.dev} for e in p.stack],
                      "info": p.info.to_json(st.ns) if p.info is not None else None,
-                     "error": str(p.error) if p.error is not None else None}
+                     "error": str(p.error) if p.error is not None else None,
+                     "warnings": list(p.warnings)}
         if p.error is not None and why is None:
             why, fix = _path_advice(kernel, st, ft, p)
     return out, why, fix

@@ -45,9 +45,10 @@ from flowsim.errors import ConfigError
 from flowsim.stack import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
 from flowsim.traffic import Conversation, TrafficSpec
 
-__all__ = ["Simulation", "GC_INTERVAL"]
+__all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY"]
 
 GC_INTERVAL = 1.0  # seconds: nf_flow_offload_work_gc and gc_worker periods
+PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
 
 
 class Simulation:
@@ -111,8 +112,13 @@ class Simulation:
         return None if self.pcap_dir is None else self.pcap_dir / f"{netns}-{dev}.pcap"
 
     # ------------------------------------------------------------------ the loop
-    def run(self, duration: float | None = None) -> "Simulation":
-        """Run the traffic until no event is left, or until *duration* seconds of virtual time."""
+    def run(self, duration: float | None = None, progress=None) -> "Simulation":
+        """Run the traffic until no event is left, or until *duration* seconds of virtual time.
+
+        *progress*, when given, is called with the virtual clock every
+        :data:`PROGRESS_EVERY` events, at each idle GC tick and at the end
+        (:class:`flowsim.progress.SimProgress` draws a bar with it).
+        """
         if duration is not None and duration < 0:
             raise ConfigError(f"bad duration {duration}", value=duration, expected="a number of seconds >= 0")
         k = self.kernel
@@ -121,6 +127,7 @@ class Simulation:
             self.at(conv.spec.start, conv.start, k)
         next_gc = GC_INTERVAL
         q = self.queue
+        events = 0
         while q:
             t = q[0][0]
             if duration is not None and t > duration:
@@ -132,13 +139,21 @@ class Simulation:
             t, _, fn, args = heapq.heappop(q)
             k.now = t
             fn(*args)
+            if progress is not None:
+                events += 1
+                if events % PROGRESS_EVERY == 0:
+                    progress(k.now)
         if duration is not None:
             while next_gc <= duration:
                 k.now = next_gc
                 k.gc()
                 next_gc += GC_INTERVAL
+                if progress is not None:
+                    progress(k.now)
             k.now = max(k.now, duration)
         self.end = k.now
+        if progress is not None:
+            progress(self.end)
         self.close()
         self.check()
         return self

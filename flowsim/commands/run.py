@@ -20,6 +20,7 @@ import json
 import flowsim.cli
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
+from flowsim.progress import SimProgress, progress_enabled
 from flowsim.report import build_report, format_report
 from flowsim.sim import Simulation
 from flowsim.topology import load_topology
@@ -61,6 +62,8 @@ def register(subparsers) -> None:
                    help="bytes of each received frame in the skb's linear area (default: all)")
     p.add_argument("--no-flowtables", action="store_true",
                    help="skip the flowtable hooks and `flow add` (the pure slow path)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     flowsim.cli.add_profile_args(p)
     p.set_defaults(func=run)
 
@@ -73,7 +76,9 @@ def run(args) -> int:
                           expected="a topology with at least one [[traffic]] table")
     sim = Simulation(topo, profile, flowtables=not args.no_flowtables, headlen=args.headlen,
                      pcap_dir=args.pcap_dir)
-    sim.run(args.duration)
+    bar = progress_enabled(getattr(args, "quiet", False))
+    with SimProgress.for_simulation(sim, args.duration, enabled=bar) as progress:
+        sim.run(args.duration, progress=progress)
     report = build_report(sim)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
