@@ -166,6 +166,10 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
+    # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked (REF)
+    if th.xmit_type != XmitType.DIRECT and th.dst_genid != ns_state.ns.fib.genid:
+        ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
+        return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
     if not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")
     now = kernel.now  # flow_offload_refresh, inlined: this runs for every packet

@@ -111,6 +111,9 @@ class Fib:
     def __init__(self, ns):
         self.ns = ns  # flowsim.topology.Namespace: devices with their addresses and state
         self.static: list[Route] = []
+        # rt_genid / fib6 sernum: bumped by every route change, so cached routes
+        # (a flow's dst_cache) can tell they are obsolete (dst_check)
+        self.genid = 0
 
     # --- derived routes
     def connected(self, version: int | None = None) -> list[Route]:
@@ -156,6 +159,7 @@ class Fib:
 
         Raises LookupError (no such route) or KeyError (route exists) for the caller to report.
         """
+        self.genid += 1
         old = self.find(route.prefix, route.metric, route.table)
         if mode == "add" and old is not None:
             if route.version == 4 or (old.gateway, old.dev) == (route.gateway, route.dev):
@@ -178,12 +182,14 @@ class Fib:
             if (r.prefix == prefix and (metric is None or r.metric == metric) and (dev is None or r.dev == dev)
                     and (gateway is None or r.gateway == gateway)):
                 self.static.remove(r)
+                self.genid += 1
                 return r
         raise LookupError(str(prefix))
 
     def flush_dev(self, dev: str) -> None:
         """Routes through a device that leaves the namespace go with it (NETDEV_UNREGISTER)."""
         self.static = [r for r in self.static if r.dev != dev]
+        self.genid += 1
 
     # --- lookups
     def _usable(self, r: Route) -> bool:

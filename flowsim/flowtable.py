@@ -86,6 +86,7 @@ class FlowOffloadTuple:
     xmit_type: XmitType = XmitType.UNSPEC
     mtu: int = 0
     dst: object = None  # dst_cache: the flowsim.fib.Route (NEIGH/XFRM, and DIRECT in ≤ 6.18)
+    dst_genid: int = 0  # the FIB generation the route was looked up in (dst_cookie / rt_genid)
     ifidx: int = 0  # NEIGH/XFRM egress device
     out_ifidx: int = 0  # DIRECT egress device
     out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the device that really transmits
@@ -183,8 +184,10 @@ def _tunnel_key(tun) -> Tunnel | None:
 
 def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
     """``flow_offload_route_init`` → ``flow_offload_fill_route`` for ORIGINAL then REPLY (§3 step 10)."""
+    genid = getattr(ns.fib, "genid", 0)
     for d, half in enumerate(flow.tuplehash):
         rd = route.tuple[d]
+        half.dst_genid = genid
         # the forwarding MTU of this direction's route (the underlay's for a tunnel direction)
         half.mtu = ns.fib.route_mtu(rd.dst) if rd.dst is not None else 0
         encaps = rd.in_encaps[:rd.in_num_encaps]

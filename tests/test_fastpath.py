@@ -274,3 +274,20 @@ def test_pppoe_over_vlan_masquerade_direct_xmit():
     assert out.dst == "02:00:00:00:07:01" and out[PPPoE].sessionid == 0x42 and out[PPPoE].len == 2 + 20 + 20 + 300
     assert (out[IP].src, out[IP].ttl, out[TCP].sport) == ("100.64.0.2", 63, ct.tuplehash[1].dport)
     checks_ok(out)
+
+
+def test_route_change_makes_neigh_flow_stale():
+    """A route change after the flow was created: dst_check fails, the flow is torn down, slow path (§4.1 step 6)."""
+    import ipaddress
+
+    from flowsim.fib import Route
+
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    assert add_flow(kernel, state, "f1", ct, 0, "veth0")
+    state.ns.fib.add(Route(ipaddress.ip_network("10.9.0.0/16"), dev="veth1",
+                           gateway=ipaddress.ip_address("192.168.10.2")))
+    pkt = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345, flags="A"))
+    assert hook(kernel, state, "veth0", pkt, "f1")[0] == "accept"
+    (flow,) = state.flowtables["f1"].flows.values()
+    assert state.flowtables["f1"].reasons == {"route-stale": 1} and flow.test(NF_FLOW_TEARDOWN)
