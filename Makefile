@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench system-deps clean
+.PHONY: demo test bench system-deps clean conform
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fastpath.py
 	$(BIN)/python benchmarks/bench_slowpath.py
 	$(BIN)/python benchmarks/bench_ovpn.py
+
+# All conformance scenarios on Debian's 6.12 and 6.1 kernels in qemu (TCG); updates docs/conformance.md.
+conform: $(STAMP)
+	$(BIN)/flowsim conform topologies/conform-*.toml --kernel debian-6.12 --kernel debian-6.1 --problems --update-doc docs/conformance.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -28,7 +28,7 @@ import functools
 import ipaddress
 import struct
 
-from flowsim.conntrack import TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
+from flowsim.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
 from flowsim.errors import KernelBugError
 from flowsim.flowtable import (
     NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffloadTuple,
@@ -45,6 +45,9 @@ __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "n
            "nf_flow_tunnel_ip6ip6_push", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
 
 IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
+_NAT_FLAGS = (1 << NF_FLOW_SNAT) | (1 << NF_FLOW_DNAT)
+_TEARDOWN = 1 << NF_FLOW_TEARDOWN
+_ETH_PROTO = {p: p.to_bytes(2, "big") for p in (0x0800, 0x86DD, 0x8100, 0x88A8, 0x8864)}
 _ZERO_MAC = b"\0" * 6
 
 
@@ -122,9 +125,9 @@ def _hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         _near_miss(ft, res.tuple)
         return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
     flow = th.flow
-    if flow.test(NF_FLOW_TEARDOWN):
+    if flow.flags & _TEARDOWN:
         return _accept(kernel, ft, skb, "flow-teardown", th=th)
-    if flow.ct.dying:
+    if flow.ct.status & IPS_DYING:
         return _accept(kernel, ft, skb, "ct-dying", th=th)
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}",
@@ -176,12 +179,13 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if now + flow.offload_timeout - flow.timeout > 1.0:
         flow.timeout = now + flow.offload_timeout
 
-    nf_flow_encap_pop(ctx, skb, th)
+    if th.key.encap or ctx.tun_proto:
+        nf_flow_encap_pop(ctx, skb, th)
+    if flow.flags & _NAT_FLAGS:
+        _nat(flow, th.dir, skb, v4)
     if v4:
-        _nat(flow, th.dir, skb, True)
         _ip_decrease_ttl(skb.buf, skb.data)
     else:
-        _nat(flow, th.dir, skb, False)
         skb.buf[skb.data + 7] -= 1
     if ft.flags & NF_FLOWTABLE_COUNTER:
         nf_ct_acct_update(flow.ct, th.dir, skb.len)
@@ -219,12 +223,16 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
             return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
-        cache = th.nexthop_cache  # rt_nexthop() of the same route and address gives the same answer
-        if cache is None or cache[0] is not ip_daddr or cache[1] is not rt:
-            cache = th.nexthop_cache = (ip_daddr, rt, rt.nexthop(_ip(ip_daddr, v4)))
-        neigh = ns.neigh.lookup(rt.dev, cache[2])
-        # ip_neigh_gw4/6 create a missing entry; its state is not checked
-        dest = _mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC
+        # ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state not checked (a missing
+        # entry is created empty).  Cached per tuple while the route, address and neighbour table are unchanged.
+        neigh_table = ns.neigh
+        key = (id(rt), ip_daddr)
+        cache = ft.neigh_cache.get(key)
+        if cache is None or cache[0] is not rt or cache[1] != neigh_table.version:
+            neigh = neigh_table.lookup(rt.dev, rt.nexthop(_ip(ip_daddr, v4)))
+            dest = _mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC
+            cache = ft.neigh_cache[key] = (rt, neigh_table.version, dest)
+        dest = cache[2]
         source = _mac(outdev.mac)
     elif th.xmit_type == XmitType.DIRECT:
         outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
@@ -239,7 +247,8 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if other.encap_num and not nf_flow_encap_push(skb, other, profile.encap_push_order):
         return _drop(kernel, ft, skb, "encap-push-failed")
     if outdev.link_type == "ether":  # dev_hard_header: no-op on a device without header_ops (tunnels)
-        skb.push(dest + source + struct.pack("!H", skb.protocol))
+        proto = _ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big")
+        skb.push(dest + source + proto)
     skb.mac_header = skb.data
     _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
     kernel.dev_queue_xmit(outdev, skb)
@@ -247,8 +256,9 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
 
 
 def _stolen(kernel, ft, skb, dev, how: str) -> None:
-    ft.count("stolen", None)
-    kernel.account(skb, "fastpath")
+    ft.fastpath += 1  # Flowtable.count("stolen"), inlined: once per fast-path packet
+    if skb.tag is not None:
+        kernel.account(skb, "fastpath")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: {how} on {dev.name}", dev=dev.name)
 

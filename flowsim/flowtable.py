@@ -95,7 +95,6 @@ class FlowOffloadTuple:
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
     flow: "FlowOffload | None" = None
-    nexthop_cache: tuple | None = None  # (daddr key bytes, route, next-hop address): derived once per route
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
@@ -239,6 +238,9 @@ class Flowtable:
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
     cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
+    # (id(route), next-hop key bytes) -> (route, neighbour table version, MAC): the neighbour read of the
+    # fast path, reused while the table is unchanged (the route object is kept so its id stays unique)
+    neigh_cache: dict = attrs.Factory(dict)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
     _ip_ident: int = 0

@@ -92,6 +92,9 @@ class NeighTable:
 
     def __init__(self):
         self.entries: dict[tuple[str, IPAddress], NeighEntry] = {}
+        # bumped by every change: a reader may keep an entry for as long as it stays the same
+        # (the fast path reads the neighbour of a flow's next hop for every packet)
+        self.version = 0
 
     def __iter__(self):
         return iter(self.entries.values())
@@ -109,6 +112,7 @@ class NeighTable:
         if not replace and key in self.entries:
             return self.entries[key]
         self.entries[key] = entry
+        self.version += 1
         return entry
 
     def discover(self, dev: str, addr: IPAddress, lladdr: str) -> NeighEntry:
@@ -122,12 +126,14 @@ class NeighTable:
         return self.add(NeighEntry(addr, dev, lladdr, state, router=router, origin="discovered"))
 
     def delete(self, dev: str, addr: IPAddress) -> bool:
+        self.version += 1
         return self.entries.pop((dev, addr), None) is not None
 
     def flush_dev(self, dev: str) -> None:
         """``neigh_ifdown``: entries of a device that went away."""
         for key in [k for k in self.entries if k[0] == dev]:
             del self.entries[key]
+        self.version += 1
 
 
 def discover(topo) -> None:

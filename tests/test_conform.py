@@ -1,0 +1,403 @@
+"""Conformance harness: guest rendering, result parsing and the comparator (no qemu needed).
+
+The kernel output fixtures in tests/data/conform/ were captured from real runs of
+``flowsim conform topologies/conform-*.toml`` on Debian 6.12.117 and 6.1.0-57
+(the results channel of each boot, gzipped, and single sections cut from it).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowsim import conform_compare as cc
+from flowsim import conform_kernel as ck
+from flowsim.cli import main
+from flowsim.conform import run_conformance, update_doc
+from flowsim.conform_guest import (_sysctl_path, plan_scenario, probe_ruleset, render_command, render_init,
+                                   run_archive)
+from flowsim.conform_parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
+from flowsim.devices.base import Command
+from flowsim.errors import ConfigError, TopologyError
+from flowsim.topology import load_topology, load_topology_text
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "conform"
+SCENARIOS = sorted(glob.glob(str(ROOT / "topologies" / "conform-*.toml")))
+
+MINI = """
+[netns.r]
+commands = '''
+ip link add veth0 type veth peer name eth0 netns h1
+ip link add veth1 type veth peer name eth0 netns h2
+ip addr add 192.0.2.1/24 dev veth0
+ip addr add 198.51.100.1/24 dev veth1
+ip link set veth0 up
+ip link set veth1 up
+'''
+sysctls = { "net.ipv4.ip_forward" = 1 }
+nft = '''
+table inet filter {
+  flowtable ft { hook ingress priority 0; devices = { veth0, veth1 }; }
+  chain forward { type filter hook forward priority 0; policy accept; meta l4proto udp flow add @ft }
+}
+'''
+[netns.h1]
+commands = '''
+ip addr add 192.0.2.2/24 dev eth0
+ip link set eth0 up
+ip route add default via 192.0.2.1
+'''
+[netns.h2]
+commands = '''
+ip addr add 198.51.100.2/24 dev eth0
+ip link set eth0 up
+ip route add default via 198.51.100.1
+'''
+[[traffic]]
+name = "u"
+proto = "udp"
+from = "h1"
+to = "198.51.100.2"
+dport = 5000
+%s
+"""
+
+
+def mini(extra: str = "", file: str = "mini.toml"):
+    return load_topology_text(MINI % extra, file=file)
+
+
+# ---------------------------------------------------------------------- rendering
+
+@pytest.mark.parametrize("text, netns, expected", [
+    ("ip link add veth0 type veth peer name eth0 netns h1", "r",
+     "/usr/sbin/ip -n r link add veth0 type veth peer name eth0 netns h1"),
+    ("ip -6 route add default via 2001:db8::1", "h1", "/usr/sbin/ip -n h1 -6 route add default via 2001:db8::1"),
+    ("ip netns exec h2 ip addr add 192.0.2.9/24 dev eth0", "r", "/usr/sbin/ip -n h2 addr add 192.0.2.9/24 dev eth0"),
+    ("bridge vlan add vid 10 dev veth0", "r", "/usr/sbin/bridge -n r vlan add vid 10 dev veth0"),
+    ("sysctl -w net.ipv4.ip_forward=1", "r",
+     "/usr/sbin/ip netns exec r sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'"),
+])
+def test_render_command(text, netns, expected):
+    """Topology lines run in their namespace through the real binaries, by full path."""
+    assert render_command(Command(text, netns, "t.toml", 3)) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "ip link add ppp0 type pppoe dev eth0 session 1 peer 02:00:00:00:00:01",
+    "ip link add lan1 link eth0 type dsa port 1 tagger dsa",
+    "ip link add eth0 type ethernet",
+    "bridge vlan add vid 10 dev lan1 switchdev off",
+])
+def test_render_command_refuses_flowsim_extensions(text):
+    """What only flowsim can build is refused with the file and line."""
+    with pytest.raises(TopologyError, match=r"t\.toml:7"):
+        render_command(Command(text, "r", "t.toml", 7))
+
+
+@pytest.mark.parametrize("key, path", [
+    ("net.ipv4.ip_forward", "/proc/sys/net/ipv4/ip_forward"),
+    ("net.ipv4.conf.eth0/10.forwarding", "/proc/sys/net/ipv4/conf/eth0.10/forwarding"),
+])
+def test_sysctl_path(key, path):
+    """A '/' in a sysctl key stands for a dot inside a device name, as sysctl(8) reads it."""
+    assert _sysctl_path(key) == path
+
+
+def test_plan_pins_ports_like_the_simulator():
+    """Client ports default to 40000 + 100 * file index (flowsim.traffic.EPHEMERAL_BASE)."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
+    assert [t.sport for t in plan.traffic] == [40000, 40100, 40200, 40300]
+    assert plan.flowtable_netns == ("r",)
+    assert {t.server for t in plan.traffic} == {"ns2"}
+
+
+def test_plan_finds_the_dnat_target():
+    """Traffic to an address nobody owns is accepted where the ruleset DNATs it (port mapped too)."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-nat.toml"))
+    dnat = next(t for t in plan.traffic if t.name == "tcp-dnat")
+    assert (dnat.server, dnat.dst, dnat.dport, dnat.listen_port) == ("ns2", "203.0.113.80", 80, 5201)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("size = 20", "leaves no payload"),
+])
+def test_plan_refuses_what_a_real_stack_cannot_send(extra, message):
+    """A traffic table the guest cannot render is one ConfigError naming the file and line."""
+    with pytest.raises(ConfigError, match=message):
+        plan_scenario(mini(extra))
+
+
+def test_plan_refuses_tcp_without_handshake():
+    """A real TCP stack always does the handshake."""
+    text = (MINI % "").replace('proto = "udp"', 'proto = "tcp"\nhandshake = false')
+    with pytest.raises(ConfigError, match=r"mini\.toml:\d+: traffic 'u': handshake = false"):
+        plan_scenario(load_topology_text(text, file="mini.toml"))
+
+
+def test_probe_counts_only_where_a_flowtable_is():
+    """ct expressions (which turn conntrack on) go only into flowtable namespaces; hosts get input counters."""
+    plan = plan_scenario(mini())
+    router, client, server = (probe_ruleset(plan, ns) for ns in ("r", "h1", "h2"))
+    assert "t0_slow_original" in router and "hook prerouting priority -150" in router
+    assert " ct " not in client and " ct " not in server
+    assert "t0_in_reply" in client and "t0_in_original" in server
+
+
+def test_render_init_is_valid_shell():
+    """The generated /init parses as POSIX shell, with one function per scenario and its files."""
+    topos = [load_topology(p) for p in SCENARIOS[:3]]
+    files = render_init([(t, plan_scenario(t, i)) for i, t in enumerate(topos)])
+    init = files["init"].decode()
+    assert "@SCENARIOS@" not in init and "@RUN@" not in init
+    assert all(f"scenario_{i}()" in init for i in range(3))
+    assert any(k.endswith("/r.nft") for k in files) and any(k.endswith(".probe.nft") for k in files)
+    sh = shutil.which("dash") or shutil.which("sh")
+    res = subprocess.run([sh, "-n"], input=init, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def _read_newc(data: bytes) -> dict[str, tuple[int, bytes]]:
+    out, pos = {}, 0
+    while True:
+        head = data[pos:pos + 110]
+        assert head[:6] == b"070701"
+        f = [int(head[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+        namesize, filesize, mode = f[11], f[6], f[1]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        pos = (pos + 110 + namesize + 3) & ~3
+        body = data[pos:pos + filesize]
+        pos = (pos + filesize + 3) & ~3
+        if name == "TRAILER!!!":
+            return out
+        out[name] = (mode, body)
+
+
+def test_cpio_newc_round_trip():
+    """The newc writer's archive reads back (names, modes, contents, 4-byte alignment)."""
+    entries = [ck.CpioEntry("bin", stat.S_IFDIR | 0o755), ck.CpioEntry("bin/x", stat.S_IFREG | 0o755, b"abc"),
+               ck.CpioEntry("bin/y", stat.S_IFLNK | 0o777, b"x"), ck.CpioEntry("dev/console", stat.S_IFCHR | 0o600,
+                                                                              rdev=(5, 1))]
+    data = ck.cpio_newc(entries)
+    assert len(data) % 512 == 0
+    got = _read_newc(data)
+    assert got["bin/x"] == (stat.S_IFREG | 0o755, b"abc") and got["bin/y"][1] == b"x"
+    assert stat.S_ISCHR(got["dev/console"][0])
+
+
+def test_run_archive_creates_parent_directories():
+    """The per-run archive carries the directories of the scenario files."""
+    got = _read_newc(gzip.decompress(run_archive({"init": b"#!/bin/sh\n", "conform/s0/r.nft": b"table"})))
+    assert stat.S_ISDIR(got["conform"][0]) and stat.S_ISDIR(got["conform/s0"][0])
+    assert got["conform/s0/r.nft"][1] == b"table"
+
+
+def test_modules_dep_and_softdeps(tmp_path):
+    """The module closure follows modules.dep and soft dependencies through their aliases."""
+    (tmp_path / "modules.dep").write_text("kernel/net/netfilter/nf_tables.ko.xz: kernel/lib/libcrc32c.ko.xz\n"
+                                          "kernel/lib/libcrc32c.ko.xz:\nkernel/crypto/crc32c_generic.ko.xz:\n"
+                                          "kernel/fs/ext4.ko.xz:\n")
+    (tmp_path / "modules.softdep").write_text("softdep libcrc32c pre: crc32c\n")
+    (tmp_path / "modules.alias").write_text("alias crc32c crc32c_generic\n")
+    assert ck._module_closure(tmp_path) == {"kernel/net/netfilter/nf_tables.ko.xz", "kernel/lib/libcrc32c.ko.xz",
+                                            "kernel/crypto/crc32c_generic.ko.xz"}
+
+
+def test_missing_tool_is_one_clear_error(monkeypatch):
+    """A missing host tool without the right to install is one error naming the package to install."""
+    monkeypatch.setitem(ck.TOOLS, "no-such-tool-flowsim", ("no-such-package", True))
+    with pytest.raises(ck.ConformSetupError, match="apt-get install --no-install-recommends no-such-package"):
+        ck.ensure_tools(["no-such-tool-flowsim"], install=False)
+
+
+def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    """The cache lives under $XDG_CACHE_HOME/flowsim/conform."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert ck.cache_dir() == tmp_path / "flowsim" / "conform"
+
+
+# ---------------------------------------------------------------------- parsing
+
+def test_split_sections():
+    """Sections keep scenario, kind, namespace and phase; '-' is None; stray lines are ignored."""
+    secs = split_sections("noise\n@@ 0 conntrack r mid\na\nb\n@@end\n@@ - done - -\n12.5\n@@end\n")
+    assert [(s.scenario, s.kind, s.netns, s.phase, s.text) for s in secs] == [
+        ("0", "conntrack", "r", "mid", "a\nb"), (None, "done", None, None, "12.5")]
+
+
+def test_parse_conntrack_offloaded_and_classic():
+    """Offloaded entries show no timeout and no TCP state; classic ones show both (observation 4)."""
+    entries = parse_conntrack((DATA / "conntrack-L.txt").read_text())
+    offloaded = [e for e in entries if e.offloaded]
+    classic = [e for e in entries if e.state == "TIME_WAIT"]
+    assert offloaded and all(e.timeout is None and e.state is None for e in offloaded)
+    assert classic and all(e.timeout and "ASSURED" in e.flags and not e.offloaded for e in classic)
+    udp = [e for e in entries if e.proto == "udp"]
+    assert udp and all({"UNREPLIED", "OFFLOAD"} <= e.flags for e in udp)
+    assert udp[0].original.packets == 50 and udp[0].reply.packets == 10
+
+
+def test_parse_proc_conntrack_canonical_addresses():
+    """/proc/net/nf_conntrack prints IPv6 in full; the parser compares it in compressed form."""
+    entries = parse_conntrack((DATA / "proc-nf_conntrack.txt").read_text())
+    v6 = [e for e in entries if e.family == "ipv6"]
+    assert v6 and v6[0].original.src == "2001:db8:1::2"
+    assert {e.family for e in entries} == {"ipv4", "ipv6"}
+
+
+def test_parse_nft_json_rules_and_counters():
+    """Rule counters keep their chain position; named counters are keyed by family, table and name."""
+    state = parse_nft_json((DATA / "nft-ruleset.json").read_text())
+    fwd = [r for r in state.rules if r.table == "filter" and r.chain == "forward"]
+    assert [r.index for r in fwd] == [0, 1]
+    assert "flow add @ft" in fwd[0].text and fwd[0].packets == 3
+    masq = next(r for r in state.rules if r.chain == "postrouting")
+    assert "masquerade" in masq.text
+    assert ("inet", "flowsim_probe", "t0_slow_original") in state.counters
+
+
+def test_parse_nft_json_error_is_kept():
+    """nft's error text instead of JSON becomes the state's error, not an exception."""
+    assert parse_nft_json("Error: syntax error").error.startswith("Error")
+
+
+def test_parse_links_and_bytes():
+    """ip -s -j link gives per-device rx/tx; the bytes section gives file sizes."""
+    links = parse_links((DATA / "ip-link.json").read_text())
+    assert links["veth0"]["rx_packets"] > 0 and links["lo"]["tx_packets"] == 0
+    assert parse_bytes("t0.srv 100\nt0.cli 0\ngarbage\n") == {"t0.srv": 100, "t0.cli": 0}
+
+
+# ---------------------------------------------------------------------- comparator
+
+@pytest.mark.parametrize("tol, kernel, sim, ok", [
+    (cc.EXACT, 5, 5, True),
+    (cc.EXACT, 5, 4, False),
+    (cc.Tolerance(-1, 2, "x"), 6, 4, True),
+    (cc.Tolerance(-1, 2, "x"), 7, 4, False),
+    (cc.Tolerance(-1, 2, "x"), 3, 4, True),
+    (cc.Tolerance(-1, 2, "x"), 2, 4, False),
+    (cc.EXACT, "TIME_WAIT ASSURED", "TIME_WAIT ASSURED", True),
+    (cc.Tolerance(-1, 2, "x"), True, False, False),
+])
+def test_tolerance(tol, kernel, sim, ok):
+    """kernel − flowsim must lie within the tolerance; non-numbers compare equal or not."""
+    assert tol.accepts(kernel, sim) is ok
+
+
+@pytest.mark.parametrize("entry, shown", [
+    ({"proto": "tcp", "state": "ESTABLISHED", "status": ["SEEN_REPLY", "ASSURED", "OFFLOAD"]}, "OFFLOAD"),
+    ({"proto": "tcp", "state": "TIME_WAIT", "status": ["SEEN_REPLY", "ASSURED"]}, "TIME_WAIT ASSURED"),
+    ({"proto": "udp", "state": "UNREPLIED", "status": ["CONFIRMED", "OFFLOAD"]}, "UNREPLIED OFFLOAD"),
+    ({"proto": "udp", "state": "REPLIED", "status": ["SEEN_REPLY", "CONFIRMED"]}, "-"),
+    (None, "(no entry)"),
+])
+def test_sim_entry_printed_like_conntrack(entry, shown):
+    """flowsim's entry is printed by ct_seq_show's rules: no state while offloaded, OFFLOAD instead of ASSURED."""
+    assert cc.sim_ct_shown(entry) == shown
+
+
+@pytest.mark.parametrize("proto, d, acks, low, high", [
+    ("udp", "original", True, 0, 0),
+    ("tcp", "original", False, -1, 2),
+    ("tcp", "reply", True, -1, 2 + 100 + 3),
+    ("tcp", "original", True, -1, 2 + 20 + 3),
+])
+def test_tcp_tolerance(proto, d, acks, low, high):
+    """TCP may exceed flowsim by its control packets, plus pure ACKs and retransmissions where counted."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
+    t = next(x for x in plan.traffic if x.proto == proto)
+    tol = cc._tcp_tolerance(t, d, acks)
+    assert (tol.low, tol.high) == (low, high)
+
+
+def _replay(kernel: str, paths=SCENARIOS, **kw):
+    return run_conformance(paths, kernel, results=str(DATA / f"results-{kernel}.log.gz"), **kw)
+
+
+@pytest.mark.parametrize("kernel", ["debian-6.12", "debian-6.1"])
+def test_recorded_kernel_runs_agree_with_flowsim(kernel):
+    """Every fact of the recorded kernel runs agrees with today's simulator (a regression guard, no boot)."""
+    result = _replay(kernel)
+    bad = [f for f in result.facts if f.status not in ("agrees", "known")]
+    assert not bad, "\n" + cc.format_facts(bad)
+    assert result.status == 0 and len(result.scenarios) == len(SCENARIOS)
+
+
+def test_a_wrong_prediction_differs():
+    """A simulator that predicts a different UDP slow path is caught, with both values shown."""
+    def wrong(path, profile):
+        report = cc.simulate(path, profile)
+        for t in report["traffic"]:
+            if t["proto"] == "udp":
+                t["directions"]["original"]["fastpath"] -= 1
+        return report
+
+    result = _replay("debian-6.12", [str(ROOT / "topologies/conform-forward.toml")], simulate_fn=wrong)
+    bad = [f for f in result.facts if f.status == "differs"]
+    assert result.status == 1
+    assert {(f.subject, f.fact) for f in bad} >= {("udp4", "slow path original"), ("udp4", "fast path original")}
+    assert next(f for f in bad if f.fact == "slow path original").kernel == 2
+
+
+def test_known_difference_does_not_fail(monkeypatch):
+    """A listed known difference is reported with its reason and keeps the status at 0."""
+    monkeypatch.setitem(cc.KNOWN_DIFFERENCES, ("conform-forward", "udp4", "slow path original"), "because")
+
+    def wrong(path, profile):
+        report = cc.simulate(path, profile)
+        next(t for t in report["traffic"] if t["name"] == "udp4")["directions"]["original"]["sent"] += 1
+        return report
+
+    result = _replay("debian-6.12", [str(ROOT / "topologies/conform-forward.toml")], simulate_fn=wrong)
+    known = [f for f in result.facts if f.status == "known"]
+    assert known and known[0].note == "because" and result.status == 0
+
+
+def test_guest_error_is_status_2():
+    """A scenario the guest could not set up is an error row and exit status 2."""
+    text = "@@ 0 begin - 1.0\nconform-forward\n@@end\n@@ 0 error - -\nt.toml:3\nip link add\nRTNETLINK answers: File exists\n@@end\n"
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"flowsim-conform-err-{os.getpid()}.log"
+    path.write_text(text)
+    try:
+        result = run_conformance([str(ROOT / "topologies/conform-forward.toml")], "debian-6.12", results=str(path))
+    finally:
+        path.unlink()
+    assert result.status == 2
+    assert result.facts[0].status == "error" and "t.toml:3" in result.facts[0].kernel
+
+
+def test_cli_replay_json_and_doc(tmp_path, capsys):
+    """flowsim conform --results prints JSON and can write the docs table between its markers."""
+    doc = tmp_path / "c.md"
+    doc.write_text("# x\n\n<!-- conform-results:begin -->\nold\n<!-- conform-results:end -->\ntail\n")
+    rc = main(["conform", str(ROOT / "topologies/conform-fin.toml"), "--results",
+               str(DATA / "results-debian-6.12.log.gz"), "--json", "--update-doc", str(doc)])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["status"] == 0 and out["scenarios"][0]["name"] == "conform-fin"
+    text = doc.read_text()
+    assert "old" not in text and "| conform-fin |" in text and text.endswith("tail\n")
+
+
+def test_cli_unknown_topology_is_exit_2(capsys):
+    """A missing topology file is one error line and exit status 2."""
+    assert main(["conform", "no-such.toml", "--results", str(DATA / "results-debian-6.12.log.gz")]) == 2
+    assert "no-such.toml" in capsys.readouterr().err
+
+
+def test_update_doc_appends_markers(tmp_path):
+    """A document without the markers gets them appended, text kept."""
+    doc = tmp_path / "c.md"
+    doc.write_text("# mine\n")
+    update_doc(doc, [_replay("debian-6.1", [str(ROOT / "topologies/conform-vlan.toml")])])
+    text = doc.read_text()
+    assert text.startswith("# mine\n") and "| conform-vlan |" in text
