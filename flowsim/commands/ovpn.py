@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from flowsim.commands._args import int_in_range as _int
 from flowsim.errors import ConfigError
 from flowsim.ovpn import CIPHERS, COVER_LETTER, LL_MAX_HEADER_CHOICES, OVPN_DEFAULT_MTU, OvpnRun, simulate
 
@@ -49,16 +50,6 @@ def register(sub) -> None:
     p.add_argument("--pcap", default=None, metavar="FILE", help="write the UDP frames to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
-
-
-def _int(name: str, text: str, lo: int, hi: int) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer: {text!r}", value=text) from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name} out of range: {value!r}", value=value, expected=f"{lo}..{hi}")
-    return value
 
 
 def _choice(name: str, text: str, choices) -> str:
