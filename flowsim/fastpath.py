@@ -105,15 +105,17 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     The skb's header-access cost during the hook (copies, head
     reallocations, pulls of non-linear data) is added to ``ft.cost``.
     """
-    before = (skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs)
+    copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
     try:
         return _hook(kernel, ns_state, ft, skb, in_dev)
     finally:
-        c = ft.cost
-        c.copies += skb.copies - before[0]
-        c.reallocs += skb.reallocs - before[1]
-        c.bytes_copied += skb.bytes_copied - before[2]
-        c.pull_bugs += skb.pull_bugs - before[3]
+        # every copy or reallocation copies bytes, and a pull bug is counted: test two fields, not four
+        if skb.bytes_copied != copied or skb.pull_bugs != bugs:
+            c = ft.cost
+            c.copies += skb.copies - copies
+            c.reallocs += skb.reallocs - reallocs
+            c.bytes_copied += skb.bytes_copied - copied
+            c.pull_bugs += skb.pull_bugs - bugs
 
 
 def _hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
@@ -173,14 +175,17 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if th.xmit_type != XmitType.DIRECT and th.dst_genid != ns_state.ns.fib.genid:
         ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
         return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
-    if not skb.ensure_writable(thoff + ctx.hdrsize):
+    if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")
     now = kernel.now  # flow_offload_refresh, inlined: this runs for every packet
     if now + flow.offload_timeout - flow.timeout > 1.0:
         flow.timeout = now + flow.offload_timeout
 
-    if th.key.encap or ctx.tun_proto:
+    if th.key.encap:
         nf_flow_encap_pop(ctx, skb, th)
+    elif ctx.tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
+        skb.pull(ctx.tun_hdr_size)  # nf_flow_ip_tunnel_pop alone: the common tunnel case, inlined
+        skb.network_header = skb.data
     if flow.flags & _NAT_FLAGS:
         _nat(flow, th.dir, skb, v4)
     if v4:
@@ -190,7 +195,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if ft.flags & NF_FLOWTABLE_COUNTER:
         nf_ct_acct_update(flow.ct, th.dir, skb.len)
     th.packets += 1
-    th.bytes += skb.len
+    th.bytes += len(skb.buf) - skb.data  # skb->len
 
     if th.xmit_type == XmitType.XFRM:
         return _drop(kernel, ft, skb, "xmit-type-unknown", "XFRM xmit is not modelled")
@@ -226,12 +231,13 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         # ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state not checked (a missing
         # entry is created empty).  Cached per tuple while the route, address and neighbour table are unchanged.
         neigh_table = ns.neigh
-        key = (id(rt), ip_daddr)
+        gw = rt.gateway  # rt_nexthop: the gateway, else the destination itself
+        key = (rt.dev, ip_daddr, id(gw))
         cache = ft.neigh_cache.get(key)
-        if cache is None or cache[0] is not rt or cache[1] != neigh_table.version:
+        if cache is None or cache[0] is not gw or cache[1] != neigh_table.version:
             neigh = neigh_table.lookup(rt.dev, rt.nexthop(_ip(ip_daddr, v4)))
             dest = _mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC
-            cache = ft.neigh_cache[key] = (rt, neigh_table.version, dest)
+            cache = ft.neigh_cache[key] = (gw, neigh_table.version, dest)
         dest = cache[2]
         source = _mac(outdev.mac)
     elif th.xmit_type == XmitType.DIRECT:

@@ -238,8 +238,9 @@ class Flowtable:
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
     cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
-    # (id(route), next-hop key bytes) -> (route, neighbour table version, MAC): the neighbour read of the
-    # fast path, reused while the table is unchanged (the route object is kept so its id stays unique)
+    # (route device, destination key bytes, id(gateway)) -> (gateway, neighbour table version, MAC): the
+    # neighbour read of the fast path, reused while the table is unchanged (the gateway object is kept so
+    # its id stays unique)
     neigh_cache: dict = attrs.Factory(dict)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
