@@ -38,6 +38,7 @@ from flowsim.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, VLAN_HLEN
 __all__ = ["SkbCost", "SkBuff", "skb_from_frame", "NET_SKB_PAD"]
 
 NET_SKB_PAD = 64  # headroom drivers reserve (max(32, L1_CACHE_BYTES) on x86-64)
+_HEADROOM = bytes(NET_SKB_PAD)
 
 
 @attrs.define(slots=True)
@@ -230,12 +231,10 @@ def skb_from_frame(frame: bytes, *, iif: int = 0, headlen: int | None = None,
     if headlen is None or headlen > len(frame):
         headlen = len(frame)
     headlen = max(headlen, ETH_HLEN)
-    buf = bytearray(NET_SKB_PAD)
-    buf += frame
-    skb = SkBuff(buf=buf, data=NET_SKB_PAD + ETH_HLEN, linear_end=NET_SKB_PAD + headlen,
-                 mac_header=NET_SKB_PAD, iif=iif, gso_size=gso_size)
-    skb.network_header = skb.transport_header = skb.data
-    skb.protocol = (frame[12] << 8) | frame[13]
+    data = NET_SKB_PAD + ETH_HLEN
+    # positional arguments, in field order: this runs once per received frame
+    skb = SkBuff(bytearray(_HEADROOM + frame), data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
+                 (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size)
     if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
         if not skb_vlan_untag(skb):
             return None
