@@ -44,6 +44,8 @@ ADVICE: dict[str, tuple[str, str | None]] = {
     "flow-add-l4proto": ("only TCP, UDP and GRE connections can be offloaded", None),
     "flow-add-gre-nat": ("GRE connections with NAT or keys are not offloaded", None),
     "flow-add-ip-options": ("the packets carry IPv4 options", None),
+    "flow-add-sec-path": ("the packets that reached `flow add` had been decrypted by IPsec; such packets are "
+                          "never offloaded", "offload the direction before decryption, or not at all"),
     "flow-add-unconfirmed": ("`flow add` only ever saw the first packet of the connection (not yet confirmed)", None),
     "flow-add-already-offloaded": ("the connection already has a flow (in this or another flowtable)", None),
     "flow-add-ct-dying": ("the conntrack entry was dying when `flow add` ran", None),

@@ -197,8 +197,16 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     th.packets += 1
     th.bytes += len(skb.buf) - skb.data  # skb->len
 
-    if th.xmit_type == XmitType.XFRM:
-        return _drop(kernel, ft, skb, "xmit-type-unknown", "XFRM xmit is not modelled")
+    if th.xmit_type == XmitType.XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
+        # IPCB reset, IPSKB_FORWARDED, skb_dst_set_noref(cached route), dst_output → the xfrm output
+        dst = th.dst
+        dev = ns_state.ns.devices.get(dst.dev) if dst is not None else None
+        if dev is None:
+            ft.flow_offload_teardown(flow, kernel, ns_state, "no egress device")
+            return _drop(kernel, ft, skb, "no-egress-device")
+        _stolen(kernel, ft, skb, dev, "xfrm_output")
+        kernel.xfrm_output(ns_state, skb, dst)
+        return "stolen"
     ip_daddr = other.key.src
     if other.tun_num:
         dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst

@@ -393,7 +393,10 @@ def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry |
     False is NFT_BREAK: the rest of the rule is not evaluated.  Each refusal
     is recorded on *ft* with its reason id (``flow-add-*``).
     """
-    if _ipv4_has_options(skb):  # (sec_path is not modelled: IPsec decrypts are out of scope)
+    if skb.sec_path:  # decrypted by IPsec: the policy checks need the slow path
+        ft.record_failure(ct, "flow-add-sec-path")
+        return False
+    if _ipv4_has_options(skb):
         ft.record_failure(ct, "flow-add-ip-options")
         return False
     if ct is None:

@@ -43,6 +43,12 @@ The flowtable calls the stack (:class:`Kernel`)
   towards *nexthop* the way ``ip_finish_output2`` does (neighbour resolution
   and link-layer header for Ethernet devices; VLAN, PPP, bridge and tunnel
   devices run their own xmit).  Used by the ≤ 6.18 NEIGH xmit;
+* ``kernel.xfrm_output(ns, skb, dst)`` — the XFRM xmit (§4.1 step 13):
+  hand the L3 skb (``data`` at the IP header, TTL already decremented) to
+  the IPsec output of the cached route *dst* (an xfrm bundle,
+  :class:`flowsim.stack_xfrm.XfrmRoute`): POSTROUTING on the inner packet,
+  ESP encapsulation, then the outer packet's OUTPUT, POSTROUTING and
+  transmit.  The fast path returns ``"stolen"`` after it;
 * ``kernel.tracing`` — true when steps are being recorded; callers test it
   before building a step's details, so tracing costs nothing when off;
 * ``kernel.trace(skb, where, what, **details)`` — one step of a packet's
@@ -81,6 +87,8 @@ class Kernel(Protocol):
     def dev_queue_xmit(self, dev: Any, skb: Any) -> None: ...
 
     def neigh_output(self, dev: Any, skb: Any, nexthop: Any) -> None: ...
+
+    def xfrm_output(self, ns: Any, skb: Any, dst: Any) -> None: ...
 
     def trace(self, skb: Any, where: str, what: str, **details: Any) -> None: ...
 

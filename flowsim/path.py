@@ -492,7 +492,9 @@ def nft_flow_route(topo, netns: str, tuples: Sequence[CtTuple], dir: int, in_dev
     route = [RouteDir(), RouteDir()]
     for dst, d in ((this_dst, dir), (other_dst, other)):  # nft_default_forward_path
         route[1 - d] = attrs.evolve(route[1 - d], in_ifindex=ns.devices[dst.dev].ifindex)
-        route[d] = attrs.evolve(route[d], dst=dst, xmit_type=XmitType.NEIGH)
+        # XFRM if the dst has an xfrm bundle (flowsim.stack_xfrm.XfrmRoute), else NEIGH
+        xmit = XmitType.XFRM if getattr(dst, "xfrm", None) is not None else XmitType.NEIGH
+        route[d] = attrs.evolve(route[d], dst=dst, xmit_type=xmit)
     paths: list[DirPath | None] = [None, None]
     neigh = [route[d].xmit_type == XmitType.NEIGH for d in (0, 1)]
     error = None

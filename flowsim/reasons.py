@@ -72,6 +72,7 @@ _ROWS = [
     ("kernel-bug", DROP, "skb_pull / nf_flow_tunnel_*_push",
      "the modelled kernel hits a known bug here (e.g. skb_pull over non-linear bytes); the packet is lost"),
     # --- flow creation: why `flow add @ft` created no flow (nft_flow_offload_eval, §3); the packet goes on
+    ("flow-add-sec-path", ACCEPT, "nft_flow_offload_eval", "the packet was decrypted by IPsec (it has a sec_path)"),
     ("flow-add-ip-options", ACCEPT, "nft_flow_offload_eval", "the packet has IPv4 options"),
     ("flow-add-no-conntrack", ACCEPT, "nft_flow_offload_eval", "no conntrack entry is attached"),
     ("flow-add-tcp-fin-rst", ACCEPT, "nft_flow_offload_eval", "the packet carries TCP FIN or RST"),
@@ -126,6 +127,13 @@ _ROWS = [
     ("bad-checksum", DROP, "tcp_v4_rcv / udp_rcv / icmp_rcv", "the receiving host found a wrong L4 checksum"),
     ("no-socket", DROP, "tcp_v4_rcv / udp_rcv", "no endpoint is bound to the packet's addresses and ports"),
     ("flowtable-drop", DROP, "nf_flow_offload_hook", "the flowtable hook returned NF_DROP without a reason id"),
+    ("xfrm-no-state", DROP, "xfrm_lookup / xfrm4_rcv",
+     "no xfrm state for the policy's template (XfrmOutNoStates) or for the SPI received (XfrmInNoStates)"),
+    ("xfrm-decrypt-failed", DROP, "esp_input / xfrm_input",
+     "the ESP packet did not authenticate or decode (XfrmInStateProtoError / XfrmInStateModeError)"),
+    ("xfrm-policy-check", DROP, "xfrm4_policy_check / __xfrm_policy_check",
+     "the packet does not satisfy the fwd policy's templates (XfrmInTmplMismatch / XfrmInNoPols)"),
+    ("xfrm-policy-block", DROP, "xfrm_lookup", "a matching xfrm policy has action block (XfrmOutPolBlock)"),
 ]
 
 REASONS: dict[str, Reason] = {r[0]: Reason(*r) for r in _ROWS}

@@ -78,6 +78,7 @@ class SkBuff:
     mark: int = 0  # skb->mark
     tag: object = None  # the simulator's label: which traffic, direction and packet this is
     drop_reason: str | None = None  # reason id when a hook returned NF_DROP
+    sec_path: tuple = ()  # skb_sec_path: the xfrm states that decrypted it, outermost first
     # Cost counters kept as plain fields: one object less per packet.
     copies: int = 0
     reallocs: int = 0

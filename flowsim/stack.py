@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import attrs
 
-from flowsim import stack_ip, stack_l2
+from flowsim import stack_ip, stack_l2, stack_xfrm
 from flowsim.conntrack import ConntrackTable
 from flowsim.nft import Nftables, parse_ruleset
 from flowsim.profiles import get_profile
@@ -264,6 +264,7 @@ class Kernel:
         self.accept: Callable | None = None
         self.accounting: dict = collections.defaultdict(collections.Counter)  # (traffic, dir) -> kind -> n
         self.xmit_depth = 0
+        self.xfrm_seq: collections.Counter = collections.Counter()  # (netns, daddr, spi) -> last ESP seq sent
         self._seq = 0
         self._vlan_uppers: dict = {}
         self.flowtable_mod, self.fastpath_mod = _flowtable_modules()
@@ -316,6 +317,10 @@ class Kernel:
     def neigh_output(self, dev, skb, nexthop) -> None:
         """``ip_finish_output2`` → ``neigh_output``: link-layer header for Ethernet devices, then xmit."""
         stack_l2.neigh_output(self, dev, skb, nexthop)
+
+    def xfrm_output(self, ns_state: NetnsState, skb, dst) -> None:
+        """The fast path's XFRM xmit: ``dst_output`` of the cached bundle (see :mod:`flowsim.stack_xfrm`)."""
+        stack_xfrm.xfrm_output_fast(self, ns_state, skb, dst)
 
     def trace(self, skb, where: str, what: str, **details) -> None:
         if self.tracing:

@@ -28,7 +28,8 @@ Local delivery (``ip_local_deliver``): reassembly, INPUT, then by protocol:
 IPIP / IPv6-in-IP packets to a tunnel whose local and remote addresses match
 (``ip_tunnel_lookup``); the outer header is removed and the inner packet is
 *received on the tunnel device* (another ``netif_receive_skb``, so the
-tunnel device's ingress hooks run); TCP/UDP to the socket of a simulated
+tunnel device's ingress hooks run); ESP to :func:`flowsim.stack_xfrm.xfrm4_rcv` (IPsec: the
+decrypted inner packet is received again on the same device); TCP/UDP to the socket of a simulated
 endpoint (checksum verified, as ``tcp_v4_rcv`` does); ICMP errors to the
 socket of the packet they quote (path MTU).
 
@@ -47,11 +48,12 @@ from __future__ import annotations
 
 import zlib
 
-from flowsim import stack_l2
+from flowsim import stack_l2, stack_xfrm
 from flowsim.devices.ip6tnl import Ip6tnlDevice
 from flowsim.devices.ipip import IpipDevice
 from flowsim.headers import (
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP,
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP,
+    IPPROTO_UDP,
     internet_checksum,
 )
 from flowsim.skb import NET_SKB_PAD, SkBuff
@@ -138,6 +140,13 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
     """``ip_forward`` / ``ip6_forward``: TTL, MTU, TTL decrement, FORWARD, then output."""
     where = f"{st.name} forward"
     v4 = info.version == 4
+    if st.ns.xfrm is not None:  # xfrm4_policy_check(FWD), then xfrm4_route_forward (flowsim.stack_xfrm)
+        why = stack_xfrm.policy_check(st, skb, info)
+        if why is None:
+            rt, why = stack_xfrm.route_forward(kernel, st, skb, info, rt)
+        if why is not None:
+            kernel.drop(skb, why, where, src=info.src, dst=info.dst)
+            return
     if info.ttl <= 1:
         icmp_send(kernel, st, skb, info, ICMP_TIME_EXCEEDED if v4 else ICMPV6_TIME_EXCEED, ICMP_EXC_TTL)
         kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
@@ -161,6 +170,9 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
     info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
     if why is not None:
         kernel.drop(skb, why, where)
+        return
+    if type(rt) is stack_xfrm.XfrmRoute:  # dst_output of an xfrm bundle: xfrm4_output
+        stack_xfrm.xfrm4_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
         return
     ip_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
 
@@ -236,6 +248,8 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
     proto = info.l4proto
     if proto in _TUNNEL_KINDS:
         ip_tunnel_rcv(kernel, st, skb, info)
+    elif proto == IPPROTO_ESP and info.version == 4:
+        stack_xfrm.xfrm4_rcv(kernel, st, in_dev, skb, info)
     elif proto == IPPROTO_TCP or proto == IPPROTO_UDP:
         _socket_rcv(kernel, st, skb, info, where)
     elif proto == IPPROTO_ICMP or proto == IPPROTO_ICMPV6:

@@ -166,6 +166,7 @@ class Namespace:
         self.neigh = NeighTable()
         self.sysctls: dict[str, str] = {}
         self.nft: NftText | None = None
+        self.xfrm = None  # flowsim.stack_xfrm.XfrmDb once an 'ip xfrm' line ran
 
     def __repr__(self) -> str:
         return f"<Namespace {self.name}: {', '.join(self.devices)}>"
