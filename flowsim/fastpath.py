@@ -47,6 +47,7 @@ __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "n
 IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
 _NAT_FLAGS = (1 << NF_FLOW_SNAT) | (1 << NF_FLOW_DNAT)
 _TEARDOWN = 1 << NF_FLOW_TEARDOWN
+_NEIGH, _XFRM, _DIRECT = XmitType.NEIGH, XmitType.XFRM, XmitType.DIRECT  # module constants: no enum lookups per packet
 _ETH_PROTO = {p: p.to_bytes(2, "big") for p in (0x0800, 0x86DD, 0x8100, 0x88A8, 0x8864)}
 _ZERO_MAC = b"\0" * 6
 
@@ -157,7 +158,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     mtu = th.mtu + ctx.offset
     if other.tun_num:
         mtu -= 20 if v4 else 40 + (8 if profile.ip6ip6_tx_encap_limit else 0)
-    if skb.len > mtu:  # nf_flow_exceeds_mtu, with skb_gso_validate_network_len for GSO skbs
+    if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
         l4len = (buf[skb.data + thoff + 12] >> 4) * 4 if l4proto == IPPROTO_TCP else 8
         if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
             return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
@@ -172,7 +173,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
     # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked (REF)
-    if th.xmit_type != XmitType.DIRECT and th.dst_genid != ns_state.ns.fib.genid:
+    if th.xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
         ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
         return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
     if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
@@ -197,7 +198,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     th.packets += 1
     th.bytes += len(skb.buf) - skb.data  # skb->len
 
-    if th.xmit_type == XmitType.XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
+    if th.xmit_type == _XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
         # IPCB reset, IPSKB_FORWARDED, skb_dst_set_noref(cached route), dst_output → the xfrm output
         dst = th.dst
         dev = ns_state.ns.devices.get(dst.dev) if dst is not None else None
@@ -222,7 +223,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
 
     ns = ns_state.ns
     legacy = profile.encap_push_order == "legacy"
-    if th.xmit_type == XmitType.NEIGH:
+    if th.xmit_type == _NEIGH:
         rt = th.dst
         if legacy:  # ≤ 6.18: neigh_xmit on the route's device, whose driver tags / encapsulates
             dev = ns.devices.get(rt.dev) if rt is not None else None
@@ -248,7 +249,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
             cache = ft.neigh_cache[key] = (gw, neigh_table.version, dest)
         dest = cache[2]
         source = _mac(outdev.mac)
-    elif th.xmit_type == XmitType.DIRECT:
+    elif th.xmit_type == _DIRECT:
         outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
@@ -264,7 +265,11 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         proto = _ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big")
         skb.push(dest + source + proto)
     skb.mac_header = skb.data
-    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
+    ft.fastpath += 1  # _stolen(), inlined for the common branch
+    if skb.tag is not None:
+        kernel.account(skb, "fastpath")
+    if kernel.tracing:
+        kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: dev_queue_xmit on {outdev.name}", dev=outdev.name)
     kernel.dev_queue_xmit(outdev, skb)
     return "stolen"
 
