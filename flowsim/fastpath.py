@@ -156,7 +156,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     thoff = ctx.offset + l3len  # from skb->data (= the network header at ingress)
     l4proto = buf[ih + 9] if v4 else buf[ih + 6]
     mtu = th.mtu + ctx.offset
-    if other.tun_num:
+    if other.key.tun is not None:  # other.tun_num
         mtu -= 20 if v4 else 40 + (8 if profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
         l4len = (buf[skb.data + thoff + 12] >> 4) * 4 if l4proto == IPPROTO_TCP else 8
@@ -209,7 +209,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         kernel.xfrm_output(ns_state, skb, dst)
         return "stolen"
     ip_daddr = other.key.src
-    if other.tun_num:
+    if other.key.tun is not None:  # other.tun_num
         dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst
         if dst is None:
             raise KernelBugError("tunnel push reads dst_cache of a tuple without a route (DIRECT): "
@@ -259,7 +259,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         return _drop(kernel, ft, skb, "xmit-type-unknown", th.xmit_type.name)
 
     # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
-    if other.encap_num and not nf_flow_encap_push(skb, other, profile.encap_push_order):
+    if other.key.encap and not nf_flow_encap_push(skb, other, profile.encap_push_order):
         return _drop(kernel, ft, skb, "encap-push-failed")
     if outdev.link_type == "ether":  # dev_hard_header: no-op on a device without header_ops (tunnels)
         proto = _ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big")
