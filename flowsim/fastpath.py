@@ -185,7 +185,11 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if th.key.encap:
         nf_flow_encap_pop(ctx, skb, th)
     elif ctx.tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
-        skb.pull(ctx.tun_hdr_size)  # nf_flow_ip_tunnel_pop alone: the common tunnel case, inlined
+        # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
+        if skb.data + ctx.tun_hdr_size <= skb.linear_end:
+            skb.data += ctx.tun_hdr_size
+        else:
+            skb.pull(ctx.tun_hdr_size)  # raises SkbPullBug
         skb.network_header = skb.data
     if flow.flags & _NAT_FLAGS:
         _nat(flow, th.dir, skb, v4)
@@ -262,8 +266,12 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if other.key.encap and not nf_flow_encap_push(skb, other, profile.encap_push_order):
         return _drop(kernel, ft, skb, "encap-push-failed")
     if outdev.link_type == "ether":  # dev_hard_header: no-op on a device without header_ops (tunnels)
-        proto = _ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big")
-        skb.push(dest + source + proto)
+        hdr = dest + source + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
+        if skb.data >= 14:  # skb_push into the headroom (skb.push reallocates when there is none)
+            skb.data -= 14
+            skb.buf[skb.data:skb.data + 14] = hdr
+        else:
+            skb.push(hdr)
     skb.mac_header = skb.data
     ft.fastpath += 1  # _stolen(), inlined for the common branch
     if skb.tag is not None:
