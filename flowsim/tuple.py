@@ -191,7 +191,8 @@ def nf_flow_pppoe_proto(skb: SkBuff) -> int | None:
     does, although data already points past the Ethernet header); ``None``
     when that fails.  Unknown PPP protocols map to 0.
     """
-    if not skb.may_pull(ETH_HLEN + PPPOE_SES_HLEN):
+    need = ETH_HLEN + PPPOE_SES_HLEN
+    if skb.data + need > skb.linear_end and not skb.may_pull(need):
         return None
     buf = skb.buf
     at = skb.mac_header + ETH_HLEN + 6
@@ -211,7 +212,7 @@ def nf_flow_ip4_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
 
     Returns ``None`` when the packet may go on, else ``(reason, detail)``.
     """
-    if not skb.may_pull(IPV4_HLEN + ctx.offset):
+    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
         return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
     buf = skb.buf
     o = skb.network_header + ctx.offset
@@ -242,7 +243,7 @@ def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
     """
     start = ctx.offset
     if profile.ip6_tunnel_header_access == "pull":
-        if not skb.may_pull(IPV6_HLEN + start):
+        if skb.data + IPV6_HLEN + start > skb.linear_end and not skb.may_pull(IPV6_HLEN + start):
             return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {skb.len}"
         o = skb.network_header + start
         hdr = skb.buf
@@ -278,7 +279,8 @@ def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
     inner = skb.protocol
     failure: tuple[str, str] | None = ("l3proto-unsupported", f"ethertype {inner:#06x}")
     if inner == ETH_P_8021Q:
-        if not skb.may_pull(VLAN_HLEN):  # skb_mac_offset + sizeof(struct vlan_ethhdr)
+        # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
+        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
             return "header-truncated", "in-band 802.1Q header truncated"
         buf = skb.buf
         at = skb.mac_header + ETH_HLEN + 2
@@ -317,8 +319,11 @@ def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
 # --- the tuple builders -------------------------------------------------------
 
 def _l4_ports(ctx: FlowtableCtx, skb: SkBuff, ipproto: int, thoff: int) -> tuple[int, int] | tuple[str, str]:
-    """The L4 part shared by ``nf_flow_tuple_ip`` and ``nf_flow_tuple_ipv6``."""
-    if not skb.may_pull(thoff + ctx.hdrsize):
+    """The L4 part shared by ``nf_flow_tuple_ip`` and ``nf_flow_tuple_ipv6``.
+
+    (``pskb_may_pull`` calls are preceded by the linear-area test the kernel
+    inlines, so the common case costs no call.)"""
+    if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.may_pull(thoff + ctx.hdrsize):
         return "header-truncated", f"L4 header needs {thoff + ctx.hdrsize} bytes, packet has {skb.len}"
     at = skb.network_header + thoff
     if ipproto == IPPROTO_GRE:
@@ -330,7 +335,7 @@ def _l4_ports(ctx: FlowtableCtx, skb: SkBuff, ipproto: int, thoff: int) -> tuple
 
 def nf_flow_tuple_ip(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
     """``nf_flow_tuple_ip``: checks of the (inner) IPv4 header and the key."""
-    if not skb.may_pull(IPV4_HLEN + ctx.offset):
+    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
         return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
     buf = skb.buf
     o = skb.network_header + ctx.offset
@@ -360,7 +365,7 @@ def nf_flow_tuple_ip(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTu
 def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
     """``nf_flow_tuple_ipv6``: checks of the (inner) IPv6 header and the key."""
     thoff = IPV6_HLEN + ctx.offset
-    if not skb.may_pull(thoff):
+    if skb.data + thoff > skb.linear_end and not skb.may_pull(thoff):
         return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {skb.len}"
     buf = skb.buf
     o = skb.network_header + ctx.offset
@@ -442,7 +447,7 @@ def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
     """``nf_flow_offload_inet_hook``: the protocol whose hook handles this skb, or why none does."""
     proto = skb.protocol
     if proto == ETH_P_8021Q:
-        if not skb.may_pull(VLAN_HLEN):
+        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
             return "header-truncated", "in-band 802.1Q header truncated"
         at = skb.mac_header + ETH_HLEN + 2
         proto = (skb.buf[at] << 8) | skb.buf[at + 1]
