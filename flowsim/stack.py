@@ -191,6 +191,7 @@ class NetnsState:
     nft: Any = None  # flowsim.nft.Nftables or None (no ruleset: no netfilter at all)
     ruleset: Any = None
     ft_by_key: dict = attrs.Factory(dict)  # (family, table, name) -> Flowtable
+    ft_by_model: dict = attrs.Factory(dict)  # id(nft_model.Flowtable) -> Flowtable: the per-packet lookup
     ct_active: bool = False  # conntrack hooks registered (the ruleset has L3 chains or flowtables)
     routes: dict = attrs.Factory(dict)  # (daddr, oif) -> Route (the FIB does not change during a run)
     frags: dict = attrs.Factory(dict)  # (src, dst, id, proto) -> FragQueue
@@ -287,6 +288,7 @@ class Kernel:
                 obj = self.flowtable_mod.Flowtable.from_nft(ns.name, ft)
                 st.flowtables.setdefault(ft.name, obj)
                 st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
+                st.ft_by_model[id(ft)] = obj
         return st
 
     def state(self, netns: str) -> NetnsState:

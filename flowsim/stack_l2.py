@@ -224,7 +224,8 @@ def _ingress_hook(kernel, st, dev, skb: SkBuff) -> bool:
             continue
         if not kernel.flowtables_enabled or kernel.fastpath_mod is None:
             continue
-        ft = st.ft_by_key[(e.flowtable.family, e.flowtable.table, e.flowtable.name)]
+        m = e.flowtable
+        ft = st.ft_by_model.get(id(m)) or st.ft_by_key[(m.family, m.table, m.name)]
         verdict = kernel.fastpath_mod.nf_flow_offload_hook(kernel, st, ft, skb, dev)
         if verdict == "stolen":
             return True
