@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 from flowsim.errors import ConfigError
 
-__all__ = ["int_in_range"]
+__all__ = ["int_in_range", "number_type"]
 
 
 def int_in_range(name: str, text: str, lo: int, hi: int) -> int:
@@ -16,3 +18,16 @@ def int_in_range(name: str, text: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ConfigError(f"{name} out of range: {value!r}", value=value, expected=f"{lo}..{hi}")
     return value
+
+
+def number_type(convert, option: str, what: str, minimum, at_least: str):
+    """An argparse ``type=``: *convert* the text, refuse values below *minimum*; messages name *option*."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected {what})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected {at_least})")
+        return value
+    return parse

@@ -18,6 +18,7 @@ import argparse
 import json
 
 import flowsim.cli
+from flowsim.commands._args import number_type
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.progress import SimProgress, progress_enabled
@@ -28,24 +29,8 @@ from flowsim.topology import load_topology
 __all__ = ["register", "run"]
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (expected seconds, e.g. 35 or 0.5)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (expected seconds >= 0)")
-    return value
-
-
-def _headlen(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad --headlen {text!r} (expected a byte count)") from None
-    if value < 14:
-        raise argparse.ArgumentTypeError(f"bad --headlen {text!r} (expected at least 14, the Ethernet header)")
-    return value
+_seconds = number_type(float, "duration", "seconds, e.g. 35 or 0.5", 0, "seconds >= 0")
+_headlen = number_type(int, "--headlen", "a byte count", 14, "at least 14, the Ethernet header")
 
 
 def register(subparsers) -> None:

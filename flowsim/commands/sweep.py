@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 
+from flowsim.commands._args import number_type
 from flowsim.errors import ConfigError
 from flowsim.progress import progress_enabled
 from flowsim.sweep import parse_grid, sweep
@@ -35,14 +36,7 @@ from flowsim.sweep import parse_grid, sweep
 __all__ = ["register", "run", "dask_client"]
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad --workers {text!r} (expected a number of processes)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"bad --workers {text!r} (expected at least 1)")
-    return value
+_positive = number_type(int, "--workers", "a number of processes", 1, "at least 1")
 
 
 def register(subparsers) -> None:
