@@ -178,9 +178,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
     if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")
-    now = kernel.now  # flow_offload_refresh, inlined: this runs for every packet
-    if now + flow.offload_timeout - flow.timeout > 1.0:
-        flow.timeout = now + flow.offload_timeout
+    ft.flow_offload_refresh(flow, kernel.now)
 
     if th.key.encap:
         nf_flow_encap_pop(ctx, skb, th)
@@ -273,11 +271,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         else:
             skb.push(hdr)
     skb.mac_header = skb.data
-    ft.fastpath += 1  # _stolen(), inlined for the common branch
-    if skb.tag is not None:
-        kernel.account(skb, "fastpath")
-    if kernel.tracing:
-        kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: dev_queue_xmit on {outdev.name}", dev=outdev.name)
+    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
     kernel.dev_queue_xmit(outdev, skb)
     return "stolen"
 

@@ -286,7 +286,7 @@ class Flowtable:
         """``flow_offload_lookup``."""
         return self.table.get(key)
 
-    def flow_offload_refresh(self, flow: FlowOffload, now: float, ns, force: bool = False) -> None:
+    def flow_offload_refresh(self, flow: FlowOffload, now: float, force: bool = False) -> None:
         """``flow_offload_refresh``: push the expiry forward, only by more than a second unless forced."""
         timeout = now + flow.offload_timeout
         if force or timeout - flow.timeout > 1.0:
