@@ -496,6 +496,13 @@ _XFRM_DIRS = {"out": "out", "in": "in", "fwd": "fwd"}
 _L4_NAMES = {"tcp": 6, "udp": 17, "icmp": 1, "gre": 47, "esp": 50, "sctp": 132, "any": 0}
 
 
+def _xfrm_proto(args, ctx) -> None:
+    """``proto esp``: the only xfrm protocol modelled."""
+    proto = args.next("'esp'")
+    if proto != "esp":
+        raise ctx.cmd.error(f"xfrm proto {proto!r} is not modelled", value=proto, expected="esp")
+
+
 def _xfrm(ctx: _Ip, tokens: list[str]) -> None:
     if not tokens:
         raise ctx.cmd.error("missing object after 'ip xfrm'", expected="state or policy")
@@ -555,9 +562,7 @@ def _xfrm_state_add(ctx: _Ip, verb: str, args: Args) -> None:
         if word in ("src", "dst"):
             opts[word] = args.addr(word, ctx.family)
         elif word == "proto":
-            proto = args.next("'esp'")
-            if proto != "esp":
-                raise ctx.cmd.error(f"xfrm proto {proto!r} is not modelled", value=proto, expected="esp")
+            _xfrm_proto(args, ctx)
         elif word == "spi":
             opts["spi"] = args.int("spi", 1, 0xFFFFFFFF)
         elif word == "reqid":
@@ -640,9 +645,7 @@ def _xfrm_tmpl(ctx: _Ip, args: Args) -> XfrmTmpl:
         if word in ("src", "dst"):
             opts[word] = args.addr(f"tmpl {word}", ctx.family)
         elif word == "proto":
-            proto = args.next("'esp'")
-            if proto != "esp":
-                raise ctx.cmd.error(f"xfrm proto {proto!r} is not modelled", value=proto, expected="esp")
+            _xfrm_proto(args, ctx)
         elif word == "reqid":
             opts["reqid"] = args.int("reqid", 0, 0xFFFFFFFF)
         elif word == "mode":
