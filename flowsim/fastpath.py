@@ -239,32 +239,24 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
             return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
-        # ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state not checked (a missing
-        # entry is created empty).  Cached per tuple while the route, address and neighbour table are unchanged.
-        neigh_table = ns.neigh
-        gw = rt.gateway  # rt_nexthop: the gateway, else the destination itself
-        key = (rt.dev, ip_daddr, id(gw))
-        cache = ft.neigh_cache.get(key)
-        if cache is None or cache[0] is not gw or cache[1] != neigh_table.version:
-            neigh = neigh_table.lookup(rt.dev, rt.nexthop(_ip(ip_daddr, v4)))
-            dest = _mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC
-            cache = ft.neigh_cache[key] = (gw, neigh_table.version, dest)
-        dest = cache[2]
-        source = _mac(outdev.mac)
+        l2 = th.l2_cache
+        if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
+            l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
+        hh = l2[2]
     elif th.xmit_type == _DIRECT:
         outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
             return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
-        dest, source = _mac(th.h_dest), _mac(th.h_source)
+        hh = _mac(th.h_dest) + _mac(th.h_source) if outdev.link_type == "ether" else None
     else:
         return _drop(kernel, ft, skb, "xmit-type-unknown", th.xmit_type.name)
 
     # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
     if other.key.encap and not nf_flow_encap_push(skb, other, profile.encap_push_order):
         return _drop(kernel, ft, skb, "encap-push-failed")
-    if outdev.link_type == "ether":  # dev_hard_header: no-op on a device without header_ops (tunnels)
-        hdr = dest + source + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
+    if hh is not None:  # dev_hard_header: no-op on a device without header_ops (tunnels)
+        hdr = hh + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
         if skb.data >= 14:  # skb_push into the headroom (skb.push reallocates when there is none)
             skb.data -= 14
             skb.buf[skb.data:skb.data + 14] = hdr
@@ -274,6 +266,28 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
     kernel.dev_queue_xmit(outdev, skb)
     return "stolen"
+
+
+def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple:
+    """The NEIGH xmit's link-layer addresses: (neighbour table version, device MAC, dest + source or None).
+
+    ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state
+    not checked (a missing entry reads as zeros).  A tuple keeps the result
+    while the neighbour table and the device's MAC are unchanged (its route is
+    covered by the dst check); tuples through the same next hop share it.
+    """
+    neigh_table = ns.neigh
+    key = (rt.dev, ip_daddr, id(rt.gateway), outdev.ifindex)
+    hit = ft.neigh_cache.get(key)
+    if hit is not None and hit[0] is rt.gateway and hit[1][0] == neigh_table.version and hit[1][1] is outdev.mac:
+        return hit[1]
+    hh = None
+    if outdev.link_type == "ether":
+        neigh = neigh_table.lookup(rt.dev, rt.nexthop(_ip(ip_daddr, v4)))
+        hh = (_mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC) + _mac(outdev.mac)
+    entry = (neigh_table.version, outdev.mac, hh)
+    ft.neigh_cache[key] = (rt.gateway, entry)  # the gateway object is kept so its id stays unique
+    return entry
 
 
 def _stolen(kernel, ft, skb, dev, how: str) -> None:

@@ -95,6 +95,7 @@ class FlowOffloadTuple:
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
     flow: "FlowOffload | None" = None
+    l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
@@ -238,9 +239,9 @@ class Flowtable:
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
     cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
-    # (route device, destination key bytes, id(gateway)) -> (gateway, neighbour table version, MAC): the
-    # neighbour read of the fast path, reused while the table is unchanged (the gateway object is kept so
-    # its id stays unique)
+    # (route device, destination key bytes, id(gateway), egress ifindex) -> (gateway, (neighbour table
+    # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
+    # through one next hop while the table is unchanged
     neigh_cache: dict = attrs.Factory(dict)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1

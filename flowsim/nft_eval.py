@@ -424,8 +424,9 @@ class Nftables:
     def hook_entries(self, hook: str, *, nfproto: int | None = None, device: str | None = None) -> tuple[HookEntry, ...]:
         """Base chains (and, at ingress, flowtables) that run at *hook*, in kernel order."""
         ck = (hook, nfproto, device)
-        if ck in self._entries_cache:
-            return self._entries_cache[ck]
+        cached = self._entries_cache.get(ck)
+        if cached is not None:
+            return cached
         chains, fts = [], []
         for t in self.ruleset.tables:
             for ch in t.chains.values():

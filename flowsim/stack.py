@@ -296,10 +296,11 @@ class Kernel:
 
     def peer(self, dev):
         """The other end of a veth pair or cable (cached: links do not change during a run)."""
-        key = (dev.netns, dev.name)
-        if key not in self._peers:
-            self._peers[key] = self.topo.peer(dev)
-        return self._peers[key]
+        try:
+            return self._peers[dev]  # devices hash by identity
+        except KeyError:
+            peer = self._peers[dev] = self.topo.peer(dev)
+            return peer
 
     def new_tag(self, traffic: str | None, direction: str | None, kind: str, origin: str = ORIGIN_STACK,
                 seq: int | None = None, flow: int = 0) -> PacketTag:

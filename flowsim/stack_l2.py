@@ -119,7 +119,6 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
     *local* marks a frame the bridge passed up as addressed to this host.
     """
     st = kernel.netns[dev.netns]
-    l3 = dev.link_type in _L3_LINK_TYPES
     while True:
         if not dev.up:
             kernel.drop(skb, "dev-down", f"{dev.netns} {dev.name} rx")
@@ -130,7 +129,7 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
                 kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name} rx")
                 return
         if kernel.capture is not None:
-            _capture(kernel, dev, rx_frame(skb, l3))
+            _capture(kernel, dev, rx_frame(skb, dev.link_type in _L3_LINK_TYPES))
         if kernel.tracing:
             kernel.trace(skb, f"{dev.netns} {dev.name}", "rx", len=skb.len,
                          vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None)
@@ -150,6 +149,7 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
         kernel.drop(skb, "vlan-no-device", f"{dev.netns} {dev.name} rx", vid=skb.vlan_tci & 0xFFF)
         return
     proto = skb.protocol
+    l3 = dev.link_type in _L3_LINK_TYPES
     if proto == ETH_P_IP or proto == ETH_P_IPV6:
         host = l3 or local or _to_host(skb, dev)
         stack_ip.ip_rcv(kernel, st, dev, skb, host)
@@ -472,19 +472,20 @@ def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
         kernel.drop(skb, "xmit-recursion", f"{dev.netns} {dev.name} xmit")
         return
     st = kernel.netns[dev.netns]
-    l3 = dev.link_type in _L3_LINK_TYPES
-    if st.nft is not None:
-        for e in st.nft.hook_entries("egress", device=dev.name):
-            if e.chain is not None and _netdev_chain(kernel, st, "egress", dev, skb, e, not l3):
-                return
+    for e in st.nft.hook_entries("egress", device=dev.name) if st.nft is not None else ():
+        if e.chain is not None and _netdev_chain(kernel, st, "egress", dev, skb, e,
+                                                 dev.link_type not in _L3_LINK_TYPES):
+            return
     if dev.kind == "dummy":
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
-    if kernel.capture is not None:
-        _capture(kernel, dev, tx_frame(skb, l3))
-    if kernel.tracing:
-        kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
-                     vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
+    if kernel.capture is not None or kernel.tracing:
+        l3 = dev.link_type in _L3_LINK_TYPES
+        if kernel.capture is not None:
+            _capture(kernel, dev, tx_frame(skb, l3))
+        if kernel.tracing:
+            kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
+                         vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
     xmit = XMIT.get(type(dev), _xmit_unsupported)
     kernel.xmit_depth += 1
     try:

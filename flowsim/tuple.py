@@ -272,12 +272,15 @@ def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
     return None
 
 
+_L3PROTO_UNSUPPORTED = ("l3proto-unsupported", "")
+
+
 def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
                                profile: Profile) -> tuple[str, str] | None:
     """``nf_flow_skb_encap_protocol``: skip one in-band VLAN/PPPoE header whose
     inner protocol is *proto*, then run the tunnel check of the inner protocol."""
     inner = skb.protocol
-    failure: tuple[str, str] | None = ("l3proto-unsupported", f"ethertype {inner:#06x}")
+    failure: tuple[str, str] | None = _L3PROTO_UNSUPPORTED  # its detail is written only when it is returned
     if inner == ETH_P_8021Q:
         # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
         if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
@@ -308,11 +311,15 @@ def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
     if inner == ETH_P_IP:
         if profile.ipip_rx:
             return nf_flow_ip4_tunnel_proto(ctx, skb, profile)
-        return None if proto == ETH_P_IP else failure
-    if inner == ETH_P_IPV6:
+        if proto == ETH_P_IP:
+            return None
+    elif inner == ETH_P_IPV6:
         if profile.ip6ip6_rx:
             return nf_flow_ip6_tunnel_proto(ctx, skb, profile)
-        return None if proto == ETH_P_IPV6 else failure
+        if proto == ETH_P_IPV6:
+            return None
+    if failure is _L3PROTO_UNSUPPORTED:
+        return failure[0], f"ethertype {skb.protocol:#06x}"
     return failure
 
 
