@@ -39,7 +39,7 @@ from flowsim.headers import (
     IPPROTO_UDP, NEXTHDR_DEST, PPP_IP, PPP_IPV6, csum_replace, internet_checksum, pppoe_proto_to_ethertype,
 )
 from flowsim.path import XmitType
-from flowsim.tuple import flow_tuple_from_skb
+from flowsim.tuple import nf_flow_offload_lookup
 
 __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "nf_flow_tunnel_ipip_push",
            "nf_flow_tunnel_ip6ip6_push", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
@@ -120,7 +120,7 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
 
 
 def _hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
-    res = flow_tuple_from_skb(skb, iifidx=in_dev.ifindex, family=ft.family, profile=kernel.profile)
+    res = nf_flow_offload_lookup(skb, in_dev.ifindex, ft.family, kernel.profile)
     if res.tuple is None:
         return _accept(kernel, ft, skb, res.reason, res.detail)
     th = ft.table.get(res.tuple)

@@ -398,6 +398,9 @@ class Nftables:
                         if isinstance(e, CounterStmt) and e.name is None and e.map_selector is None:
                             self.rule_counters[(t.family, t.name, ch.name, r.index, i)] = NftCounter(e.packets, e.bytes)
         self._entries_cache: dict[tuple, tuple[HookEntry, ...]] = {}
+        #: devices with a netdev egress base chain: dev_queue_xmit asks for hook entries only for these
+        self.egress_devices = frozenset(d for t in ruleset.tables for ch in t.chains.values()
+                                        if ch.hook is not None and ch.hook.hook == "egress" for d in ch.hook.devices)
 
     # --- counters
     def counter(self, name: str, family: str | None = None, table: str | None = None) -> NftCounter:

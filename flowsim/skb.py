@@ -227,11 +227,13 @@ def skb_from_frame(frame: bytes, *, iif: int = 0, headlen: int | None = None,
     hwaccel tag.  Returns ``None`` for a runt frame (shorter than an Ethernet
     header, or a truncated outer tag) that the kernel would drop before any hook.
     """
-    if len(frame) < ETH_HLEN:
+    n = len(frame)
+    if n < ETH_HLEN:
         return None
-    if headlen is None or headlen > len(frame):
-        headlen = len(frame)
-    headlen = max(headlen, ETH_HLEN)
+    if headlen is None or headlen > n:
+        headlen = n
+    elif headlen < ETH_HLEN:
+        headlen = ETH_HLEN
     data = NET_SKB_PAD + ETH_HLEN
     # positional arguments, in field order: this runs once per received frame
     skb = SkBuff(bytearray(_HEADROOM + frame), data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,

@@ -472,10 +472,11 @@ def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
         kernel.drop(skb, "xmit-recursion", f"{dev.netns} {dev.name} xmit")
         return
     st = kernel.netns[dev.netns]
-    for e in st.nft.hook_entries("egress", device=dev.name) if st.nft is not None else ():
-        if e.chain is not None and _netdev_chain(kernel, st, "egress", dev, skb, e,
-                                                 dev.link_type not in _L3_LINK_TYPES):
-            return
+    if st.nft is not None and dev.name in st.nft.egress_devices:
+        for e in st.nft.hook_entries("egress", device=dev.name):
+            if e.chain is not None and _netdev_chain(kernel, st, "egress", dev, skb, e,
+                                                     dev.link_type not in _L3_LINK_TYPES):
+                return
     if dev.kind == "dummy":
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return

@@ -57,7 +57,7 @@ __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
     "nf_flow_offload_inet_hook", "nf_flow_skb_encap_protocol", "nf_flow_pppoe_proto",
     "nf_flow_ip4_tunnel_proto", "nf_flow_ip6_tunnel_proto", "nf_flow_tuple_ip",
-    "nf_flow_tuple_ipv6", "nf_flow_tuple_encap", "flow_tuple_from_skb", "HOOKS",
+    "nf_flow_tuple_ipv6", "nf_flow_tuple_encap", "flow_tuple_from_skb", "nf_flow_offload_lookup", "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
 
@@ -401,26 +401,30 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
     tunnel fields are filled only when the compared protocol is IPv4/IPv6 —
     for PPPoE the raw PPP protocol is compared (mainline), so they stay empty.
     """
-    if not skb.vlan_present and skb.protocol != ETH_P_8021Q and skb.protocol != ETH_P_PPP_SES and not ctx.tun_proto:
-        return (), None  # the common case, kept cheap
-    encap: list[Encap] = []
-    if skb.vlan_present:
-        encap.append(Encap(skb.vlan_tci, skb.vlan_proto))
-    buf = skb.buf
     inner = skb.protocol
     offset = 0
-    if inner == ETH_P_8021Q:
-        at = skb.mac_header + ETH_HLEN
-        encap.append(Encap((buf[at] << 8) | buf[at + 1], ETH_P_8021Q))
-        inner = (buf[at + 2] << 8) | buf[at + 3]
-        offset = VLAN_HLEN
-    elif inner == ETH_P_PPP_SES:
-        at = skb.network_header
-        encap.append(Encap((buf[at + 2] << 8) | buf[at + 3], ETH_P_PPP_SES))
-        inner = (buf[at + 6] << 8) | buf[at + 7]
-        if profile.tuple_encap_pppoe_proto == "mapped":
-            inner = pppoe_proto_to_ethertype(inner)
-        offset = PPPOE_SES_HLEN
+    buf = skb.buf
+    if not skb.vlan_present and inner != ETH_P_8021Q and inner != ETH_P_PPP_SES:
+        if not ctx.tun_proto:
+            return (), None  # the common case, kept cheap
+        encap = ()  # a tunnel without L2 encapsulation: no list to build
+    else:
+        layers: list[Encap] = []
+        if skb.vlan_present:
+            layers.append(Encap(skb.vlan_tci, skb.vlan_proto))
+        if inner == ETH_P_8021Q:
+            at = skb.mac_header + ETH_HLEN
+            layers.append(Encap((buf[at] << 8) | buf[at + 1], ETH_P_8021Q))
+            inner = (buf[at + 2] << 8) | buf[at + 3]
+            offset = VLAN_HLEN
+        elif inner == ETH_P_PPP_SES:
+            at = skb.network_header
+            layers.append(Encap((buf[at + 2] << 8) | buf[at + 3], ETH_P_PPP_SES))
+            inner = (buf[at + 6] << 8) | buf[at + 7]
+            if profile.tuple_encap_pppoe_proto == "mapped":
+                inner = pppoe_proto_to_ethertype(inner)
+            offset = PPPOE_SES_HLEN
+        encap = tuple(layers)
     tun = None
     o = skb.network_header + offset
     if inner == ETH_P_IP and ctx.tun_proto == IPPROTO_IPIP:
@@ -429,7 +433,7 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
     elif inner == ETH_P_IPV6 and ctx.tun_proto == IPPROTO_IPV6:
         src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
         tun = _new_tuple(Tunnel, (src, dst, IPPROTO_IPV6))
-    return tuple(encap), tun
+    return encap, tun
 
 
 # --- hook entry points ----------------------------------------------------------
@@ -485,13 +489,18 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
     """
     if profile.__class__ is not Profile:
         profile = get_profile(profile)
-    ctx = FlowtableCtx(skb.iif if iifidx is None else iifidx)
+    if family not in HOOKS:
+        raise ValueError(f"unknown flowtable family {family!r} (expected one of {', '.join(HOOKS)})")
+    return nf_flow_offload_lookup(skb, skb.iif if iifidx is None else iifidx, family, profile)
+
+
+def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> TupleResult:
+    """:func:`flow_tuple_from_skb` with its arguments checked: the hook's entry, once per packet."""
+    ctx = FlowtableCtx(iifidx)
     if family == "ip":
         return _lookup_tuple(skb, ctx, ETH_P_IP, profile)
     if family == "ip6":
         return _lookup_tuple(skb, ctx, ETH_P_IPV6, profile)
-    if family != "inet":
-        raise ValueError(f"unknown flowtable family {family!r} (expected one of {', '.join(HOOKS)})")
     proto = skb.protocol
     if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
         proto = nf_flow_offload_inet_hook(skb)
