@@ -39,6 +39,7 @@ from flowsim.headers import (
     IPPROTO_UDP, NEXTHDR_DEST, PPP_IP, PPP_IPV6, csum_replace, internet_checksum, pppoe_proto_to_ethertype,
 )
 from flowsim.path import XmitType
+from flowsim.skb_gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.tuple import nf_flow_offload_lookup
 
 __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "nf_flow_tunnel_ipip_push",
@@ -221,6 +222,8 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
             nf_flow_tunnel_ipip_push(skb, other, locked, ft.next_ip_ident())
         else:
             nf_flow_tunnel_ip6ip6_push(skb, other, profile.ip6ip6_tx_encap_limit)
+        if skb.gso_size:  # iptunnel_handle_offloads: segmentation will replicate the outer header
+            skb.gso_type |= SKB_GSO_IPXIP4 if v4 else SKB_GSO_IPXIP6
         ip_daddr = other.key.tun.src
 
     ns = ns_state.ns
@@ -253,9 +256,20 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         return _drop(kernel, ft, skb, "xmit-type-unknown", th.xmit_type.name)
 
     # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
-    if other.key.encap and not nf_flow_encap_push(skb, other, profile.encap_push_order):
-        return _drop(kernel, ft, skb, "encap-push-failed")
-    if hh is not None:  # dev_hard_header: no-op on a device without header_ops (tunnels)
+    if other.key.encap:
+        if skb.gso_size and th.needs_gso_segment:
+            return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, profile.encap_push_order)
+        if not nf_flow_encap_push(skb, other, profile.encap_push_order):
+            return _drop(kernel, ft, skb, "encap-push-failed")
+    _dev_hard_header(skb, hh)
+    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
+    kernel.dev_queue_xmit(outdev, skb)
+    return "stolen"
+
+
+def _dev_hard_header(skb, hh: bytes | None) -> None:
+    """``dev_hard_header``: the Ethernet header; a no-op on a device without header_ops (tunnels)."""
+    if hh is not None:
         hdr = hh + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
         if skb.data >= 14:  # skb_push into the headroom (skb.push reallocates when there is none)
             skb.data -= 14
@@ -263,8 +277,28 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         else:
             skb.push(hdr)
     skb.mac_header = skb.data
-    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
-    kernel.dev_queue_xmit(outdev, skb)
+
+
+def nf_flow_encap_gso_xmit(kernel, ft: Flowtable, skb, other: FlowOffloadTuple, outdev, hh: bytes | None,
+                           order: str) -> str:
+    """A GSO skb into PPPoE (``needs_gso_segment``): segment in software, then push and send each segment.
+
+    No device can segment a packet behind a PPPoE header, so the April-2026
+    fix cuts the GSO skb first (``skb_gso_segment``) and pushes the
+    encapsulation on every segment.  A segmentation error drops the packet.
+    """
+    try:
+        segs = skb_gso_segment(skb)
+    except GsoError as exc:
+        return _drop(kernel, ft, skb, "gso-segment-error", str(exc))
+    for seg in segs:
+        if not nf_flow_encap_push(seg, other, order):
+            return _drop(kernel, ft, skb, "encap-push-failed")
+    kernel.add_pieces(skb, len(segs) - 1)
+    _stolen(kernel, ft, skb, outdev, f"software GSO into {len(segs)} segments, dev_queue_xmit")
+    for seg in segs:
+        _dev_hard_header(seg, hh)
+        kernel.dev_queue_xmit(outdev, seg)
     return "stolen"
 
 

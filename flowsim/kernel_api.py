@@ -55,7 +55,9 @@ The flowtable calls the stack (:class:`Kernel`)
   life for ``flowsim trace``;
 * ``kernel.account(skb, kind)`` — *kind* is ``"fastpath"`` or
   ``"slowpath"``: attribute the hook's verdict to the packet's traffic
-  direction (``skb.tag``).
+  direction (``skb.tag``);
+* ``kernel.add_pieces(skb, n)`` — the packet of *skb* now travels as *n*
+  more skbs (the fast path segmented a GSO skb), for packet accounting.
 
 ``ns`` is the stack's per-namespace state (:class:`NetnsState`).
 """
@@ -93,3 +95,5 @@ class Kernel(Protocol):
     def trace(self, skb: Any, where: str, what: str, **details: Any) -> None: ...
 
     def account(self, skb: Any, kind: str) -> None: ...
+
+    def add_pieces(self, skb: Any, n: int) -> None: ...

@@ -98,6 +98,8 @@ _ROWS = [
     ("dev-down", DROP, "__netif_receive_skb_core / __dev_queue_xmit", "the device is down"),
     ("no-carrier", DROP, "veth_xmit / dummy_xmit", "the device has no peer (no cable) or discards everything"),
     ("unsupported-device", DROP, "ndo_start_xmit", "the simulator has no transmit model for this device kind"),
+    ("gso-segment-failed", DROP, "validate_xmit_skb / ip_finish_output_gso → skb_gso_segment",
+     "a GSO skb the device cannot take whole (or whose segments exceed the MTU) could not be segmented"),
     ("xmit-recursion", DROP, "dev_xmit_recursion", "transmit nested deeper than XMIT_RECURSION_LIMIT (a tunnel loop)"),
     ("unknown-protocol", DROP, "__netif_receive_skb_core / ip_local_deliver_finish / ppp_input",
      "no handler for the ethertype, PPP protocol or IP protocol"),

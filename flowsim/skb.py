@@ -74,6 +74,7 @@ class SkBuff:
     vlan_tci: int = 0
     iif: int = 0  # skb->skb_iif / the ingress device's ifindex
     gso_size: int = 0  # non-zero for a GSO skb (skb_shinfo(skb)->gso_size)
+    gso_type: int = 0  # skb_shinfo(skb)->gso_type: SKB_GSO_* bits (flowsim.skb_gso)
     tailroom: int = 0  # free bytes after the linear area (none for a head filled by the driver)
     mark: int = 0  # skb->mark
     tag: object = None  # the simulator's label: which traffic, direction and packet this is
@@ -217,7 +218,7 @@ def skb_vlan_untag(skb: SkBuff) -> bool:
 
 
 def skb_from_frame(frame: bytes, *, iif: int = 0, headlen: int | None = None,
-                   rx_vlan_offload: bool = True, gso_size: int = 0) -> SkBuff | None:
+                   rx_vlan_offload: bool = True, gso_size: int = 0, gso_type: int = 0) -> SkBuff | None:
     """An Ethernet frame as the skb an ingress hook sees (``eth_type_trans`` +
     ``__netif_receive_skb_core``).
 
@@ -237,7 +238,7 @@ def skb_from_frame(frame: bytes, *, iif: int = 0, headlen: int | None = None,
     data = NET_SKB_PAD + ETH_HLEN
     # positional arguments, in field order: this runs once per received frame
     skb = SkBuff(bytearray(_HEADROOM + frame), data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
-                 (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size)
+                 (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size, gso_type)
     if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
         if not skb_vlan_untag(skb):
             return None

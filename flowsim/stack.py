@@ -331,6 +331,11 @@ class Kernel:
             self.traces.append(TraceRecord(self.now, str(tag) if tag is not None else "-", where, what,
                                            tuple(sorted((k, str(v)) for k, v in details.items()))))
 
+    def add_pieces(self, skb, n: int) -> None:
+        """*n* more skbs now carry *skb*'s packet (the fast path segmented a GSO skb)."""
+        if skb.tag is not None:
+            self.ledger.add_pieces(skb.tag, n)
+
     def account(self, skb, kind: str) -> None:
         """The flowtable hook's verdict for this packet: ``fastpath`` or ``slowpath``."""
         tag = skb.tag
@@ -355,17 +360,20 @@ class Kernel:
             self.ledger.deliver(skb.tag)
 
     # ------------------------------------------------------------------ entry points
-    def receive_frame(self, dev, frame: bytes, tag, mark: int = 0) -> None:
-        """A frame arrives on *dev* from its wire (veth peer, cable)."""
-        stack_l2.netif_receive_frame(self, dev, frame, tag, mark)
+    def receive_frame(self, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> None:
+        """A frame arrives on *dev* from its wire (veth peer, cable); a GSO skb crosses a veth whole."""
+        stack_l2.netif_receive_frame(self, dev, frame, tag, mark, gso_size, gso_type)
 
     def ip_local_out(self, st: NetnsState, skb) -> None:
         """``ip_local_out`` / ``ip6_local_out`` of an L3 skb made in namespace *st* (endpoints, ICMP)."""
         stack_ip.ip_local_out(self, st, skb)
 
-    def send_l3(self, netns: str, packet: bytes, tag) -> None:
-        """An endpoint (or the stack's ICMP) in *netns* sends the IP packet *packet*, already tagged and injected."""
-        stack_ip.ip_local_out(self, self.netns[netns], stack_ip.new_skb(packet, tag))
+    def send_l3(self, netns: str, packet: bytes, tag, gso_size: int = 0, gso_type: int = 0) -> None:
+        """An endpoint (or the stack's ICMP) in *netns* sends the IP packet *packet*, already tagged and injected.
+
+        With *gso_size* it is a GSO skb (TSO / UDP_SEGMENT): segments of *gso_size* payload bytes, cut later.
+        """
+        stack_ip.ip_local_out(self, self.netns[netns], stack_ip.new_skb(packet, tag, 0, gso_size, gso_type))
 
     def gc(self) -> None:
         """The periodic work of one second: flowtable GC, conntrack GC, reassembly timeouts."""

@@ -57,6 +57,7 @@ from flowsim.headers import (
     internet_checksum,
 )
 from flowsim.skb import NET_SKB_PAD, SkBuff
+from flowsim.skb_gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, skb_gso_validate_network_len
 from flowsim.stack_nf import NfCtx, nat_source_address, nf_hook, quoted_info
 from flowsim.stack_pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED,
@@ -73,10 +74,11 @@ _OPPOSITE = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
 
 
-def new_skb(packet: bytes, tag, mark: int = 0) -> SkBuff:
+def new_skb(packet: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
     """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
     buf = bytearray(NET_SKB_PAD) + packet
-    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark)
+    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
+                 gso_type=gso_type)
     skb.network_header = skb.mac_header = NET_SKB_PAD
     skb.protocol = ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6
     return skb
@@ -154,14 +156,14 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
     out_dev = st.ns.devices[rt.dev]
     mtu = st.route_mtu(rt)
     if v4:
-        if info.tot_len > mtu and info.df:
+        if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
             kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
             return
         ip_decrease_ttl(skb.buf, info.l3off)
     else:
         mtu = max(mtu, IPV6_MIN_MTU)
-        if info.tot_len > mtu:
+        if info.tot_len > mtu and not _gso_fits(skb, info, mtu):  # ip6_pkt_too_big
             icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
             kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
             return
@@ -185,6 +187,26 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
         return
     mtu = st.route_mtu(rt)
     nexthop = rt.nexthop(info.dst)
+    if skb.gso_size and info.tot_len > mtu and out_dev.link_type != "loopback":
+        # ip_finish_output_gso: segments that fit go out whole; IPv6 (__ip6_finish_output) never fragments GSO
+        if info.version == 6 or _gso_fits(skb, info, mtu):
+            stack_l2.neigh_output(kernel, out_dev, skb, nexthop)
+            return
+        # the slow path of GSO: segment, then ip_fragment each segment (refused with DF)
+        for seg in stack_l2.gso_segment(kernel, skb, f"{st.name} output") or ():
+            _ip_finish_output(kernel, st, seg, parse_ip(seg.buf, seg.data), mtu, out_dev, nexthop)
+        return
+    _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop)
+
+
+def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
+    """``skb_is_gso(skb) && skb_gso_validate_network_len(skb, mtu)``: every segment will fit *mtu*."""
+    return bool(skb.gso_size) and skb_gso_validate_network_len(
+        memoryview(skb.buf)[info.l3off:info.l3off + info.tot_len], skb.gso_size, mtu)
+
+
+def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
+    """``ip_finish_output`` for a non-GSO skb: fragment (or refuse) what is longer than the MTU."""
     if info.tot_len > mtu and out_dev.link_type != "loopback":
         if info.version == 4 and not info.df:
             _fragment_and_send(kernel, st, skb, info, mtu, out_dev, nexthop)
@@ -334,6 +356,7 @@ def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo) -> None:
         kernel.drop(skb, "no-tunnel", where, src=info.src, dst=info.dst, proto=info.l4proto)
         return
     _pull_to(skb, info.l4off)
+    skb.gso_type &= ~(SKB_GSO_IPXIP4 | SKB_GSO_IPXIP6)  # iptunnel_pull_offloads
     skb.protocol = _TUNNEL_KINDS[info.l4proto]
     skb.mac_header = skb.network_header = skb.transport_header = skb.data
     skb.vlan_hwaccel_clear_tag()
@@ -373,7 +396,7 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}")
         return
     mtu = st.route_mtu(rt) - 20
-    if info.df and info.tot_len > mtu:  # tnl_update_pmtu
+    if info.df and info.tot_len > mtu and not skb.gso_size:  # tnl_update_pmtu (GSO skbs are not checked)
         icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
         kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
         return
@@ -383,7 +406,9 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
     outer = build_ipv4(src, tun.remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
                        ident=st.next_ident(), df=True)
     kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote)
-    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark), route=rt)
+    # iptunnel_handle_offloads(skb, SKB_GSO_IPXIP4): a GSO skb stays one, segmented with its outer header
+    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
+                                     skb.gso_type | SKB_GSO_IPXIP4 if skb.gso_size else 0), route=rt)
 
 
 def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
@@ -399,7 +424,9 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
         return
     limit = tun.encaplimit
     mtu = st.route_mtu(rt) - 40 - (8 if limit is not None else 0)
-    if info.version == 6:
+    if skb.gso_size:
+        pass  # ip6_tnl_xmit checks the MTU only for non-GSO skbs
+    elif info.version == 6:
         mtu = max(mtu, IPV6_MIN_MTU)
         if info.tot_len > mtu:
             icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
@@ -419,7 +446,8 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     outer = build_ipv6(src, tun.remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
                        flowlabel=_flowlabel(info))
     kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote, encaplimit=limit)
-    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark), route=rt)
+    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
+                                     skb.gso_type | SKB_GSO_IPXIP6 if skb.gso_size else 0), route=rt)
 
 
 def _ecn(skb: SkBuff, info: PktInfo) -> int:

@@ -55,6 +55,7 @@ from flowsim.devices.vlan import VlanDevice
 from flowsim.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES
 from flowsim.nft import NftPacket
 from flowsim.skb import SkBuff, skb_from_frame, skb_vlan_untag
+from flowsim.skb_gso import GsoError, skb_gso_segment
 from flowsim.stack_pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, mac_bytes, parse_ip
 
 __all__ = ["netif_receive_frame", "netif_receive_skb", "dev_queue_xmit", "neigh_output", "br_handle_frame",
@@ -101,9 +102,9 @@ def _capture(kernel, dev, frame: bytes) -> None:
 
 # ----------------------------------------------------------------- receive
 
-def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0) -> None:
+def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> None:
     """A frame arrives from *dev*'s wire: ``eth_type_trans`` + ``netif_receive_skb``."""
-    skb = skb_from_frame(frame, iif=dev.ifindex, headlen=kernel.headlen)
+    skb = skb_from_frame(frame, iif=dev.ifindex, headlen=kernel.headlen, gso_size=gso_size, gso_type=gso_type)
     if skb is None:
         skb = SkBuff(buf=bytearray(frame), data=0, linear_end=len(frame), tag=tag)
         kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name}")
@@ -324,7 +325,7 @@ def _skb_copy(skb: SkBuff) -> SkBuff:
     c = SkBuff(buf=bytearray(skb.buf), data=skb.data, linear_end=skb.linear_end, mac_header=skb.mac_header,
                network_header=skb.network_header, transport_header=skb.transport_header, protocol=skb.protocol,
                vlan_present=skb.vlan_present, vlan_proto=skb.vlan_proto, vlan_tci=skb.vlan_tci, iif=skb.iif,
-               mark=skb.mark, tag=skb.tag)
+               mark=skb.mark, tag=skb.tag, gso_size=skb.gso_size, gso_type=skb.gso_type)
     return c
 
 
@@ -417,7 +418,8 @@ def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
         return
     frame = tx_frame(skb, False)
     mark = skb.mark if peer.netns == dev.netns else 0  # skb_scrub_packet(xnet) clears the mark
-    kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, mark)
+    kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, mark,
+                    skb.gso_size, skb.gso_type)
 
 
 def _xmit_vlan(kernel, vdev: VlanDevice, skb: SkBuff) -> None:
@@ -435,7 +437,8 @@ def _xmit_vlan(kernel, vdev: VlanDevice, skb: SkBuff) -> None:
 
 def _xmit_loopback(kernel, lo, skb: SkBuff) -> None:
     """``loopback_xmit``: the packet comes straight back in on lo."""
-    kernel.schedule(kernel.now, kernel.receive_frame, lo, tx_frame(skb, False), skb.tag, skb.mark)
+    kernel.schedule(kernel.now, kernel.receive_frame, lo, tx_frame(skb, False), skb.tag, skb.mark, skb.gso_size,
+                    skb.gso_type)
 
 
 def _xmit_ipip(kernel, dev, skb: SkBuff) -> None:
@@ -480,6 +483,28 @@ def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
     if dev.kind == "dummy":
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
+    if skb.gso_size and not dev.GSO:  # validate_xmit_skb: netif_needs_gso → software segmentation
+        for seg in gso_segment(kernel, skb, f"{dev.netns} {dev.name} xmit") or ():
+            _xmit_one(kernel, dev, seg)
+        return
+    _xmit_one(kernel, dev, skb)
+
+
+def gso_segment(kernel, skb: SkBuff, where: str) -> list[SkBuff] | None:
+    """``skb_gso_segment`` in the stack: the segments (each a piece of the packet), or None when it failed."""
+    try:
+        segs = skb_gso_segment(skb)
+    except GsoError as exc:
+        kernel.drop(skb, "gso-segment-failed", where, error=str(exc))
+        return None
+    if skb.tag is not None:
+        kernel.ledger.add_pieces(skb.tag, len(segs) - 1)
+    kernel.trace(skb, where, f"GSO: segmented into {len(segs)}", gso_size=skb.gso_size)
+    return segs
+
+
+def _xmit_one(kernel, dev, skb: SkBuff) -> None:
+    """``xmit_one``: taps (capture, trace) see each skb, then the device's ``ndo_start_xmit``."""
     if kernel.capture is not None or kernel.tracing:
         l3 = dev.link_type in _L3_LINK_TYPES
         if kernel.capture is not None:

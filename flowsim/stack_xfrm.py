@@ -229,8 +229,15 @@ def xfrm_output(kernel, st, skb, info, rt: XfrmRoute) -> None:
     from flowsim import stack_ip
     from flowsim.stack_pkt import build_ipv4
 
+    from flowsim.stack_l2 import gso_segment
+    from flowsim.stack_pkt import parse_ip
+
     sa = rt.sa
     where = f"{st.name} xfrm output"
+    if skb.gso_size:  # xfrm_output_gso: segment in software, then each segment through the transform
+        for seg in gso_segment(kernel, skb, where) or ():
+            xfrm_output(kernel, st, seg, parse_ip(seg.buf, seg.data), rt)
+        return
     if info.version != 4:
         kernel.drop(skb, "xfrm-no-state", where, inner=f"IPv{info.version}")
         return

@@ -133,6 +133,9 @@ class Traffic:
     first address of ``to``'s family) to ``to``; ``reply_packets`` come back.
     TCP flows do the three-way handshake and FIN close unless disabled.
     ``rate`` is packets per second (0: back to back), ``start`` seconds.
+    With ``gso_size`` the endpoints hand the stack GSO skbs (TSO /
+    ``UDP_SEGMENT``): data packets of ``size`` bytes cut later into segments
+    of ``gso_size`` payload bytes.
     """
 
     name: str
@@ -150,6 +153,7 @@ class Traffic:
     close: bool = True
     rate: float = 0.0
     start: float = 0.0
+    gso_size: int | None = None
     line: int | None = None
 
 
@@ -618,7 +622,7 @@ def _sysctls(value, raw: _RawToml, header: str, file: str) -> dict[str, str]:
 
 
 _TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
-                 "reply_size", "handshake", "close", "rate", "start"}
+                 "reply_size", "handshake", "close", "rate", "start", "gso_size"}
 
 
 def _traffic(items, topo: Topology, raw: _RawToml, file: str) -> list[Traffic]:
@@ -704,7 +708,8 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    packets=integer("packets", 1, 10**9, 10), size=integer("size", 1, 65535, 1000),
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
-                   close=flag("close"), rate=number("rate"), start=number("start"), line=line)
+                   close=flag("close"), rate=number("rate"), start=number("start"),
+                   gso_size=integer("gso_size", 1, 65535, None), line=line)
 
 
 def shell_split(cmd: Command) -> list[str]:

@@ -36,6 +36,15 @@ discovery).  UDP: the client's datagrams, the server's replies once the
 first datagram arrived; IPv4 datagrams larger than the path MTU are sent
 without DF (fragmented by the sending host), like ``IP_PMTUDISC_WANT``.
 
+GSO (``gso_size``): data packets leave the endpoint as one GSO skb of
+``size`` bytes (at most :data:`GSO_MAX_SKB`, TCP's ``tcp_tso_autosize``
+bound) whose segments carry ``gso_size`` payload bytes, lowered to what fits
+the path MTU — TSO for TCP, ``UDP_SEGMENT`` for UDP.  veth, VLAN, bridge,
+loopback and tunnel devices take the GSO skb whole (a capture on a veth
+shows the large frame, as tcpdump does); a ppp device cannot, so the stack
+cuts it in software first (``validate_xmit_skb``).  The receiving endpoint
+takes a GSO skb as one large segment, as after GRO.
+
 Every packet carries a :class:`~flowsim.stack.PacketTag` naming the
 traffic, the direction (``original`` from the client, ``reply`` from the
 server), a sequence number, its kind and the flow index.
@@ -49,7 +58,9 @@ import zlib
 import attrs
 
 from flowsim.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
+from flowsim.gso import GSO_LEGACY_MAX_SIZE
 from flowsim.headers import IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.skb_gso import gso_type_of
 from flowsim.stack import ORIGIN_HOST
 from flowsim.stack_pkt import IP_DEFAULT_TTL, IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
 
@@ -59,6 +70,8 @@ DEFAULT_GAP = 10e-6  # seconds between back-to-back packets (rate = 0)
 EPHEMERAL_BASE = 40000  # first client port when the table gives none (ip_local_port_range is 32768-60999)
 _HDR = {4: 20, 6: 40}
 _L4HDR = {"tcp": 20, "udp": 8}
+MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the largest GSO skb TCP builds
 
 
 @attrs.frozen
@@ -83,6 +96,7 @@ class TrafficSpec:
     flows: int = 1  # several flows: client ports sport, sport+1, …
     ttl: int = IP_DEFAULT_TTL  # TTL / hop limit the endpoints send with
     df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
+    gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
 
     @classmethod
     def from_topology(cls, t, index: int = 0) -> "TrafficSpec":
@@ -92,7 +106,7 @@ class TrafficSpec:
                    sport=t.sport if t.sport is not None else EPHEMERAL_BASE + 100 * index, packets=t.packets,
                    size=t.size, reply_packets=t.reply_packets, reply_size=t.reply_size,
                    handshake=t.handshake and tcp, close=("fin" if t.close else None) if tcp else None,
-                   rate=t.rate, start=t.start)
+                   rate=t.rate, start=t.start, gso_size=t.gso_size)
 
     @property
     def gap(self) -> float:
@@ -146,9 +160,17 @@ class Endpoint:
         spec = self.conv.spec
         v = self.laddr.version
         l4 = _L4HDR[spec.proto]
+        gso_size = 0
         if size is None:
             payload_len = 0
             l3 = _HDR[v] + l4
+        elif spec.gso_size:
+            # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
+            mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - _HDR[v] - l4))
+            l3 = min(size, GSO_MAX_SKB)
+            payload_len = max(l3 - _HDR[v] - l4, 0)
+            if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
+                gso_size = mss
         else:
             # TCP segments and IPv6 datagrams fit the path MTU; IPv4 UDP may be fragmented by this host
             clamp = v == 6 or (spec.proto == "tcp" and spec.df is not False)
@@ -164,7 +186,8 @@ class Endpoint:
         else:
             seg = udp_datagram(self.laddr, self.raddr, self.lport, self.rport, payload)
             proto = IPPROTO_UDP
-            df = spec.df if spec.df is not None else (self.pmtu is None or len(seg) + _HDR[v] <= self.pmtu)
+            seglen = _HDR[v] + 8 + gso_size if gso_size else len(seg) + _HDR[v]
+            df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
         self.ident = (self.ident + 1) & 0xFFFF
         if v == 4:
             pkt = build_ipv4(self.laddr, self.raddr, proto, seg, ttl=spec.ttl, ident=self.ident, df=df)
@@ -172,7 +195,10 @@ class Endpoint:
             pkt = build_ipv6(self.laddr, self.raddr, proto, seg, hlim=spec.ttl)
         self.conv.seq += 1
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, seq=self.conv.seq, flow=self.conv.flow)
-        kernel.send_l3(self.netns, pkt, tag)
+        if gso_size:
+            kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt))
+        else:
+            kernel.send_l3(self.netns, pkt, tag)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
         """Send the next data packet now and schedule the rest *gap* apart."""

@@ -50,6 +50,9 @@ class FakeKernel:
     def account(self, skb, kind):
         self.accounted.append(kind)
 
+    def add_pieces(self, skb, n):
+        self.steps.append(("ledger", f"{n} more pieces", {}))
+
 
 def setup(topology: str, netns: str, profile: str):
     """A kernel and one namespace's state with its flowtables, from a shipped topology."""

@@ -291,3 +291,57 @@ def test_route_change_makes_neigh_flow_stale():
     assert hook(kernel, state, "veth0", pkt, "f1")[0] == "accept"
     (flow,) = state.flowtables["f1"].flows.values()
     assert state.flowtables["f1"].reasons == {"route-stale": 1} and flow.test(NF_FLOW_TEARDOWN)
+
+
+def _pppoe_upload_flow(profile="linux-7.1.5"):
+    kernel, state = setup("pppoe-over-vlan.toml", "cpe", profile)
+    ct = established_ct(state, "192.168.1.10", "198.51.100.10", 40000, 443)
+    assert add_flow(kernel, state, "ft", ct, 0, "br-lan")
+    return kernel, state
+
+
+def _gso_upload(kernel, state, payload: int, gso_type=None):
+    from flowsim.skb_gso import gso_type_of
+
+    frame = bytes(Ether(**MAC) / IP(src="192.168.1.10", dst="198.51.100.10", ttl=64)
+                  / TCP(sport=40000, dport=443, seq=1000, flags="PA") / (bytes(range(256)) * (payload // 256)))
+    skb = skb_from_frame(frame, iif=state.ns.devices["lan0"].ifindex, gso_size=1400)
+    skb.gso_type = gso_type_of(frame[14:]) if gso_type is None else gso_type
+    verdict = nf_flow_offload_hook(kernel, state, state.flowtables["ft"], skb, state.ns.devices["lan0"])
+    return verdict, skb
+
+
+def test_gso_into_pppoe_is_segmented_before_the_push():
+    """A GSO skb into PPPoE (needs_gso_segment, April-2026 fix): cut into gso_size segments in software, a
+    PPPoE header on each, every segment a valid TCP packet continuing the sequence (§4.1 step 13)."""
+    kernel, state = _pppoe_upload_flow()
+    verdict, _skb = _gso_upload(kernel, state, 4096)
+    assert verdict == "stolen"
+    outs = [Ether(skb.bytes()) for _kind, dev, skb in kernel.xmits]
+    assert [dev for _k, dev, _s in kernel.xmits] == ["eth1"] * 3 and all(not s.gso_size for *_x, s in kernel.xmits)
+    assert [len(o[TCP].payload) for o in outs] == [1400, 1400, 1296]
+    assert [o[TCP].seq for o in outs] == [1000, 2400, 3800]
+    assert [str(o[TCP].flags) for o in outs] == ["A", "A", "PA"]  # PSH on the last segment only
+    assert all(o[PPPoE].sessionid == 0x42 and o[PPPoE].len == 2 + len(o[IP]) for o in outs)
+    for o in outs:
+        checks_ok(o)
+    assert ("ledger", "2 more pieces", {}) in kernel.steps
+
+
+def test_gso_without_needs_gso_segment_pushes_onto_the_gso_skb():
+    """6.19 (no April-2026 fix): PPPoE is pushed onto the GSO skb itself, one frame leaves, still GSO."""
+    kernel, state = _pppoe_upload_flow("linux-6.19")
+    verdict, _skb = _gso_upload(kernel, state, 4096)
+    assert verdict == "stolen" and len(kernel.xmits) == 1
+    out = kernel.xmits[0][2]
+    assert out.gso_size == 1400 and Ether(out.bytes())[PPPoE].len == 2 + 40 + 4096
+
+
+def test_gso_segmentation_error_drops():
+    """A GSO skb whose gso_type does not match its headers: skb_gso_segment fails, NF_DROP gso-segment-error."""
+    from flowsim.skb_gso import SKB_GSO_UDP_L4
+
+    kernel, state = _pppoe_upload_flow()
+    verdict, skb = _gso_upload(kernel, state, 4096, gso_type=SKB_GSO_UDP_L4)
+    assert verdict == "drop" and skb.drop_reason == "gso-segment-error" and not kernel.xmits
+    assert state.flowtables["ft"].reasons["gso-segment-error"] == 1

@@ -198,3 +198,65 @@ def test_ipip_outer_header_differs_only_where_documented():
             b[14 + 7] = 0  # hop limit
         return bytes(b)
     assert sorted(map(masked, slow)) == sorted(map(masked, fast))
+
+
+# --- GSO traffic (TSO at the endpoints): the MTU check's GSO clause and software segmentation (§4.1 steps 4, 13)
+
+def _gso(name, gso_size, size=None, reply_size=None, packets=40):
+    """Only traffic *name*, its data sent as GSO skbs of *size* / *reply_size* bytes."""
+    def specs(all_specs):
+        return [attrs.evolve(s, gso_size=gso_size, size=size or s.size, reply_size=reply_size or s.reply_size,
+                             packets=packets, reply_packets=min(s.reply_packets, packets))
+                for s in all_specs if s.name == name]
+    return specs
+
+
+def _gso_frames(topology, profile, flowtables, dev, specs):
+    frames = collections.defaultdict(list)
+    sim = Simulation(load_topology(TOPO / topology), get_profile(profile), flowtables=flowtables)
+    sim = Simulation(sim.topo, sim.profile, flowtables=flowtables, traffic=specs(sim.specs))
+    sim.kernel.capture = lambda netns, d, frame: frames[(netns, d)].append(frame)
+    sim.run()
+    return frames[dev], build_report(sim)
+
+
+@pytest.mark.parametrize("topology,profile,traffic,dev,largest", [
+    # upload into PPPoE: the fast path segments (needs_gso_segment), the slow path's ppp0 segments (no GSO features)
+    ("pppoe-over-vlan.toml", "linux-7.1.5", _gso("tcp-download", 1400, size=20000), ("bras", "eth0"), 1466),
+    # ≤ 6.18: the fast path's neigh_xmit hands the GSO skb to ppp0, which segments it
+    ("pppoe-over-vlan.toml", "linux-6.18", _gso("tcp-download", 1400, size=20000), ("bras", "eth0"), 1466),
+    # UDP_SEGMENT: __udp_gso_segment gives every segment its own UDP header
+    ("pppoe-over-vlan.toml", "linux-7.1.5", _gso("udp-upload", 1000, size=12000), ("bras", "eth0"), 1054),
+    # out of the IP6IP6 tunnel: the GSO skb stays whole on the veth to the client, after decap in either path
+    ("ip6ip6-rx.toml", "linux-7.1.5", _gso("tcp-rx-from-tunnel", 1380, size=30000), ("client", "eth0"), 30014),
+])
+def test_gso_fast_path_bytes_equal_slow_path_bytes(topology, profile, traffic, dev, largest):
+    """GSO skbs take the fast path (their segments fit the flow MTU although the skb does not) and every frame the
+    host receives is byte for byte what the slow path sends, segmented where no device could take the GSO skb."""
+    slow, _ = _gso_frames(topology, profile, False, dev, traffic)
+    fast, report = _gso_frames(topology, profile, True, dev, traffic)
+    assert slow and sorted(slow) == sorted(fast)
+    assert max(map(len, fast)) == largest
+    ft = report["flowtables"][0]
+    assert "mtu-exceeded" not in ft["reasons"] and ft["fastpath"] > 0
+    assert all(d["delivered"] == d["sent"] for d in report["traffic"][0]["directions"].values())
+
+
+def test_gso_pppoe_without_the_fix_puts_frames_larger_than_the_mtu_on_the_wire():
+    """6.19 pushes PPPoE onto the GSO skb itself (no needs_gso_segment): the BRAS receives PPPoE frames far
+    beyond the 1492-byte session MTU — what the April-2026 fix's software segmentation prevents."""
+    frames = {p: _gso_frames("pppoe-over-vlan.toml", p, True, ("bras", "eth0"),
+                             _gso("tcp-download", 1400, size=20000))[0] for p in ("linux-6.19", "linux-7.1.5")}
+    assert max(map(len, frames["linux-6.19"])) == 14 + 4 + 8 + 20000
+    assert max(map(len, frames["linux-7.1.5"])) <= 14 + 4 + 1500
+
+
+def test_gso_segments_too_big_for_the_tunnel_go_slow_until_pmtu_lowers_them():
+    """Into the tunnel with segments of the LAN MTU: mtu-exceeded, the slow path's ip6_forward refuses the GSO
+    skb (skb_gso_validate_network_len) with Packet Too Big, the client lowers its MSS, the rest is fast."""
+    _, report = _gso_frames("ip6ip6-rx.toml", "linux-7.1.5", True, ("server", "eth0"),
+                            _gso("tcp-rx-from-tunnel", 1440, reply_size=20000))
+    ft = report["flowtables"][0]
+    reply = report["traffic"][0]["directions"]["reply"]
+    assert ft["reasons"].get("mtu-exceeded", 0) >= 1
+    assert report["packets"]["dropped"] >= 1 and reply["fastpath"] >= 0.8 * reply["sent"]

@@ -373,3 +373,27 @@ def test_packets_to_a_local_address_loop_back():
     sim = run("selftest", traffic=[spec(proto="udp", dst="10.0.1.99", packets=2, reply_packets=1)])
     conv = sim.conversations[0]
     assert sim.kernel.ledger.totals()["delivered"] == 3 and conv.server.netns == "ns1"
+
+
+@pytest.mark.parametrize("gso_type,dropped", [
+    (None, {"no-socket": 1}),  # the sender's gso_type: ppp0 segments it, every segment reaches the server
+    (1 << 17, {"gso-segment-failed": 1}),  # SKB_GSO_UDP_L4 on a TCP packet: __udp_gso_segment refuses it
+])
+def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
+    """ppp has no GSO features: validate_xmit_skb segments a GSO skb before pppoe_xmit, or drops it
+    (gso-segment-failed) when skb_gso_segment fails; packet accounting adds up either way."""
+    from flowsim.skb_gso import gso_type_of
+    from flowsim.stack_pkt import build_ipv4, tcp_segment
+
+    sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
+    k = sim.kernel
+    frames = []
+    k.capture = lambda netns, dev, frame: frames.append((netns, dev, len(frame)))
+    a, b = ip("192.168.1.10"), ip("198.51.100.10")
+    pkt = build_ipv4(a, b, 6, tcp_segment(a, b, 40000, 443, 1, 1, 0x18, bytes(6000)))
+    k.send_l3("client", pkt, k.new_tag("x", "original", "data"), 1400, gso_type or gso_type_of(pkt))
+    sim.run(None)
+    on_ppp = [n for ns, dev, n in frames if (ns, dev) == ("cpe", "ppp0")]
+    assert dict(k.ledger.dropped) == dropped
+    # (a capture on an L3 device shows a 14-byte cooked header, as tcpdump's on ppp0)
+    assert on_ppp == ([] if "gso-segment-failed" in dropped else [14 + 1440] * 4 + [14 + 6040 - 4 * 1400])

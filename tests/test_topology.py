@@ -236,6 +236,7 @@ ERRORS = [
     ("unknown-kind.toml", 4, "ip link add bond0 type bond mode 802.3ad", "unknown device type"),
     ("bad-gateway.toml", 7, "ip route add default via 10.1.0.1", "not on a connected subnet"),
     ("bad-traffic.toml", 11, "[[traffic]]", "bad proto"),
+    ("bad-gso.toml", 15, "[[traffic]]", "bad gso_size 0"),
 ]
 
 

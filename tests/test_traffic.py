@@ -43,11 +43,13 @@ def segments(path: Path, sport: int | None = None):
 
 
 def test_from_topology_defaults():
-    """A traffic table becomes a spec: client port 40000 + 100 × index, FIN close for TCP, no handshake for UDP."""
+    """A traffic table becomes a spec: client port 40000 + 100 × index, FIN close for TCP, no handshake for UDP,
+    gso_size carried over."""
     topo = load_topology(TOPOLOGIES / "pppoe-over-vlan.toml")
     specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
-    assert [(s.proto, s.sport, s.close, s.handshake) for s in specs] == [
-        ("tcp", EPHEMERAL_BASE, "fin", True), ("udp", EPHEMERAL_BASE + 100, None, False)]
+    assert [(s.proto, s.sport, s.close, s.handshake, s.gso_size) for s in specs] == [
+        ("tcp", EPHEMERAL_BASE, "fin", True, None), ("udp", EPHEMERAL_BASE + 100, None, False, None),
+        ("tcp", EPHEMERAL_BASE + 200, "fin", True, 1400)]
     assert specs[0].reply_gap == pytest.approx(DEFAULT_GAP * 20 / 1000)
 
 
@@ -144,3 +146,29 @@ def test_endpoint_lowers_its_path_mtu_on_icmp():
     sim = selftest([tcp(v=6, size=3000, packets=20, reply_packets=0)])
     c = sim.conversations[0].client
     assert c.pmtu == 1500 and c.icmp_errors and c.icmp_errors[0][:2] == (2, 0)
+
+
+@pytest.mark.parametrize("size,gso_size,lengths,gso_sizes", [
+    (9000, 1000, {9000}, {1000}),  # one GSO skb per data packet: the veth capture shows it whole
+    # segments of 4040 bytes cannot cross the router's 1500-byte link: ICMP fragmentation needed, then 1460
+    (9000, 4000, {9000}, {4000, 1460}),
+    (900, 1000, {900}, {0}),  # one segment's worth: an ordinary skb (tcp_set_skb_tso_segs)
+    (70000, 1000, {65215}, {1000}),  # capped at tcp_tso_autosize's bound
+])
+def test_gso_data_leaves_as_one_skb(tmp_path, size, gso_size, lengths, gso_sizes):
+    """With gso_size a data packet is one GSO skb of size bytes whose segments fit the path MTU."""
+    sim = Simulation(load_topology(TOPOLOGIES / "selftest.toml"), flowtables=False,
+                     traffic=[tcp(size=size, gso_size=gso_size, reply_packets=0, packets=6)], pcap_dir=tmp_path)
+    skbs = []
+    orig = sim.kernel.send_l3
+
+    def send_l3(netns, pkt, tag, *gso):
+        if netns == "ns1" and tag.kind == "data":
+            skbs.append((len(pkt), gso[0] if gso else 0))
+        orig(netns, pkt, tag, *gso)
+
+    sim.kernel.send_l3 = send_l3
+    sim.run(None)
+    assert {n for n, _g in skbs} == lengths and {g for _n, g in skbs} == gso_sizes
+    segs = segments(tmp_path / "ns1-eth0.pcap", 41000)
+    assert {len(e[IP]) for _t, e in segs if str(e[TCP].flags) == "PA"} == lengths

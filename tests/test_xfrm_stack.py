@@ -32,10 +32,10 @@ def _run(text: str | None = None, profile: str = "linux-7.1.5"):
     kernel = sim.kernel
     orig = kernel.receive_frame
 
-    def receive_frame(dev, frame, tag, mark=0):
+    def receive_frame(dev, frame, tag, *args):
         if (dev.netns, dev.name) in (("nsr1", "veth1"), ("nsr2", "veth0")):
             wire.append((dev.netns, bytes(frame)))
-        orig(dev, frame, tag, mark)
+        orig(dev, frame, tag, *args)
 
     kernel.receive_frame = receive_frame
     sim.run(None)

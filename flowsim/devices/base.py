@@ -261,6 +261,9 @@ class NetDevice:
     """
 
     LINK_TYPE: ClassVar[str] = "ether"  # ARPHRD_ETHER; others: loopback, tunnel, tunnel6, ppp, none, ipgre
+    # NETIF_F_GSO_SOFTWARE in dev->features: the device takes GSO skbs whole (veth, VLAN, bridge, loopback and
+    # the IP tunnels do); without it validate_xmit_skb segments them in software first
+    GSO: ClassVar[bool] = True
 
     netns: str
     name: str

@@ -41,6 +41,7 @@ class PppDevice(NetDevice):
     """A ppp unit whose only channel is a PPPoE session on ``lower``."""
 
     LINK_TYPE: ClassVar[str] = "ppp"
+    GSO: ClassVar[bool] = False  # ppp_setup sets no GSO features: the stack segments before ppp_start_xmit
 
     session: int = 0
     peer_mac: str | None = None
