@@ -149,6 +149,8 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     v4 = res.hook == "ipv4"
     flow = th.flow
     other = flow.tuplehash[1 - th.dir]
+    out_tun, out_encap = other.key.tun, other.key.encap  # what this direction pushes: the other tuple's
+    xmit_type = th.xmit_type
     buf = skb.buf
 
     # nf_flow_offload_forward / nf_flow_offload_ipv6_forward
@@ -157,7 +159,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     thoff = ctx.offset + l3len  # from skb->data (= the network header at ingress)
     l4proto = buf[ih + 9] if v4 else buf[ih + 6]
     mtu = th.mtu + ctx.offset
-    if other.key.tun is not None:  # other.tun_num
+    if out_tun is not None:  # other.tun_num
         mtu -= 20 if v4 else 40 + (8 if profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
         l4len = (buf[skb.data + thoff + 12] >> 4) * 4 if l4proto == IPPROTO_TCP else 8
@@ -174,7 +176,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
     # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked (REF)
-    if th.xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
+    if xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
         ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
         return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
     if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
@@ -201,7 +203,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     th.packets += 1
     th.bytes += len(skb.buf) - skb.data  # skb->len
 
-    if th.xmit_type == _XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
+    if xmit_type == _XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
         # IPCB reset, IPSKB_FORWARDED, skb_dst_set_noref(cached route), dst_output → the xfrm output
         dst = th.dst
         dev = ns_state.ns.devices.get(dst.dev) if dst is not None else None
@@ -212,7 +214,7 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         kernel.xfrm_output(ns_state, skb, dst)
         return "stolen"
     ip_daddr = other.key.src
-    if other.key.tun is not None:  # other.tun_num
+    if out_tun is not None:
         dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst
         if dst is None:
             raise KernelBugError("tunnel push reads dst_cache of a tuple without a route (DIRECT): "
@@ -224,11 +226,11 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
             nf_flow_tunnel_ip6ip6_push(skb, other, profile.ip6ip6_tx_encap_limit)
         if skb.gso_size:  # iptunnel_handle_offloads: segmentation will replicate the outer header
             skb.gso_type |= SKB_GSO_IPXIP4 if v4 else SKB_GSO_IPXIP6
-        ip_daddr = other.key.tun.src
+        ip_daddr = out_tun.src
 
     ns = ns_state.ns
     legacy = profile.encap_push_order == "legacy"
-    if th.xmit_type == _NEIGH:
+    if xmit_type == _NEIGH:
         rt = th.dst
         if legacy:  # ≤ 6.18: neigh_xmit on the route's device, whose driver tags / encapsulates
             dev = ns.devices.get(rt.dev) if rt is not None else None
@@ -246,17 +248,17 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
             l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
         hh = l2[2]
-    elif th.xmit_type == _DIRECT:
+    elif xmit_type == _DIRECT:
         outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
         if outdev is None:
             ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
             return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
         hh = _mac(th.h_dest) + _mac(th.h_source) if outdev.link_type == "ether" else None
     else:
-        return _drop(kernel, ft, skb, "xmit-type-unknown", th.xmit_type.name)
+        return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
 
     # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
-    if other.key.encap:
+    if out_encap:
         if skb.gso_size and th.needs_gso_segment:
             return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, profile.encap_push_order)
         if not nf_flow_encap_push(skb, other, profile.encap_push_order):

@@ -424,7 +424,7 @@ class Nftables:
             c.packets = c.bytes = 0
 
     # --- hook registration order
-    def hook_entries(self, hook: str, *, nfproto: int | None = None, device: str | None = None) -> tuple[HookEntry, ...]:
+    def hook_entries(self, hook: str, nfproto: int | None = None, device: str | None = None) -> tuple[HookEntry, ...]:
         """Base chains (and, at ingress, flowtables) that run at *hook*, in kernel order."""
         ck = (hook, nfproto, device)
         cached = self._entries_cache.get(ck)

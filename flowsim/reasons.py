@@ -63,7 +63,10 @@ _ROWS = [
     ("route-stale", ACCEPT, "nf_flow_dst_check", "cached route is obsolete: flow torn down"),
     # --- drops in the fast path (§4.3)
     ("not-writable", DROP, "skb_ensure_writable", "headers cannot be made writable"),
-    ("tunnel-push-failed", DROP, "nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push", "outer tunnel header could not be pushed"),
+    # iptunnel_handle_offloads / skb_cow_head fail only when an allocation fails (-ENOMEM); the simulator
+    # never fails an allocation, so no run takes this exit (kept so the table lists every kernel outcome)
+    ("tunnel-push-failed", DROP, "nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push",
+     "outer tunnel header could not be pushed (allocation failure: not produced by the simulator)"),
     ("no-egress-device", DROP, "dev_get_by_index_rcu", "the tuple's egress ifindex names no device: flow torn down"),
     ("neigh-error", DROP, "ip_neigh_gw4 / ip_neigh_gw6", "neighbour lookup or creation failed: flow torn down"),
     ("xmit-type-unknown", DROP, "nf_flow_offload_ip_hook", "tuple has no usable xmit type"),

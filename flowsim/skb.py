@@ -217,7 +217,7 @@ def skb_vlan_untag(skb: SkBuff) -> bool:
     return True
 
 
-def skb_from_frame(frame: bytes, *, iif: int = 0, headlen: int | None = None,
+def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
                    rx_vlan_offload: bool = True, gso_size: int = 0, gso_type: int = 0) -> SkBuff | None:
     """An Ethernet frame as the skb an ingress hook sees (``eth_type_trans`` +
     ``__netif_receive_skb_core``).

@@ -45,6 +45,7 @@ skipped and ``flow add`` answers NFT_BREAK: the pure slow path.
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -271,6 +272,10 @@ class Kernel:
         self.flowtable_mod, self.fastpath_mod = _flowtable_modules()
         self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
         self._peers: dict = {}
+        # The two per-packet entry points, bound once: a partial is one Python frame less per frame received
+        # and per skb transmitted (the methods below document them and serve a class-level lookup).
+        self.receive_frame = functools.partial(stack_l2.netif_receive_frame, self)
+        self.dev_queue_xmit = functools.partial(stack_l2.dev_queue_xmit, self)
 
     # ------------------------------------------------------------------ setup
     def _netns_state(self, ns) -> NetnsState:

@@ -104,7 +104,7 @@ def _capture(kernel, dev, frame: bytes) -> None:
 
 def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> None:
     """A frame arrives from *dev*'s wire: ``eth_type_trans`` + ``netif_receive_skb``."""
-    skb = skb_from_frame(frame, iif=dev.ifindex, headlen=kernel.headlen, gso_size=gso_size, gso_type=gso_type)
+    skb = skb_from_frame(frame, dev.ifindex, kernel.headlen, True, gso_size, gso_type)  # positional: once per frame
     if skb is None:
         skb = SkBuff(buf=bytearray(frame), data=0, linear_end=len(frame), tag=tag)
         kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name}")
@@ -217,7 +217,7 @@ def _netdev_chain(kernel, st, hook: str, dev, skb: SkBuff, entry, at_l2: bool) -
 
 def _ingress_hook(kernel, st, dev, skb: SkBuff) -> bool:
     """The netdev ingress hook (``nf_ingress``): True when the packet was consumed (stolen or dropped)."""
-    entries = st.nft.hook_entries("ingress", device=dev.name)
+    entries = st.nft.hook_entries("ingress", None, dev.name)
     for e in entries:
         if e.chain is not None:
             if _netdev_chain(kernel, st, "ingress", dev, skb, e, False):

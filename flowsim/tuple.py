@@ -438,22 +438,6 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
 
 # --- hook entry points ----------------------------------------------------------
 
-def _lookup_tuple(skb: SkBuff, ctx: FlowtableCtx, proto: int, profile: Profile) -> TupleResult:
-    """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup."""
-    failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
-    if failed is not None:
-        return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
-    if proto == ETH_P_IP:
-        built = nf_flow_tuple_ip(ctx, skb, profile)
-        hook = "ipv4"
-    else:
-        built = nf_flow_tuple_ipv6(ctx, skb, profile)
-        hook = "ipv6"
-    if type(built) is tuple:
-        return TupleResult(None, ctx, built[0], built[1], hook)
-    return _new_tuple(TupleResult, (built, ctx, None, "", hook))
-
-
 def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
     """``nf_flow_offload_inet_hook``: the protocol whose hook handles this skb, or why none does."""
     proto = skb.protocol
@@ -495,15 +479,28 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
 
 
 def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> TupleResult:
-    """:func:`flow_tuple_from_skb` with its arguments checked: the hook's entry, once per packet."""
+    """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup, behind the
+    inet hook's dispatch: :func:`flow_tuple_from_skb` with its arguments checked, once per packet."""
     ctx = FlowtableCtx(iifidx)
     if family == "ip":
-        return _lookup_tuple(skb, ctx, ETH_P_IP, profile)
-    if family == "ip6":
-        return _lookup_tuple(skb, ctx, ETH_P_IPV6, profile)
-    proto = skb.protocol
-    if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
-        proto = nf_flow_offload_inet_hook(skb)
-        if type(proto) is tuple:
-            return TupleResult(None, ctx, proto[0], proto[1], None)
-    return _lookup_tuple(skb, ctx, proto, profile)
+        proto = ETH_P_IP
+    elif family == "ip6":
+        proto = ETH_P_IPV6
+    else:
+        proto = skb.protocol
+        if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
+            proto = nf_flow_offload_inet_hook(skb)
+            if type(proto) is tuple:
+                return TupleResult(None, ctx, proto[0], proto[1], None)
+    failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
+    if failed is not None:
+        return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
+    if proto == ETH_P_IP:
+        built = nf_flow_tuple_ip(ctx, skb, profile)
+        hook = "ipv4"
+    else:
+        built = nf_flow_tuple_ipv6(ctx, skb, profile)
+        hook = "ipv6"
+    if type(built) is tuple:
+        return TupleResult(None, ctx, built[0], built[1], hook)
+    return _new_tuple(TupleResult, (built, ctx, None, "", hook))
