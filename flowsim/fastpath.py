@@ -297,6 +297,8 @@ def nf_flow_encap_gso_xmit(kernel, ft: Flowtable, skb, other: FlowOffloadTuple, 
         if not nf_flow_encap_push(seg, other, order):
             return _drop(kernel, ft, skb, "encap-push-failed")
     kernel.add_pieces(skb, len(segs) - 1)
+    ft.gso_segmented += 1
+    ft.gso_segments += len(segs)
     _stolen(kernel, ft, skb, outdev, f"software GSO into {len(segs)} segments, dev_queue_xmit")
     for seg in segs:
         _dev_hard_header(seg, hh)

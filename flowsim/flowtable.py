@@ -238,6 +238,8 @@ class Flowtable:
     near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count, first packet key)
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
+    gso_segmented: int = 0  # GSO skbs the fast path cut in software before an encap push (needs_gso_segment)
+    gso_segments: int = 0  # the segments it sent for them
     cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
     # (route device, destination key bytes, id(gateway), egress ifindex) -> (gateway, (neighbour table
     # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
@@ -372,6 +374,7 @@ class Flowtable:
                       for f in self.flows.values()],
             "kernel_bugs": list(self.kernel_bugs),
             "skb_cost": attrs.asdict(self.cost),
+            "gso": {"segmented": self.gso_segmented, "segments": self.gso_segments},
         }
 
 

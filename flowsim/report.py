@@ -181,6 +181,10 @@ def format_report(r: dict) -> str:
         rows = [[f["netns"], f["name"], f["fastpath"], f["slowpath"], f.get("drops", 0), len(f.get("flows", [])),
                  ", ".join(f"{k} {v}" for k, v in f.get("reasons", {}).items()) or "-"] for f in r["flowtables"]]
         lines += _table(["netns", "flowtable", "fastpath", "slowpath", "drops", "flows", "slow-path reasons"], rows)
+        for f in r["flowtables"]:
+            if f.get("gso", {}).get("segmented"):
+                lines.append(f"  {f['netns']} @{f['name']}: {f['gso']['segmented']} GSO skbs segmented in software "
+                             f"into {f['gso']['segments']} before the encap push (needs_gso_segment)")
     if r["drops"]:
         lines += ["", "drops"]
         lines += _table(["reason", "packets"], [[k, v] for k, v in r["drops"].items()])

@@ -326,6 +326,7 @@ def test_gso_into_pppoe_is_segmented_before_the_push():
     for o in outs:
         checks_ok(o)
     assert ("ledger", "2 more pieces", {}) in kernel.steps
+    assert state.flowtables["ft"].report()["gso"] == {"segmented": 1, "segments": 3}
 
 
 def test_gso_without_needs_gso_segment_pushes_onto_the_gso_skb():

@@ -88,3 +88,12 @@ def test_text_report_has_the_tables(bridge_vlan):
                    "no-flow-entry", "conntrack (nsr1)", "nft counters (nsr1)", "inet filter routed_orig"):
         assert needle in text, needle
     assert "packets: injected 406" in text
+
+
+def test_gso_segmentation_in_the_report():
+    """The fast path's software GSO before a PPPoE push is counted per flowtable, in JSON and in the text."""
+    sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml")).run()
+    report = build_report(sim)
+    ft = report["flowtables"][0]
+    assert ft["gso"]["segmented"] == 100 and ft["gso"]["segments"] == 100 * 12  # 16000-byte skbs, 1400-byte MSS
+    assert "100 GSO skbs segmented in software into 1200" in format_report(report)
