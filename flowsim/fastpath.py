@@ -109,7 +109,26 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     """
     copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
     try:
-        return _hook(kernel, ns_state, ft, skb, in_dev)
+        res = nf_flow_offload_lookup(skb, in_dev.ifindex, ft.family, kernel.profile)
+        if res.tuple is None:
+            return _accept(kernel, ft, skb, res.reason, res.detail)
+        th = ft.table.get(res.tuple)
+        if th is None:
+            _near_miss(ft, res.tuple)
+            return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
+        flow = th.flow
+        if flow.flags & _TEARDOWN:
+            return _accept(kernel, ft, skb, "flow-teardown", th=th)
+        if flow.ct.status & IPS_DYING:
+            return _accept(kernel, ft, skb, "ct-dying", th=th)
+        if kernel.tracing:
+            kernel.trace(skb, f"flowtable @{ft.name}",
+                         f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(res.tuple))
+        try:
+            return _forward_and_xmit(kernel, ns_state, ft, skb, th, res)
+        except KernelBugError as exc:
+            ft.kernel_bugs.append(str(exc))
+            return _drop(kernel, ft, skb, "kernel-bug", str(exc))
     finally:
         # every copy or reallocation copies bytes, and a pull bug is counted: test two fields, not four
         if skb.bytes_copied != copied or skb.pull_bugs != bugs:
@@ -118,29 +137,6 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             c.reallocs += skb.reallocs - reallocs
             c.bytes_copied += skb.bytes_copied - copied
             c.pull_bugs += skb.pull_bugs - bugs
-
-
-def _hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
-    res = nf_flow_offload_lookup(skb, in_dev.ifindex, ft.family, kernel.profile)
-    if res.tuple is None:
-        return _accept(kernel, ft, skb, res.reason, res.detail)
-    th = ft.table.get(res.tuple)
-    if th is None:
-        _near_miss(ft, res.tuple)
-        return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
-    flow = th.flow
-    if flow.flags & _TEARDOWN:
-        return _accept(kernel, ft, skb, "flow-teardown", th=th)
-    if flow.ct.status & IPS_DYING:
-        return _accept(kernel, ft, skb, "ct-dying", th=th)
-    if kernel.tracing:
-        kernel.trace(skb, f"flowtable @{ft.name}", f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}",
-                     tuple=str(res.tuple))
-    try:
-        return _forward_and_xmit(kernel, ns_state, ft, skb, th, res)
-    except KernelBugError as exc:
-        ft.kernel_bugs.append(str(exc))
-        return _drop(kernel, ft, skb, "kernel-bug", str(exc))
 
 
 def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> str:
