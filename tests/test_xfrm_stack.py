@@ -245,3 +245,23 @@ def test_decrypted_packets_never_create_flows():
     skb.sec_path = ("sa",)
     assert not add_flow(kernel, state, "f1", ct, 1, "veth1", skb=skb)
     assert "flow-add-sec-path" in state.flowtables["f1"].ct_failures[ct.id]
+
+
+@pytest.mark.parametrize("flowtables", [True, False])
+def test_gso_skbs_are_segmented_before_esp(flowtables):
+    """xfrm_output_gso: a GSO skb into the IPsec tunnel (fast path XFRM xmit or slow path) is segmented first,
+    each segment its own ESP packet; every packet is delivered."""
+    import attrs
+
+    topo = load_topology(FILE)
+    sim = Simulation(topo, get_profile("linux-7.1.5"), flowtables=flowtables)
+    specs = [attrs.evolve(s, gso_size=1300, size=9000, packets=20) for s in sim.specs]
+    sim = Simulation(topo, get_profile("linux-7.1.5"), flowtables=flowtables, traffic=specs)
+    esp_sizes = []
+    sim.kernel.capture = lambda netns, dev, f: esp_sizes.append(len(f)) if (netns, dev) == ("nsr1", "veth1") \
+        and f[12:14] == b"\x08\x00" and f[23] == 50 else None
+    sim.run()
+    totals = sim.kernel.ledger.totals()
+    assert totals["delivered"] == totals["injected"] and not totals["dropped"]
+    # 9000-byte skbs with 1300-byte segments: 7 ESP packets each, none above the link MTU
+    assert len(esp_sizes) >= 20 * 7 and max(esp_sizes) <= 1514
