@@ -46,6 +46,7 @@ __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "n
            "nf_flow_tunnel_ip6ip6_push", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
 
 IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
+NEIGH_GC_THRESH3 = 1024  # net.ipv4/ipv6.neigh.default.gc_thresh3
 _NAT_FLAGS = (1 << NF_FLOW_SNAT) | (1 << NF_FLOW_DNAT)
 _TEARDOWN = 1 << NF_FLOW_TEARDOWN
 _NEIGH, _XFRM, _DIRECT = XmitType.NEIGH, XmitType.XFRM, XmitType.DIRECT  # module constants: no enum lookups per packet
@@ -243,6 +244,9 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
         l2 = th.l2_cache
         if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
             l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
+            if l2 is None:  # __neigh_create failed: the neighbour table is full
+                ft.flow_offload_teardown(flow, kernel, ns_state, "neighbour table overflow")
+                return _drop(kernel, ft, skb, "neigh-error", f"{rt.dev}: neighbour table overflow (gc_thresh3)")
         hh = l2[2]
     elif xmit_type == _DIRECT:
         outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
@@ -302,12 +306,13 @@ def nf_flow_encap_gso_xmit(kernel, ft: Flowtable, skb, other: FlowOffloadTuple, 
     return "stolen"
 
 
-def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple:
+def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple | None:
     """The NEIGH xmit's link-layer addresses: (neighbour table version, device MAC, dest + source or None).
 
     ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state
-    not checked (a missing entry reads as zeros).  A tuple keeps the result
-    while the neighbour table and the device's MAC are unchanged (its route is
+    not checked; a missing entry is created (``NUD_NONE``, address zeros), and
+    when the table is full that fails: None.  A tuple keeps the result while
+    the neighbour table and the device's MAC are unchanged (its route is
     covered by the dst check); tuples through the same next hop share it.
     """
     neigh_table = ns.neigh
@@ -317,8 +322,14 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple
         return hit[1]
     hh = None
     if outdev.link_type == "ether":
-        neigh = neigh_table.lookup(rt.dev, rt.nexthop(_ip(ip_daddr, v4)))
-        hh = (_mac(neigh.lladdr) if neigh is not None and neigh.lladdr else _ZERO_MAC) + _mac(outdev.mac)
+        nexthop = rt.nexthop(_ip(ip_daddr, v4))
+        neigh = neigh_table.lookup(rt.dev, nexthop)
+        if neigh is None:
+            sysctl = f"net.ipv{4 if v4 else 6}.neigh.default.gc_thresh3"
+            neigh = neigh_table.create(rt.dev, nexthop, int(ns.sysctl(sysctl, str(NEIGH_GC_THRESH3))))
+            if neigh is None:
+                return None
+        hh = (_mac(neigh.lladdr) if neigh.lladdr else _ZERO_MAC) + _mac(outdev.mac)
     entry = (neigh_table.version, outdev.mac, hh)
     ft.neigh_cache[key] = (rt.gateway, entry)  # the gateway object is kept so its id stays unique
     return entry

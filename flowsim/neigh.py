@@ -115,6 +115,26 @@ class NeighTable:
         self.version += 1
         return entry
 
+    def create(self, dev: str, addr: IPAddress, gc_thresh3: int) -> NeighEntry | None:
+        """``__neigh_create`` → ``neigh_alloc``: a fresh ``NUD_NONE`` entry, or None (-ENOBUFS) when the
+        table holds ``gc_thresh3`` entries and ``neigh_forced_gc`` frees none ("neighbor table overflow!")."""
+        if len(self.entries) >= gc_thresh3 and not self.neigh_forced_gc():
+            return None
+        return self.add(NeighEntry(addr, dev, None, NudState.NONE, origin="created"))
+
+    def neigh_forced_gc(self) -> int:
+        """``neigh_forced_gc``: drop the FAILED and NOARP entries (permanent ones are never on its list).
+
+        The kernel also drops entries not updated since the last flush; the
+        simulator's tables are not aged, so those never qualify.
+        """
+        doomed = [k for k, e in self.entries.items() if e.state in (NudState.FAILED, NudState.NOARP)]
+        for key in doomed:
+            del self.entries[key]
+        if doomed:
+            self.version += 1
+        return len(doomed)
+
     def discover(self, dev: str, addr: IPAddress, lladdr: str) -> NeighEntry:
         """Record what ARP/ND resolution found, unless an explicit entry exists."""
         return self.add(NeighEntry(addr, dev, lladdr, NudState.REACHABLE, origin="discovered"), replace=False)

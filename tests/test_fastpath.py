@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
@@ -346,3 +348,28 @@ def test_gso_segmentation_error_drops():
     verdict, skb = _gso_upload(kernel, state, 4096, gso_type=SKB_GSO_UDP_L4)
     assert verdict == "drop" and skb.drop_reason == "gso-segment-error" and not kernel.xmits
     assert state.flowtables["ft"].reasons["gso-segment-error"] == 1
+
+
+@pytest.mark.parametrize("gc_thresh3,verdict,reason", [
+    ("1024", "stolen", None),  # room in the table: a NUD_NONE entry is created, the frame leaves (zero MAC)
+    ("2", "drop", "neigh-error"),  # full of valid entries, nothing for neigh_forced_gc: -ENOBUFS, teardown
+])
+def test_neigh_xmit_creates_the_missing_neighbour_or_fails_when_the_table_is_full(gc_thresh3, verdict, reason):
+    """NEIGH xmit whose next hop has no entry: ip_neigh_gw4 creates one (__neigh_create); above gc_thresh3 with
+    nothing to force-collect that fails, the flow is torn down and the packet dropped (§4.1 step 13)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    assert add_flow(kernel, state, "f1", ct, 0, "veth0")
+    (flow,) = state.flowtables["f1"].flows.values()
+    th = flow.tuplehash[0]
+    nexthop = th.dst.nexthop(ipaddress.ip_address("10.0.2.99"))
+    assert state.ns.neigh.delete(th.dst.dev, nexthop) and len(state.ns.neigh) >= 2
+    state.ns.sysctls["net.ipv4.neigh.default.gc_thresh3"] = gc_thresh3
+    pkt = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345, flags="A"))
+    got, skb = hook(kernel, state, "veth0", pkt, "f1")
+    assert got == verdict and skb.drop_reason == reason
+    created = state.ns.neigh.lookup(th.dst.dev, nexthop)
+    if reason is None:
+        assert created is not None and created.state == 0 and kernel.xmits[-1][2].bytes()[:6] == bytes(6)
+    else:
+        assert created is None and flow.test(NF_FLOW_TEARDOWN) and state.flowtables["f1"].reasons == {reason: 1}
