@@ -373,3 +373,59 @@ def test_neigh_xmit_creates_the_missing_neighbour_or_fails_when_the_table_is_ful
         assert created is not None and created.state == 0 and kernel.xmits[-1][2].bytes()[:6] == bytes(6)
     else:
         assert created is None and flow.test(NF_FLOW_TEARDOWN) and state.flowtables["f1"].reasons == {reason: 1}
+
+
+def _spoil_teardown(kernel, state, flow):
+    state.flowtables["f1"].flow_offload_teardown(flow, kernel, state, "test")
+
+
+def _spoil_dying(kernel, state, flow):
+    from flowsim.conntrack import IPS_DYING
+    flow.ct.status |= IPS_DYING
+
+
+def _spoil_closing(kernel, state, flow):
+    flow.set(NF_FLOW_CLOSING)
+
+
+def _spoil_ifindex(kernel, state, flow):
+    flow.tuplehash[0].ifidx = 999  # the egress device went away behind a still-valid route
+
+
+def _spoil_xmit_type(kernel, state, flow):
+    from flowsim.path import XmitType
+    flow.tuplehash[0].xmit_type = XmitType.UNSPEC
+
+
+# (what happened to the flow, TCP flags of the next packet, verdict, reason, flow torn down after)
+EXITS = [
+    (_spoil_teardown, "A", "accept", "flow-teardown", True),
+    (_spoil_dying, "A", "accept", "ct-dying", False),
+    (_spoil_closing, "S", "accept", "tcp-syn-closing", True),
+    (_spoil_ifindex, "A", "drop", "no-egress-device", True),
+    (_spoil_xmit_type, "A", "drop", "xmit-type-unknown", False),
+]
+
+
+@pytest.mark.parametrize("spoil,flags,verdict,reason,torn", EXITS, ids=[e[3] for e in EXITS])
+def test_hook_exits_after_the_lookup(spoil, flags, verdict, reason, torn):
+    """Each exit of §4.3 after a lookup hit gives its verdict and reason id, and tears the flow down where the
+    kernel does (TEARDOWN flag, dying ct, SYN on a CLOSING flow, missing egress device, unknown xmit type)."""
+    kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
+    ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
+    assert add_flow(kernel, state, "f1", ct, 0, "veth0")
+    (flow,) = state.flowtables["f1"].flows.values()
+    spoil(kernel, state, flow)
+    pkt = bytes(Ether(**MAC) / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345, flags=flags))
+    got, skb = hook(kernel, state, "veth0", pkt, "f1")
+    assert (got, state.flowtables["f1"].reasons) == (verdict, {reason: 1})
+    assert flow.test(NF_FLOW_TEARDOWN) == torn and not kernel.xmits
+
+
+def test_pppoe_push_refuses_a_non_ip_skb():
+    """nf_flow_pppoe_push only encapsulates IPv4/IPv6 (the hook then drops with encap-push-failed, §5.4)."""
+    from flowsim.fastpath import nf_flow_pppoe_push
+
+    skb = skb_from_frame(bytes(Ether(**MAC, type=0x0806) / (b"\0" * 28)))
+    skb.data += 14
+    assert nf_flow_pppoe_push(skb, 0x42) is False and skb.protocol == 0x0806
