@@ -28,7 +28,7 @@ from __future__ import annotations
 import attrs
 
 from flowsim.conntrack import IP_CT_DIR_ORIGINAL
-from flowsim.path import nft_flow_route
+from flowsim.path import XmitType, nft_flow_route
 from flowsim.reasons import REASONS
 
 __all__ = ["Explanation", "explain", "ADVICE"]
@@ -101,6 +101,10 @@ class Explanation:
                              f"{miss['why']}")
         for d, p in self.paths.items():
             stack = " → ".join(f"{e['type']} {e['dev']}" for e in p.get("stack", ())) or "-"
+            x = p.get("xfrm")
+            if x is not None:  # the flow's route is an xfrm bundle: ESP in `mode` to `dst`, then the stack
+                stack = (f"XFRM spi {x.get('spi', '?')} {x.get('mode', '')} {x.get('src', '?')} → {x.get('dst', '?')}"
+                         f" (mtu {x['mtu']}), then {stack}")
             lines.append(f"  path {d}: {stack}" + (f"  [error: {p['error']}]" if p.get("error") else ""))
             for w in p.get("warnings", ()):
                 lines.append(f"    warning: {w}")
@@ -190,6 +194,17 @@ def _paths(kernel, st, ft, ct) -> tuple[dict, str | None, str | None]:
     return out, why, fix
 
 
+def _xfrm_path(th) -> dict:
+    """An XFRM direction: the bundle the flow was created with (the route the forward path's xfrm_lookup
+    returned: the fib alone cannot show it), its SA and the MTU it leaves."""
+    dst = th.dst
+    sa = getattr(dst, "sa", None)
+    out = {"dev": getattr(dst, "dev", None), "mtu": th.mtu}
+    if sa is not None:
+        out.update(spi=f"{sa.spi:#x}", mode=sa.mode, src=str(sa.src), dst=str(sa.dst), reqid=sa.reqid)
+    return out
+
+
 def _path_advice(kernel, st, ft, p) -> tuple[str, str | None]:
     err = p.error
     profile = kernel.profile
@@ -236,6 +251,8 @@ def _explain_ct(kernel, st, ft, ct, flow) -> Explanation:
     if flow is not None:
         for d, name in ((0, "original"), (1, "reply")):
             th = flow.tuplehash[d]
+            if th.xmit_type == XmitType.XFRM and name in paths:
+                paths[name]["xfrm"] = _xfrm_path(th)
             misses = []
             near = ft.near_misses.get((flow.id, d))
             if near is not None:

@@ -57,3 +57,13 @@ def test_cli_json(capsys):
     (obj,) = json.loads(capsys.readouterr().out)
     assert obj["offloaded"] and obj["original"]["proto"] == "tcp"
     assert [e["type"] for e in obj["paths"]["reply"]["stack"]] == ["TUN", "ETHERNET"]
+
+
+def test_xfrm_direction_names_its_bundle():
+    """An XFRM direction shows the SA the flow transmits through (spi, mode, tunnel ends, MTU), which a FIB
+    lookup alone cannot show; the other direction stays a plain path."""
+    (answer,) = answers("ipsec-tunnel.toml").values()
+    assert answer.paths["original"]["xfrm"] == {"dev": "veth1", "mtu": 1446, "spi": "0x1001", "mode": "tunnel",
+                                                "src": "192.168.10.1", "dst": "192.168.10.2", "reqid": 1}
+    assert "xfrm" not in answer.paths["reply"]
+    assert "path original: XFRM spi 0x1001 tunnel 192.168.10.1 → 192.168.10.2 (mtu 1446)" in answer.text()
