@@ -51,7 +51,7 @@ Topology file (TOML)
     table inet filter { … }
     '''
 
-    [[traffic]]                         # flows for the simulator (see Traffic)
+    [[traffic]]                         # flows for the simulator (see flowsim.topology_traffic)
     name = "download"
     proto = "tcp"
     from = "client"                     # netns of the sender
@@ -96,6 +96,7 @@ from flowsim.devices.vlan import VlanDevice
 from flowsim.errors import TopologyError
 from flowsim.fib import Fib
 from flowsim.neigh import NeighTable, discover
+from flowsim.topology_traffic import Traffic, _traffic
 
 __all__ = ["Topology", "Namespace", "NftText", "Traffic", "LinkRequest", "UPPER_EDGES",
            "load_topology", "load_topology_text"]
@@ -123,38 +124,6 @@ class LinkRequest:
     link: str | None = None
     address: str | None = None
     mtu: int | None = None
-
-
-@attrs.frozen
-class Traffic:
-    """One ``[[traffic]]`` table: a flow the simulator will generate.
-
-    ``packets`` go from ``src`` (an address of netns ``from``; default its
-    first address of ``to``'s family) to ``to``; ``reply_packets`` come back.
-    TCP flows do the three-way handshake and FIN close unless disabled.
-    ``rate`` is packets per second (0: back to back), ``start`` seconds.
-    With ``gso_size`` the endpoints hand the stack GSO skbs (TSO /
-    ``UDP_SEGMENT``): data packets of ``size`` bytes cut later into segments
-    of ``gso_size`` payload bytes.
-    """
-
-    name: str
-    proto: str
-    netns: str
-    src: IPAddress
-    dst: IPAddress
-    dport: int
-    sport: int | None = None
-    packets: int = 10
-    size: int = 1000
-    reply_packets: int = 0
-    reply_size: int | None = None
-    handshake: bool = True
-    close: bool = True
-    rate: float = 0.0
-    start: float = 0.0
-    gso_size: int | None = None
-    line: int | None = None
 
 
 class Namespace:
@@ -619,97 +588,6 @@ def _sysctls(value, raw: _RawToml, header: str, file: str) -> dict[str, str]:
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')
-
-
-_TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
-                 "reply_size", "handshake", "close", "rate", "start", "gso_size"}
-
-
-def _traffic(items, topo: Topology, raw: _RawToml, file: str) -> list[Traffic]:
-    if not isinstance(items, list):
-        raise TopologyError("traffic must be an array of tables", file=file, line=raw.header_line("traffic"),
-                            expected="[[traffic]] tables")
-    out = []
-    for i, item in enumerate(items):
-        line = raw.header_line("traffic", i)
-
-        def bad(message: str, value=None, expected: str | None = None, key: str | None = None):
-            where = raw.key("traffic", key, i)[0] if key and raw.key("traffic", key, i) else line
-            return TopologyError(message, file=file, line=where, command="[[traffic]]", value=value,
-                                 expected=expected)
-
-        for key in item:
-            if key not in _TRAFFIC_KEYS:
-                raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(_TRAFFIC_KEYS)), key)
-        for key in ("name", "proto", "from", "to", "dport"):
-            if key not in item:
-                raise bad(f"traffic needs {key!r}", expected="name, proto, from, to and dport")
-        out.append(_one_traffic(item, topo, line, bad))
-    names = [t.name for t in out]
-    for name in names:
-        if names.count(name) > 1:
-            raise TopologyError(f"duplicate traffic name {name!r}", file=file, value=name, expected="unique names")
-    return out
-
-
-def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
-    proto = item["proto"]
-    if proto not in ("tcp", "udp"):
-        raise bad(f"bad proto {proto!r}", proto, "tcp or udp", "proto")
-    netns = item["from"]
-    if netns not in topo.namespaces:
-        raise bad(f"no namespace {netns!r}", netns, "one of " + ", ".join(topo.namespaces), "from")
-    try:
-        dst = ipaddress.ip_address(item["to"])
-    except (ValueError, TypeError):
-        raise bad(f"bad address {item['to']!r}", item["to"], "an IP address", "to") from None
-    ns = topo.namespaces[netns]
-    if "src" in item:
-        try:
-            src = ipaddress.ip_address(item["src"])
-        except (ValueError, TypeError):
-            raise bad(f"bad address {item['src']!r}", item["src"], "an IP address", "src") from None
-        if ns.owner_of(src) is None:
-            raise bad(f"{src} is not an address of {netns}", str(src), f"an address configured in {netns}", "src")
-    else:
-        mine = [a.ip for d in ns.devices.values() if d.name != "lo" for a in d.addrs if a.version == dst.version]
-        if not mine:
-            raise bad(f"{netns} has no IPv{dst.version} address", netns, "a 'src' address", "from")
-        src = mine[0]
-    if src.version != dst.version:
-        raise bad("src and to have different families", str(src), "addresses of one family", "src")
-
-    def integer(key: str, lo: int, hi: int, default):
-        value = item.get(key, default)
-        if value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise bad(f"bad {key} {value!r}", value, f"an integer {lo}..{hi}", key)
-        return value
-
-    def flag(key: str) -> bool:
-        value = item.get(key, proto == "tcp")
-        if not isinstance(value, bool):
-            raise bad(f"bad {key} {value!r}", value, "true or false", key)
-        if value and proto != "tcp":
-            raise bad(f"{key} is only for tcp", value, "false for udp", key)
-        return value
-
-    def number(key: str) -> float:
-        value = item.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise bad(f"bad {key} {value!r}", value, "a number >= 0", key)
-        return float(value)
-
-    if not isinstance(item["name"], str) or not item["name"]:
-        raise bad("traffic name must be a non-empty string", item["name"], "a string", "name")
-    return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
-                   dport=integer("dport", 1, 65535, None), sport=integer("sport", 1, 65535, None),
-                   packets=integer("packets", 1, 10**9, 10), size=integer("size", 1, 65535, 1000),
-                   reply_packets=integer("reply_packets", 0, 10**9, 0),
-                   reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
-                   close=flag("close"), rate=number("rate"), start=number("start"),
-                   gso_size=integer("gso_size", 1, 65535, None), line=line)
 
 
 def shell_split(cmd: Command) -> list[str]:
