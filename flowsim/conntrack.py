@@ -23,10 +23,9 @@ then may ``flow add`` offload it (§3 condition 5).
 NAT (``nf_nat_setup_info``) rewrites the REPLY tuple once, at binding time,
 so that replies are found by their translated addresses; both directions'
 packets are then mangled by :func:`nf_nat_packet` from the tuples, exactly
-as the flowtable's NAT (§4.4) does.  :func:`nf_nat_manip_pkt` and the
-``csum_*`` helpers work on a ``bytearray`` with incremental checksum updates
-(RFC 1624, :func:`flowsim.headers.csum_replace`) and are meant to be reused
-by the fast path.
+as the flowtable's NAT (§4.4) does.  The range, the tuple choice and the
+packet mangling (:func:`nf_nat_manip_pkt`, the ``csum_*`` helpers) live in
+:mod:`flowsim.conntrack_nat` and are re-exported here.
 
 The flowtable side: :func:`nf_conntrack_tcp_established`, IPS_OFFLOAD,
 :func:`flow_offload_ct_tcp` (BE_LIBERAL), the teardown fix-up
@@ -46,7 +45,9 @@ from typing import Iterator
 
 import attrs
 
-from flowsim.headers import csum_replace, ipv6_skip_exthdr
+from flowsim.conntrack_nat import (
+    _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
+)
 
 __all__ = [
     "IP_CT_DIR_ORIGINAL", "IP_CT_DIR_REPLY", "IPS_EXPECTED", "IPS_SEEN_REPLY", "IPS_ASSURED",
@@ -92,7 +93,6 @@ IP_CT_ESTABLISHED, IP_CT_RELATED, IP_CT_NEW, IP_CT_IS_REPLY = 0, 1, 2, 3
 IP_CT_ESTABLISHED_REPLY, IP_CT_RELATED_REPLY, IP_CT_UNTRACKED = 3, 4, 7
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-_ICMP_ECHO = {1: (8, 0), 58: (128, 129)}  # l4proto -> (echo request, echo reply)
 
 NF_CT_DAY = 86400.0
 
@@ -359,24 +359,6 @@ def nf_conntrack_udp_packet(ct: CtEntry, dir: int, length: int, now: float,
     return "accept"
 
 
-@attrs.frozen
-class NatRange:
-    """struct nf_nat_range2: addresses and ports to map to (None: keep)."""
-
-    addr_min: object = None
-    addr_max: object = None
-    port_min: int | None = None
-    port_max: int | None = None
-    flags: frozenset = frozenset()  # random, fully-random, persistent
-
-    @classmethod
-    def from_request(cls, req, *, addr=None) -> "NatRange":
-        """From an nft NatRequest (duck-typed); *addr* is the masquerade/redirect address."""
-        amin = req.addr_min if addr is None else addr
-        amax = req.addr_max if addr is None else addr
-        return cls(amin, amax, req.port_min, req.port_max, frozenset(req.flags))
-
-
 class ConntrackTable:
     """The conntrack hash table of one namespace (``net->ct``) on a virtual clock.
 
@@ -534,66 +516,13 @@ class ConntrackTable:
         if ct.status & done:
             raise ValueError(f"NAT {manip} already set up for conntrack {ct.id}")
         curr = ct.tuplehash[IP_CT_DIR_REPLY].invert()  # the original tuple as NAT'ed so far
-        new = curr if rng is None else self._get_unique_tuple(curr, rng, manip, ct)
+        new = curr if rng is None else get_unique_tuple(self, curr, rng, manip, ct)
         changed = new != curr
         if changed:
             ct.tuplehash[IP_CT_DIR_REPLY] = new.invert()  # nf_conntrack_alter_reply
             ct.status |= IPS_SRC_NAT if manip == "src" else IPS_DST_NAT
         ct.status |= done
         return changed
-
-    def _get_unique_tuple(self, orig: CtTuple, rng: NatRange, manip: str, ct: CtEntry) -> CtTuple:
-        """get_unique_tuple: keep what is in range and free, else pick an address and a free port.
-
-        The kernel starts the port search at a random or hashed offset; here it
-        starts at the original port so that runs are reproducible.
-        """
-        random = rng.flags & {"random", "fully-random"}
-        addr_field, port_field = ("src", "sport") if manip == "src" else ("dst", "dport")
-        if manip == "src" and not random and self._in_range(orig, rng, addr_field, port_field) \
-                and not self.nf_nat_used_tuple(orig, ct):
-            return orig
-        t = orig
-        if rng.addr_min is not None:  # find_best_ips_proto: stable choice by the other address
-            lo, hi = int(rng.addr_min), int(rng.addr_max)
-            key = int(orig.src) + (0 if "persistent" in rng.flags else int(orig.dst))
-            pick = lo + key % (hi - lo + 1)
-            t = attrs.evolve(t, **{addr_field: ipaddress.ip_address(pick) if orig.l3proto == 2
-                                   else ipaddress.IPv6Address(pick)})
-        if orig.l4proto in _ICMP_ECHO:
-            port_field = "sport"  # the echo id, whatever the manip
-        elif orig.l4proto not in (6, 17, 136, 132, 33):
-            return t  # no ports to choose (GRE, …)
-        if rng.port_min is None:
-            if manip == "dst" and orig.l4proto not in _ICMP_ECHO:
-                return t  # a DNAT without ports keeps the port
-            port = getattr(t, port_field)
-            if orig.l4proto in _ICMP_ECHO:
-                lo, size = 0, 65536
-            elif port < 512:
-                lo, size = 1, 511
-            elif port < 1024:
-                lo, size = 600, 424
-            else:
-                lo, size = 1024, 64512
-        else:
-            lo, size = rng.port_min, rng.port_max - rng.port_min + 1
-        start = getattr(t, port_field)
-        off = (start - lo) % size if lo <= start < lo + size else 0
-        cand = t
-        for i in range(size):
-            cand = attrs.evolve(t, **{port_field: lo + (off + i) % size})
-            if not self.nf_nat_used_tuple(cand, ct):
-                return cand
-        return cand  # all taken: the clash drops the packet at confirm
-
-    @staticmethod
-    def _in_range(t: CtTuple, rng: NatRange, addr_field: str, port_field: str) -> bool:
-        a = getattr(t, addr_field)
-        if rng.addr_min is not None and not (rng.addr_min <= a <= rng.addr_max):
-            return False
-        p = getattr(t, port_field)
-        return rng.port_min is None or rng.port_min <= p <= rng.port_max
 
     # --- flowtable hooks (§6)
     def flow_offload_fixup_ct(self, ct: CtEntry, now: float, *, closing: bool, flow_expired: bool,
@@ -637,82 +566,7 @@ class ConntrackTable:
         self.nf_ct_refresh(ct, now, new)
 
 
-# ----------------------------------------------------------------- checksums and NAT mangling
-
-def csum_replace2(check: int, old: int, new: int) -> int:
-    """csum_replace2: a 16-bit field changed from *old* to *new*."""
-    return csum_replace(check, old.to_bytes(2, "big"), new.to_bytes(2, "big"))
-
-
-def csum_replace4(check: int, old: bytes, new: bytes) -> int:
-    """csum_replace4 (and its 16-byte IPv6 cousin): an address changed."""
-    return csum_replace(check, bytes(old), bytes(new))
-
-
-def ipv6_l4_offset(buf, l3off: int) -> tuple[int, int, int]:
-    """(layer-4 protocol, its offset, fragment offset) after the IPv6 extension headers (ipv6_skip_exthdr)."""
-    def read(off, n):
-        return bytes(buf[off:off + n]) if off + n <= len(buf) else None
-    off, nh, frag = ipv6_skip_exthdr(read, l3off + 40, buf[l3off + 6])
-    return nh, off, frag
-
-
-def _l4_csum_update(buf, l4proto: int, l4off: int, old: bytes, new: bytes, pseudo: bool) -> None:
-    """Update the L4 checksum for a change of *old* to *new* bytes it covers."""
-    pos = {6: 16, 17: 6, 136: 6, 1: 2, 58: 2}.get(l4proto)
-    if pos is None or l4off + pos + 2 > len(buf):
-        return
-    if l4proto == 1 and pseudo:
-        return  # ICMPv4 has no pseudo-header
-    check = int.from_bytes(buf[l4off + pos:l4off + pos + 2], "big")
-    if l4proto in (17, 136) and check == 0:
-        return  # UDP without checksum stays so (udp_manip_pkt)
-    check = csum_replace(check, old, new)
-    if l4proto in (17, 136) and check == 0:
-        check = 0xFFFF  # CSUM_MANGLED_0
-    buf[l4off + pos:l4off + pos + 2] = check.to_bytes(2, "big")
-
-
-def nf_nat_manip_pkt(buf: bytearray, l3off: int, manip: str, target: CtTuple) -> None:
-    """Rewrite the source (``manip="src"``) or destination of the packet at *l3off* to *target*'s.
-
-    Addresses and ports (ICMP echo: the id) are set from *target*; the IPv4
-    header checksum and the L4 checksum (TCP always, UDP only when non-zero,
-    a zero result becoming 0xFFFF) are updated incrementally (§4.4).
-    """
-    version = buf[l3off] >> 4
-    if version == 4:
-        l4proto = buf[l3off + 9]
-        l4off = l3off + (buf[l3off] & 0x0F) * 4
-        addr_off = l3off + (12 if manip == "src" else 16)
-        alen = 4
-        frag = int.from_bytes(buf[l3off + 6:l3off + 8], "big") & 0x1FFF
-    else:
-        l4proto, l4off, frag = ipv6_l4_offset(buf, l3off)
-        addr_off = l3off + (8 if manip == "src" else 24)
-        alen = 16
-        frag = frag & ~0x7 or l4off < 0
-    new_addr = getattr(target, manip).packed
-    old_addr = bytes(buf[addr_off:addr_off + alen])
-    if not frag:  # later fragments carry no L4 header
-        if l4proto in _ICMP_ECHO:
-            pos, new_port = l4off + 4, target.sport
-        else:
-            pos = l4off + (0 if manip == "src" else 2)
-            new_port = target.sport if manip == "src" else target.dport
-        if l4proto in (6, 17, 136, 1, 58) and pos + 2 <= len(buf):
-            old_port = bytes(buf[pos:pos + 2])
-            new_bytes = new_port.to_bytes(2, "big")
-            if l4proto not in _ICMP_ECHO or buf[l4off] in _ICMP_ECHO[l4proto]:
-                _l4_csum_update(buf, l4proto, l4off, old_port, new_bytes, pseudo=False)
-                buf[pos:pos + 2] = new_bytes
-        if old_addr != new_addr:
-            _l4_csum_update(buf, l4proto, l4off, old_addr, new_addr, pseudo=True)
-    if version == 4:
-        check = int.from_bytes(buf[l3off + 10:l3off + 12], "big")
-        buf[l3off + 10:l3off + 12] = csum_replace4(check, old_addr, new_addr).to_bytes(2, "big")
-    buf[addr_off:addr_off + alen] = new_addr
-
+# ----------------------------------------------------------------- NAT of a packet at a hook
 
 #: HOOK2MANIP
 _HOOK_MANIP = {"prerouting": "dst", "output": "dst", "postrouting": "src", "input": "src"}

@@ -8,17 +8,12 @@ a frozen value) and answers, for a hook and a packet, which base chains run
 in which order (:meth:`Nftables.hook_entries`) and what they decide
 (:meth:`Nftables.eval_hook`).
 
-* **Order at a hook** (``nf_hook_entries_grow``): by priority; among equal
-  priorities the chain registered *later* runs first.  Registration order is
-  the order tables and chains appear (a table's chains before its
-  flowtables).  ``type nat`` chains do not run at their own priority: the NAT
-  core (``nf_nat_ipv4_ops``) sits at ``NF_IP_PRI_NAT_DST`` (-100) in
-  prerouting/output and ``NF_IP_PRI_NAT_SRC`` (100) in input/postrouting and
-  calls the nat chains, ordered by their priority, from there
-  (``nf_nat_inet_fn``).  NAT chains only see packets of a conntrack entry in
-  state new/related whose NAT for this hook is not yet set up
-  (``nf_nat_initialized``: IPS_SRC_NAT_DONE / IPS_DST_NAT_DONE); after the
-  first chain that binds, the others are skipped.  The caller then calls
+* **Order at a hook** (``nf_hook_entries_grow``, :mod:`flowsim.nft_hooks`):
+  by priority, the later registration first among equals; ``type nat``
+  chains run from the NAT core's priority.  NAT chains only see packets of a
+  conntrack entry in state new/related whose NAT for this hook is not yet
+  set up (``nf_nat_initialized``: IPS_SRC_NAT_DONE / IPS_DST_NAT_DONE); after
+  the first chain that binds, the others are skipped.  The caller then calls
   ``nf_nat_setup_info`` (:mod:`flowsim.conntrack`) with
   :attr:`HookResult.nat`, or the null binding when it is None.
 * **One chain** (``nft_do_chain``): rules in order; an expression that does
@@ -50,6 +45,9 @@ from flowsim.nft_model import (
     NFPROTO_IPV4, NFPROTO_IPV6, Chain, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt,
     Range, RejectStmt, Rule, Ruleset, Selector, SetStmt, Verdict, VerdictMap,
 )
+from flowsim.nft_hooks import (
+    L3_HOOKS, NAT_MANIP, NF_IP_PRI_CONNTRACK, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, HookEntry, nf_hook_entries,
+)
 from flowsim.nft_parse import SYMBOLS
 
 __all__ = [
@@ -58,13 +56,6 @@ __all__ = [
     "NF_IP_PRI_CONNTRACK", "NF_IP_PRI_NAT_DST", "NF_IP_PRI_NAT_SRC", "NAT_MANIP",
 ]
 
-L3_HOOKS = ("prerouting", "input", "forward", "output", "postrouting")
-NF_IP_PRI_CONNTRACK = -200
-NF_IP_PRI_NAT_DST = -100
-NF_IP_PRI_NAT_SRC = 100
-#: HOOK2MANIP: which NAT manipulation a hook's nat chains set up
-NAT_MANIP = {"prerouting": "dst", "output": "dst", "postrouting": "src", "input": "src"}
-_NAT_PRIO = {"dst": NF_IP_PRI_NAT_DST, "src": NF_IP_PRI_NAT_SRC}
 #: nf_nat_initialized(): IPS_SRC_NAT_DONE (1 << 7), IPS_DST_NAT_DONE (1 << 8)
 _NAT_DONE_BIT = {"src": 1 << 7, "dst": 1 << 8}
 _ETHERTYPE = {NFPROTO_IPV4: 0x0800, NFPROTO_IPV6: 0x86DD}
@@ -218,16 +209,6 @@ class HookResult:
 
     def format_trace(self) -> str:
         return "\n".join(str(s) for s in self.trace)
-
-
-@attrs.frozen
-class HookEntry:
-    """One registration at a hook: a base chain or (ingress only) a flowtable."""
-
-    priority: int
-    key: tuple
-    chain: Chain | None = None
-    flowtable: Flowtable | None = None
 
 
 @attrs.define(slots=True)
@@ -428,38 +409,9 @@ class Nftables:
         """Base chains (and, at ingress, flowtables) that run at *hook*, in kernel order."""
         ck = (hook, nfproto, device)
         cached = self._entries_cache.get(ck)
-        if cached is not None:
-            return cached
-        chains, fts = [], []
-        for t in self.ruleset.tables:
-            for ch in t.chains.values():
-                h = ch.hook
-                if h is None or h.hook != hook:
-                    continue
-                if hook in ("ingress", "egress"):
-                    if device not in h.devices:
-                        continue
-                elif t.family != "inet" and nfproto is not None and t.nfproto != nfproto:
-                    continue
-                chains.append(ch)
-            if hook == "ingress":
-                fts += [ft for ft in t.flowtables.values() if device in ft.devices]
-        manip = NAT_MANIP.get(hook)
-        nat = [c for c in chains if c.hook.type == "nat"]
-        core_order = min((c.order for c in nat), default=0)
-        out = []
-        for c in chains:
-            if c.hook.type == "nat":
-                prio = _NAT_PRIO[manip]
-                key = (prio, -core_order, c.hook.priority, -c.order)
-            else:
-                prio = c.hook.priority
-                key = (prio, -c.order, 0, 0)
-            out.append(HookEntry(prio, key, chain=c))
-        out += [HookEntry(ft.priority, (ft.priority, -ft.order, 0, 0), flowtable=ft) for ft in fts]
-        result = tuple(sorted(out, key=lambda e: e.key))
-        self._entries_cache[ck] = result
-        return result
+        if cached is None:  # computed once per key: the ruleset is frozen
+            cached = self._entries_cache[ck] = nf_hook_entries(self.ruleset, hook, nfproto, device)
+        return cached
 
     # --- evaluation
     def eval_hook(self, hook: str, pkt: NftPacket, *, on_flow_add: Callable[[Flowtable, NftPacket], bool] | None = None,
