@@ -93,6 +93,15 @@ class Simulation:
         heapq.heappush(self.queue, (t, self._order, fn, args))
         self._order += 1
 
+    def _event(self, event) -> None:
+        """A ``[[event]]`` line runs on the live topology; the kernel hears what changed."""
+        from flowsim import iproute  # the command interpreter; import late, as the topology loader does
+
+        ns = self.topo.namespaces[event.netns]
+        before = {name: (dev.up, dev.mtu) for name, dev in ns.devices.items()}
+        iproute.run(self.topo, event.command)
+        self.kernel.netdev_changes(event.netns, before, event.command.text)
+
     def _accept(self, kernel, st, skb, info):
         """A host packet with no socket: the conversation it belongs to may bind its server here."""
         tag = skb.tag
@@ -125,6 +134,8 @@ class Simulation:
         self.duration = duration
         for conv in self.conversations:
             self.at(conv.spec.start, conv.start, k)
+        for event in self.topo.events:
+            self.at(event.at, self._event, event)
         next_gc = GC_INTERVAL
         q = self.queue
         events = 0

@@ -347,6 +347,39 @@ class Kernel:
         if tag is not None:
             self.accounting[(tag.traffic, tag.direction, tag.origin)][kind] += 1
 
+    # ------------------------------------------------------------------ configuration changes during a run
+    def netdev_changes(self, netns: str, before: dict[str, tuple[bool, int]], why: str = "") -> None:
+        """After a run event changed namespace *netns* (*before*: device name -> (up, mtu) until then):
+        the notifiers of the devices whose state changed.
+
+        NETDEV_DOWN: ``rt_cache_flush`` (every cached route, a flow's too, is
+        obsolete), ``neigh_ifdown`` and the flowtable's ``nf_flow_table_cleanup``
+        (flows entering through the device torn down, GC flushed).  NETDEV_UP
+        and NETDEV_CHANGEMTU: ``rt_cache_flush``; after an UP the neighbours on
+        the segment are learnt again (what the first ARP/ND exchange would do).
+        The namespace's route cache is dropped after any event.
+        """
+        st = self.netns[netns]
+        st.routes.clear()
+        came_up = False
+        for name, dev in st.ns.devices.items():
+            old = before.get(name)
+            if old is None or old == (dev.up, dev.mtu):
+                continue
+            st.ns.fib.genid += 1  # rt_cache_flush (fib_netdev_event)
+            if old[0] == dev.up:  # NETDEV_CHANGEMTU
+                continue
+            if dev.up:
+                came_up = True
+                continue
+            st.ns.neigh.flush_dev(name)
+            for ft in st.flowtables.values():
+                ft.cleanup_dev(self, st, dev.ifindex)
+            if self.tracing:
+                self.traces.append(TraceRecord(self.now, "-", f"{netns} {name}", f"NETDEV_DOWN ({why})", ()))
+        if came_up:
+            self.topo.discover()
+
     # ------------------------------------------------------------------ fate of a packet
     def drop(self, skb, rid: str, where: str = "", **details) -> None:
         """``kfree_skb_reason``: the packet (this piece of it) is gone, for reason *rid*."""

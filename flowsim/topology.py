@@ -97,8 +97,9 @@ from flowsim.errors import TopologyError
 from flowsim.fib import Fib
 from flowsim.neigh import NeighTable, discover
 from flowsim.topology_traffic import Traffic, _traffic
+from flowsim.topology_events import Event, _events
 
-__all__ = ["Topology", "Namespace", "NftText", "Traffic", "LinkRequest", "UPPER_EDGES",
+__all__ = ["Topology", "Namespace", "NftText", "Traffic", "Event", "LinkRequest", "UPPER_EDGES",
            "load_topology", "load_topology_text"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -175,6 +176,7 @@ class Topology:
         self.graph = nx.MultiDiGraph()
         self.namespaces: dict[str, Namespace] = {}
         self.traffic: list[Traffic] = []
+        self.events: list[Event] = []  # [[event]] tables: iproute2 lines a run executes at a time
         self.description = ""
         self.source = ""
 
@@ -388,7 +390,7 @@ class Topology:
 
 # ---------------------------------------------------------------------- loading
 
-_TOP_KEYS = {"description", "source", "netns", "traffic"}
+_TOP_KEYS = {"description", "source", "netns", "traffic", "event"}
 _NETNS_KEYS = {"commands", "sysctls", "nft"}
 
 
@@ -508,6 +510,7 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
             ns.nft = NftText(table["nft"], file, raw.value_start(header, "nft") or 0)
     topo.discover()
     topo.traffic = _traffic(data.get("traffic", []), topo, raw, file)
+    topo.events = _events(data.get("event", []), topo, raw, file)
     return topo
 
 

@@ -260,3 +260,36 @@ def test_gso_segments_too_big_for_the_tunnel_go_slow_until_pmtu_lowers_them():
     reply = report["traffic"][0]["directions"]["reply"]
     assert ft["reasons"].get("mtu-exceeded", 0) >= 1
     assert report["packets"]["dropped"] >= 1 and reply["fastpath"] >= 0.8 * reply["sent"]
+
+
+# --- device down during a run (§6: NETDEV_DOWN → nf_flow_table_cleanup)
+
+DOWN_UP = '''
+[[event]]
+at = 0.0005
+netns = "nsr1"
+command = "ip link set veth1 down"
+
+[[event]]
+at = 0.001
+netns = "nsr1"
+command = "ip link set veth1 up"
+'''
+
+
+def test_device_down_tears_flows_down_and_traffic_recreates_them():
+    """veth1 goes down mid-stream: every flow entering through it is torn down at once (not at the idle timeout),
+    packets meet dev-down / no-route meanwhile, and once it is back up the next packets create the flows again
+    and the fast path resumes; packet accounting adds up throughout."""
+    text = (TOPO / "selftest.toml").read_text() + DOWN_UP
+    sim, report = run("selftest.toml", "linux-7.1.5", text=text)
+    ft = sim.kernel.netns["nsr1"].flowtables["f1"]
+    teardowns = [(t, why) for t, event, _id, why in ft.history if event == "teardown"]
+    assert len(teardowns) == 2 and all(t == pytest.approx(0.0005) and "down" in why for t, why in teardowns)
+    assert sum(1 for e in ft.history if e[1] == "add") == 4  # two flows, created twice each
+    assert set(report["drops"]) == {"dev-down", "no-route"}
+    for t in report["traffic"]:
+        for d in t["directions"].values():
+            assert d["sent"] == d["delivered"] + d["dropped"] and d["fastpath"] >= 0.7 * d["sent"]
+    late = [f for f in report["flowtables"][0]["flows"] if f["created"] > 0.001]
+    assert len(late) == 2 and all(f["original"]["packets"] > 0 and f["reply"]["packets"] > 0 for f in late)
