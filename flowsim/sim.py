@@ -52,7 +52,12 @@ PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
 
 
 class Simulation:
-    """A topology, its traffic and one kernel profile on a virtual clock."""
+    """A topology, its traffic and one kernel profile on a virtual clock.
+
+    A run changes its topology the way the kernel changes a namespace: run
+    events reconfigure it and the fast path creates the neighbours it misses.
+    Load one topology per run (as every command does) to compare runs.
+    """
 
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  pcap_dir: str | Path | None = None, tracing: bool = False,
