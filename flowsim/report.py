@@ -138,6 +138,7 @@ def build_report(sim) -> dict:
         "drop_samples": [{"time": round(t, 9), "packet": p, "reason": r, "where": w}
                          for t, p, r, w in ledger.drop_log[:20]],
         "flowtables": flowtables, "traffic": traffic, "conntrack": conntrack, "counters": counters,
+        "events": [{"at": e.at, "netns": e.netns, "command": e.command.text} for e in sim.events_run],
     }
 
 
@@ -185,6 +186,9 @@ def format_report(r: dict) -> str:
             if f.get("gso", {}).get("segmented"):
                 lines.append(f"  {f['netns']} @{f['name']}: {f['gso']['segmented']} GSO skbs segmented in software "
                              f"into {f['gso']['segments']} before the encap push (needs_gso_segment)")
+    if r.get("events"):
+        lines += ["", "events"]
+        lines += [f"  {e['at'] * 1e3:9.3f} ms  {e['netns']}: {e['command']}" for e in r["events"]]
     if r["drops"]:
         lines += ["", "drops"]
         lines += _table(["reason", "packets"], [[k, v] for k, v in r["drops"].items()])

@@ -75,6 +75,7 @@ class Simulation:
         self.conversations = [Conversation(s, f) for s in self.specs for f in range(s.flows)]
         self._by_key = {(c.spec.name, c.flow): c for c in self.conversations}
         self.queue: list = []
+        self.events_run: list = []  # the [[event]] tables executed so far (flowsim.topology_events.Event)
         self._order = 0
         self.end = 0.0
         self.duration: float | None = None
@@ -106,6 +107,7 @@ class Simulation:
         before = {name: (dev.up, dev.mtu) for name, dev in ns.devices.items()}
         iproute.run(self.topo, event.command)
         self.kernel.netdev_changes(event.netns, before, event.command.text)
+        self.events_run.append(event)
 
     def _accept(self, kernel, st, skb, info):
         """A host packet with no socket: the conversation it belongs to may bind its server here."""

@@ -97,3 +97,15 @@ def test_gso_segmentation_in_the_report():
     ft = report["flowtables"][0]
     assert ft["gso"]["segmented"] == 100 and ft["gso"]["segments"] == 100 * 12  # 16000-byte skbs, 1400-byte MSS
     assert "100 GSO skbs segmented in software into 1200" in format_report(report)
+
+
+def test_events_that_ran_are_in_the_report():
+    """The [[event]] lines a run executed are listed with their time and namespace, in JSON and in the text."""
+    from flowsim.topology import load_topology_text
+
+    text = (TOPOLOGIES / "selftest.toml").read_text() + (
+        '\n[[event]]\nat = 0.0005\nnetns = "nsr1"\ncommand = "ip link set veth1 down"\n'
+        '\n[[event]]\nat = 99\nnetns = "nsr1"\ncommand = "ip link set veth1 up"\n')
+    report = build_report(Simulation(load_topology_text(text, "t.toml")).run(0.01))
+    assert report["events"] == [{"at": 0.0005, "netns": "nsr1", "command": "ip link set veth1 down"}]
+    assert "    0.500 ms  nsr1: ip link set veth1 down" in format_report(report)
