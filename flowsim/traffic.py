@@ -100,13 +100,14 @@ class TrafficSpec:
 
     @classmethod
     def from_topology(cls, t, index: int = 0) -> "TrafficSpec":
-        """From a :class:`flowsim.topology.Traffic`; the client port defaults to 40000 + 100 × index."""
+        """From a :class:`flowsim.topology.Traffic`: every field the two share is copied; the client port
+        defaults to 40000 + 100 × index, and the table's ``close`` flag becomes a FIN close (TCP only)."""
         tcp = t.proto == "tcp"
-        return cls(name=t.name, proto=t.proto, netns=t.netns, src=t.src, dst=t.dst, dport=t.dport,
-                   sport=t.sport if t.sport is not None else EPHEMERAL_BASE + 100 * index, packets=t.packets,
-                   size=t.size, reply_packets=t.reply_packets, reply_size=t.reply_size,
-                   handshake=t.handshake and tcp, close=("fin" if t.close else None) if tcp else None,
-                   rate=t.rate, start=t.start, gso_size=t.gso_size)
+        shared = {a.name for a in attrs.fields(cls)} & {a.name for a in attrs.fields(type(t))}
+        values = {name: getattr(t, name) for name in shared}
+        values.update(sport=t.sport if t.sport is not None else EPHEMERAL_BASE + 100 * index,
+                      handshake=t.handshake and tcp, close=("fin" if t.close else None) if tcp else None)
+        return cls(**values)
 
     @property
     def gap(self) -> float:
