@@ -57,7 +57,7 @@ from flowsim.headers import (
     internet_checksum,
 )
 from flowsim.skb import NET_SKB_PAD, SkBuff
-from flowsim.skb_gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, skb_gso_validate_network_len
+from flowsim.skb_gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.stack_nf import NfCtx, nat_source_address, nf_hook, quoted_info
 from flowsim.stack_pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED,
@@ -200,9 +200,18 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
 
 
 def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
-    """``skb_is_gso(skb) && skb_gso_validate_network_len(skb, mtu)``: every segment will fit *mtu*."""
-    return bool(skb.gso_size) and skb_gso_validate_network_len(
-        memoryview(skb.buf)[info.l3off:info.l3off + info.tot_len], skb.gso_size, mtu)
+    """``skb_is_gso(skb) && skb_gso_validate_network_len(skb, mtu)``: every segment will fit *mtu*.
+
+    Headers the segmenter cannot walk count as not fitting: segmenting them
+    later fails with its own reason (gso-segment-failed).
+    """
+    if not skb.gso_size:
+        return False
+    try:
+        return skb_gso_validate_network_len(memoryview(skb.buf)[info.l3off:info.l3off + info.tot_len],
+                                            skb.gso_size, mtu)
+    except GsoError:
+        return False
 
 
 def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:

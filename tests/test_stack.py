@@ -397,3 +397,17 @@ def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
     assert dict(k.ledger.dropped) == dropped
     # (a capture on an L3 device shows a 14-byte cooked header, as tcpdump's on ppp0)
     assert on_ppp == ([] if "gso-segment-failed" in dropped else [14 + 1440] * 4 + [14 + 6040 - 4 * 1400])
+
+
+def test_gso_skb_the_segmenter_cannot_walk_is_dropped_not_raised():
+    """A GSO skb carrying ICMP (no gso_segment callback) and too big for the next link: the MTU check counts it
+    as not fitting and the segmentation attempt drops it with gso-segment-failed; the run goes on."""
+    from flowsim.stack_pkt import build_ipv4
+
+    sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
+    k = sim.kernel
+    a, b = ip("192.168.1.10"), ip("198.51.100.10")
+    pkt = build_ipv4(a, b, 1, bytes([8, 0, 0, 0]) + bytes(5996), df=False)  # an ICMP echo of 6 KB
+    k.send_l3("client", pkt, k.new_tag("x", "original", "data"), 1400, 1)
+    sim.run(None)
+    assert dict(k.ledger.dropped) == {"gso-segment-failed": 1}
