@@ -237,7 +237,9 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
         headlen = ETH_HLEN
     data = NET_SKB_PAD + ETH_HLEN
     # positional arguments, in field order: this runs once per received frame
-    skb = SkBuff(bytearray(_HEADROOM + frame), data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
+    buf = bytearray(_HEADROOM)
+    buf += frame  # one copy of the frame behind the headroom
+    skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
                  (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size, gso_type)
     if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
         if not skb_vlan_untag(skb):
