@@ -166,6 +166,10 @@ def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
 
 def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
     """What the guest will run for *topo*; refuses what a real stack cannot do (with file:line)."""
+    if topo.events:
+        e = topo.events[0]
+        raise _bad(topo, f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
+                   e.command.line, "a topology without [[event]] tables")
     plans = []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):

@@ -401,3 +401,10 @@ def test_update_doc_appends_markers(tmp_path):
     update_doc(doc, [_replay("debian-6.1", [str(ROOT / "topologies/conform-vlan.toml")])])
     text = doc.read_text()
     assert text.startswith("# mine\n") and "| conform-vlan |" in text
+
+
+def test_plan_refuses_run_events():
+    """[[event]] tables need the simulator's virtual clock: conform refuses them with the file and line."""
+    text = MINI % "" + '\n[[event]]\nat = 1\nnetns = "r"\ncommand = "ip link set veth0 down"\n'
+    with pytest.raises(ConfigError, match=r"mini\.toml:\d+: \[\[event\]\] at 1.0 s"):
+        plan_scenario(load_topology_text(text, file="mini.toml"))
