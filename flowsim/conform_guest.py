@@ -173,6 +173,9 @@ def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
     plans = []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):
+        if t.gso_size is not None:
+            raise _bad(topo, f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its own "
+                             "GSO skbs", t.line, "no gso_size")
         if t.proto == "tcp" and not t.handshake:
             raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
                        t.line, "handshake = true")

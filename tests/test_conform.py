@@ -408,3 +408,10 @@ def test_plan_refuses_run_events():
     text = MINI % "" + '\n[[event]]\nat = 1\nnetns = "r"\ncommand = "ip link set veth0 down"\n'
     with pytest.raises(ConfigError, match=r"mini\.toml:\d+: \[\[event\]\] at 1.0 s"):
         plan_scenario(load_topology_text(text, file="mini.toml"))
+
+
+def test_plan_refuses_gso_size():
+    """The guest's TCP/UDP stack decides its own GSO sizes: a table's gso_size cannot be reproduced there."""
+    text = (MINI % "").replace('proto = "udp"', 'proto = "udp"\ngso_size = 1000')
+    with pytest.raises(ConfigError, match=r"mini\.toml:\d+: traffic 'u': gso_size cannot be rendered"):
+        plan_scenario(load_topology_text(text, file="mini.toml"))
