@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import GRE, ICMP, IP, TCP, UDP, IPOption_Router_Alert
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
 from scapy.packet import NoPayload, Raw
@@ -362,3 +364,21 @@ def test_validate_network_len_boundary(name):
     assert skb_gso_validate_network_len(raw, MSS, seglen)
     assert skb_gso_validate_network_len(raw, MSS, seglen + 1)
     assert not skb_gso_validate_network_len(raw, MSS, seglen - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 79), st.integers(0, 255)), min_size=1, max_size=6),
+       cut=st.one_of(st.none(), st.integers(0, 200)), mss=st.sampled_from([1, 100, 1400]),
+       gso_type=st.sampled_from([SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_TCPV4 | SKB_GSO_IPXIP4, SKB_GSO_UDP_L4]))
+def test_mangled_packets_raise_only_gso_errors(edits, cut, mss, gso_type):
+    """Whatever bytes a GSO skb carries, segmenting or measuring it either works or raises GsoError."""
+    raw = bytearray(bytes(CASES["ipip"][0]))
+    for at, value in edits:
+        raw[at] = value
+    packet = bytes(raw if cut is None else raw[:cut])
+    for fn in (lambda: __skb_gso_segment(packet, mss, gso_type), lambda: gso_type_of(packet),
+               lambda: skb_gso_network_seglen(packet, mss)):
+        try:
+            fn()
+        except GsoError:
+            pass
