@@ -337,7 +337,7 @@ class Kernel:
                                            tuple(sorted((k, str(v)) for k, v in details.items()))))
 
     def add_pieces(self, skb, n: int) -> None:
-        """*n* more skbs now carry *skb*'s packet (the fast path segmented a GSO skb)."""
+        """*n* more skbs now carry *skb*'s packet (fragmentation, flooding, GSO segmentation)."""
         if skb.tag is not None:
             self.ledger.add_pieces(skb.tag, n)
 

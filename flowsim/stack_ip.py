@@ -230,8 +230,7 @@ def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev,
 def _fragment_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
     """``ip_fragment``: each fragment is a piece of the same packet."""
     frags = ip_fragment(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), mtu)
-    if skb.tag is not None:
-        kernel.ledger.add_pieces(skb.tag, len(frags) - 1)
+    kernel.add_pieces(skb, len(frags) - 1)
     kernel.trace(skb, f"{st.name} output", f"fragmented into {len(frags)}", mtu=mtu)
     for f in frags:
         stack_l2.neigh_output(kernel, out_dev, new_skb(f, skb.tag, skb.mark), nexthop)

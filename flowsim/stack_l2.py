@@ -313,8 +313,7 @@ def _br_flood(kernel, st, br: BridgeDevice, skb: SkBuff, vid: int, exclude: str 
     if not ports:
         kernel.drop(skb, "bridge-no-destination", f"{st.name} {br.name}", reason="nothing to flood to")
         return
-    if skb.tag is not None and len(ports) > 1:
-        kernel.ledger.add_pieces(skb.tag, len(ports) - 1)
+    kernel.add_pieces(skb, len(ports) - 1)
     for i, port in enumerate(ports):
         copy = skb if i == len(ports) - 1 else _skb_copy(skb)
         _br_forward(kernel, st, br, port, copy, vid)
@@ -497,8 +496,7 @@ def gso_segment(kernel, skb: SkBuff, where: str) -> list[SkBuff] | None:
     except GsoError as exc:
         kernel.drop(skb, "gso-segment-failed", where, error=str(exc))
         return None
-    if skb.tag is not None:
-        kernel.ledger.add_pieces(skb.tag, len(segs) - 1)
+    kernel.add_pieces(skb, len(segs) - 1)
     kernel.trace(skb, where, f"GSO: segmented into {len(segs)}", gso_size=skb.gso_size)
     return segs
 
