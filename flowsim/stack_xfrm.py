@@ -227,10 +227,8 @@ def xfrm4_output(kernel, st, skb, info, nfc, rt: XfrmRoute, out_dev, in_dev=None
 def xfrm_output(kernel, st, skb, info, rt: XfrmRoute) -> None:
     """``xfrm_output`` → ``xfrm4_tunnel_encap_add`` + ``esp_output``, then ``ip_local_out`` of the outer packet."""
     from flowsim import stack_ip
-    from flowsim.stack_pkt import build_ipv4
-
     from flowsim.stack_l2 import gso_segment
-    from flowsim.stack_pkt import parse_ip
+    from flowsim.stack_pkt import build_ipv4, parse_ip
 
     sa = rt.sa
     where = f"{st.name} xfrm output"
