@@ -313,7 +313,8 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple
     not checked; a missing entry is created (``NUD_NONE``, address zeros), and
     when the table is full that fails: None.  A tuple keeps the result while
     the neighbour table and the device's MAC are unchanged (its route is
-    covered by the dst check); tuples through the same next hop share it.
+    covered by the dst check); tuples through the same next hop share one
+    entry (ft.neigh_cache), so a busy flow holds a reference, not its own copy.
     """
     neigh_table = ns.neigh
     key = (rt.dev, ip_daddr, id(rt.gateway), outdev.ifindex)
