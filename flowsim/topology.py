@@ -424,6 +424,34 @@ class _RawToml:
                         ml = delim
                         break
 
+    def tables(self, items, name: str, file: str, allowed: set[str], required: tuple[str, ...]):
+        """The ``[[name]]`` array of tables: (index, header line, table, bad) for each, once its keys are
+        checked (no unknown key, every *required* one present).
+
+        ``bad(message, value, expected, key)`` builds the TopologyError of that
+        table, at the line of *key* (of the header without one).
+        """
+        if not isinstance(items, list):
+            raise TopologyError(f"{name} must be an array of tables", file=file, line=self.header_line(name),
+                                expected=f"[[{name}]] tables")
+        for i, item in enumerate(items):
+            line = self.header_line(name, i)
+
+            def bad(message: str, value=None, expected: str | None = None, key: str | None = None, i=i, line=line):
+                found = self.key(name, key, i) if key else None
+                return TopologyError(message, file=file, line=found[0] if found else line, command=f"[[{name}]]",
+                                     value=value, expected=expected)
+
+            if not isinstance(item, dict):
+                raise bad(f"{name} entries must be tables", item, f"[[{name}]] tables")
+            for key in item:
+                if key not in allowed:
+                    raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(allowed)), key)
+            for key in required:
+                if key not in item:
+                    raise bad(f"{name} needs {key!r}", expected=", ".join(required[:-1]) + f" and {required[-1]}")
+            yield i, line, item, bad
+
     def header_line(self, name: str, occurrence: int = 0) -> int | None:
         found = [h[0] for h in self.headers if h[1] == name]
         return found[occurrence] if occurrence < len(found) else None

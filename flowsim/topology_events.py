@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from flowsim.devices.base import Command
-from flowsim.errors import TopologyError
 
 if TYPE_CHECKING:
     from flowsim.topology import Topology, _RawToml
@@ -56,24 +55,8 @@ class Event:
 
 def _events(items, topo: Topology, raw: _RawToml, file: str) -> list[Event]:
     """The checked events of a topology file, in time order (file order among equal times)."""
-    if not isinstance(items, list):
-        raise TopologyError("event must be an array of tables", file=file, line=raw.header_line("event"),
-                            expected="[[event]] tables")
     out = []
-    for i, item in enumerate(items):
-        header_line = raw.header_line("event", i)
-
-        def bad(message: str, value=None, expected: str | None = None, key: str | None = None):
-            found = raw.key("event", key, i) if key else None
-            return TopologyError(message, file=file, line=found[0] if found else header_line,
-                                 command="[[event]]", value=value, expected=expected)
-
-        for key in item:
-            if key not in EVENT_KEYS:
-                raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(EVENT_KEYS)), key)
-        for key in sorted(EVENT_KEYS):
-            if key not in item:
-                raise bad(f"event needs {key!r}", expected="at, netns and command")
+    for i, header_line, item, bad in raw.tables(items, "event", file, EVENT_KEYS, ("at", "netns", "command")):
         at = item["at"]
         if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
             raise bad(f"bad at {at!r}", at, "a number of seconds >= 0", "at")

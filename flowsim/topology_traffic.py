@@ -81,24 +81,9 @@ _TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packet
 
 
 def _traffic(items, topo: Topology, raw: _RawToml, file: str) -> list[Traffic]:
-    if not isinstance(items, list):
-        raise TopologyError("traffic must be an array of tables", file=file, line=raw.header_line("traffic"),
-                            expected="[[traffic]] tables")
     out = []
-    for i, item in enumerate(items):
-        line = raw.header_line("traffic", i)
-
-        def bad(message: str, value=None, expected: str | None = None, key: str | None = None):
-            where = raw.key("traffic", key, i)[0] if key and raw.key("traffic", key, i) else line
-            return TopologyError(message, file=file, line=where, command="[[traffic]]", value=value,
-                                 expected=expected)
-
-        for key in item:
-            if key not in _TRAFFIC_KEYS:
-                raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(_TRAFFIC_KEYS)), key)
-        for key in ("name", "proto", "from", "to", "dport"):
-            if key not in item:
-                raise bad(f"traffic needs {key!r}", expected="name, proto, from, to and dport")
+    for _i, line, item, bad in raw.tables(items, "traffic", file, _TRAFFIC_KEYS,
+                                          ("name", "proto", "from", "to", "dport")):
         out.append(_one_traffic(item, topo, line, bad))
     names = [t.name for t in out]
     for name in names:

@@ -309,3 +309,11 @@ def test_selftest_lines_paste_as_they_are():
     assert topo.device("nsr1", "veth0").addrs[0].ip == ip("10.0.1.1")
     assert topo.peer(topo.device("nsr1", "veth0")).netns == "ns1"
     assert topo.netns("nsr1").sysctl("net.ipv4.conf.veth0.forwarding") == "1"
+
+
+@pytest.mark.parametrize("section", ["traffic", "event"])
+def test_arrays_of_tables_must_hold_tables(section):
+    """`traffic = [1]` / `event = [1]` is one TopologyError naming the file, not a crash (bad input never crashes)."""
+    text = f'{section} = [1]\n[netns.r]\ncommands = "ip link set lo up"\n'
+    with pytest.raises(TopologyError, match=rf"t\.toml: {section} entries must be tables"):
+        load_topology_text(text, "t.toml")
