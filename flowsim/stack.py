@@ -272,8 +272,11 @@ class Kernel:
         self.flowtable_mod, self.fastpath_mod = _flowtable_modules()
         self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
         self._peers: dict = {}
-        # The two per-packet entry points, bound once: a partial is one Python frame less per frame received
-        # and per skb transmitted (the methods below document them and serve a class-level lookup).
+        # The two per-packet entry points, bound once as partials (one Python frame less per frame and skb):
+        #   receive_frame(dev, frame, tag, mark=0, gso_size=0, gso_type=0): a frame arrives on *dev* from its
+        #     wire (veth peer, cable); a GSO skb crosses a veth whole (stack_l2.netif_receive_frame);
+        #   dev_queue_xmit(dev, skb): egress hook, capture, then the device's xmit (kernel_api.Kernel;
+        #     stack_l2.dev_queue_xmit).
         self.receive_frame = functools.partial(stack_l2.netif_receive_frame, self)
         self.dev_queue_xmit = functools.partial(stack_l2.dev_queue_xmit, self)
 
@@ -318,10 +321,6 @@ class Kernel:
         return tag
 
     # ------------------------------------------------------------------ kernel_api.Kernel
-    def dev_queue_xmit(self, dev, skb) -> None:
-        """``dev_queue_xmit``: egress hook, capture, then the device's xmit (see :mod:`flowsim.stack_l2`)."""
-        stack_l2.dev_queue_xmit(self, dev, skb)
-
     def neigh_output(self, dev, skb, nexthop) -> None:
         """``ip_finish_output2`` → ``neigh_output``: link-layer header for Ethernet devices, then xmit."""
         stack_l2.neigh_output(self, dev, skb, nexthop)
@@ -398,10 +397,6 @@ class Kernel:
             self.ledger.deliver(skb.tag)
 
     # ------------------------------------------------------------------ entry points
-    def receive_frame(self, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> None:
-        """A frame arrives on *dev* from its wire (veth peer, cable); a GSO skb crosses a veth whole."""
-        stack_l2.netif_receive_frame(self, dev, frame, tag, mark, gso_size, gso_type)
-
     def ip_local_out(self, st: NetnsState, skb) -> None:
         """``ip_local_out`` / ``ip6_local_out`` of an L3 skb made in namespace *st* (endpoints, ICMP)."""
         stack_ip.ip_local_out(self, st, skb)
