@@ -2,7 +2,7 @@
 
 This measures the *simulator* (Python + the cryptography library's AEAD),
 not ovpn or xfrm: the kernel figures belong to the cover letter
-(:data:`flowsim.ovpn.COVER_LETTER`) and are never derived from these
+(:data:`flowsim.models.ovpn.COVER_LETTER`) and are never derived from these
 numbers.  What it shows is that a notebook can push tens of thousands of
 records through the model per second, and how the operation counts of the
 two ovpn paths compare for the same traffic.
@@ -17,9 +17,9 @@ import json
 import sys
 import time
 
-from flowsim.ovpn import OvpnReceiver, build_inner_skb, compare_paths, ovpn_net_xmit
-from flowsim.ovpn import make_peer
-from flowsim.xfrm import simulate as xfrm_simulate
+from flowsim.models.ovpn import OvpnReceiver, build_inner_skb, compare_paths, ovpn_net_xmit
+from flowsim.models.ovpn import make_peer
+from flowsim.models.xfrm import simulate as xfrm_simulate
 
 TARGET_RECORDS = 5_000
 TARGET_ESP = 2_000

@@ -22,8 +22,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 
 from flowsim.profiles import get_profile
-from flowsim.skb import skb_from_frame
-from flowsim.tuple import flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
+from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
 
 FLOWS = 4096
 TARGET_FPS = 250_000

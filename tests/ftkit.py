@@ -1,4 +1,4 @@
-"""A minimal kernel for flowtable tests: the flowsim.kernel_api contract, recording what is transmitted.
+"""A minimal kernel for flowtable tests: the flowsim.kernel.api contract, recording what is transmitted.
 
 Lets the flowtable and fast path run against a real topology, real conntrack
 and real path resolution without the whole simulated stack.
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import attrs
 
-from flowsim.conntrack import TCP_ACK, TCP_SYN, ConntrackTable, CtTuple
-from flowsim.flowtable import Flowtable, nft_flow_offload_eval
-from flowsim.nft import parse_ruleset
+from flowsim.kernel.conntrack import TCP_ACK, TCP_SYN, ConntrackTable, CtTuple
+from flowsim.kernel.flowtable.core import Flowtable, nft_flow_offload_eval
+from flowsim.nft.ruleset import parse_ruleset
 from flowsim.profiles import get_profile
-from flowsim.topology import load_topology
+from flowsim.config.topology import load_topology
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
@@ -81,7 +81,7 @@ def established_ct(state: NsState, src, dst, sport, dport, l4proto=6, now=0.0):
 
 def add_flow(kernel, state, ft_name, ct, ctdir, in_dev, skb=None):
     """Run `flow add @ft` for a packet of direction *ctdir* that came in on *in_dev*."""
-    from flowsim.skb import skb_from_frame
+    from flowsim.kernel.skb import skb_from_frame
     from scapy.layers.l2 import Ether
     from scapy.layers.inet import IP, TCP
 

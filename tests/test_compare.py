@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
-from flowsim.compare import compare, hexdump_frame
+from flowsim.sim.compare import compare, hexdump_frame
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from flowsim import conform_compare as cc
-from flowsim import conform_kernel as ck
+from flowsim.conform import compare as cc
+from flowsim.conform import kernel as ck
 from flowsim.cli import main
-from flowsim.conform import run_conformance, update_doc
-from flowsim.conform_guest import (_sysctl_path, plan_scenario, probe_ruleset, render_command, render_init,
+from flowsim.conform.harness import run_conformance, update_doc
+from flowsim.conform.guest import (_sysctl_path, plan_scenario, probe_ruleset, render_command, render_init,
                                    run_archive)
-from flowsim.conform_parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
-from flowsim.devices.base import Command
+from flowsim.conform.parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
+from flowsim.kernel.devices.base import Command
 from flowsim.errors import ConfigError, TopologyError
-from flowsim.topology import load_topology, load_topology_text
+from flowsim.config.topology import load_topology, load_topology_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "conform"
@@ -114,7 +114,7 @@ def test_sysctl_path(key, path):
 
 
 def test_plan_pins_ports_like_the_simulator():
-    """Client ports default to 40000 + 100 * file index (flowsim.traffic.EPHEMERAL_BASE)."""
+    """Client ports default to 40000 + 100 * file index (flowsim.sim.traffic.EPHEMERAL_BASE)."""
     plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
     assert [t.sport for t in plan.traffic] == [40000, 40100, 40200, 40300]
     assert plan.flowtable_netns == ("r",)

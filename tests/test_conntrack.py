@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
-from flowsim.conntrack import (
+from flowsim.kernel.conntrack import (
     IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY, IP_CT_TCP_FLAG_BE_LIBERAL, IP_CT_TCP_FLAG_CLOSE_INIT, IPS_ASSURED,
     IPS_CONFIRMED, IPS_DST_NAT, IPS_DYING, IPS_OFFLOAD, IPS_SEEN_REPLY, IPS_SRC_NAT,
     IPS_SRC_NAT_DONE, NF_CT_DAY, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, ConntrackTable, CtTimeouts, CtTuple,
     NatRange, TcpConntrack, csum_replace2, flow_offload_ct_tcp, nf_conntrack_tcp_established, nf_ct_acct_update,
     nf_nat_packet, nft_ct_state,
 )
-from flowsim.headers import internet_checksum as inet_checksum
+from flowsim.kernel.headers import internet_checksum as inet_checksum
 
 ip = ipaddress.ip_address
 A4, B4, M4 = ip("10.0.1.99"), ip("10.0.2.99"), ip("192.168.10.1")
@@ -481,7 +481,7 @@ def test_extend_ct_timeout(proto, state, offloaded, left, new_left):
 
 def test_nat_range_from_nft_request():
     """An nft NatRequest becomes a NatRange; masquerade takes the device address the caller supplies."""
-    from flowsim.nft import NftPacket, Nftables, parse_ruleset
+    from flowsim.nft.ruleset import NftPacket, Nftables, parse_ruleset
     n = Nftables(parse_ruleset("table ip nat { chain p { type nat hook postrouting priority srcnat; "
                                "meta l4proto tcp masquerade to :1024-2047 random } }"))
     ct = ConntrackTable().create(tup(), 0)

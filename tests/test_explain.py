@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
-from flowsim.explain import explain
+from flowsim.sim.explain import explain
 from flowsim.profiles import get_profile
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 

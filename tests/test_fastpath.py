@@ -11,10 +11,10 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.ppp import PPP, PPPoE  # registers the 0x8864 binding for dissection
 
 from ftkit import add_flow, established_ct, setup
-from flowsim.conntrack import IPS_OFFLOAD
-from flowsim.fastpath import nf_flow_offload_hook
-from flowsim.flowtable import NF_FLOW_CLOSING, NF_FLOW_TEARDOWN
-from flowsim.skb import skb_from_frame
+from flowsim.kernel.conntrack import IPS_OFFLOAD
+from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
+from flowsim.kernel.flowtable.core import NF_FLOW_CLOSING, NF_FLOW_TEARDOWN
+from flowsim.kernel.skb import skb_from_frame
 
 CLIENT, SERVER = "2001:db8:1::1", "2001:db8:3::2"
 MAC = dict(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb")
@@ -192,7 +192,7 @@ def test_flow_created_by_either_direction(ctdir, in_dev):
 def test_flow_add_refusals_are_recorded(why, prepare, rid):
     """Each refused `flow add` records the §3 condition that stopped it, for explain."""
     import ipaddress
-    from flowsim.conntrack import TCP_SYN, CtTuple
+    from flowsim.kernel.conntrack import TCP_SYN, CtTuple
 
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     if prepare == "syn":
@@ -260,7 +260,7 @@ def test_pppoe_over_vlan_masquerade_direct_xmit():
     hwaccel VLAN tag, source NATed with valid checksums (§4.4, §5.4)."""
     import ipaddress
 
-    from flowsim.conntrack import NatRange
+    from flowsim.kernel.conntrack import NatRange
 
     kernel, state = setup("pppoe-over-vlan.toml", "cpe", "linux-7.1.5")
     ct = established_ct(state, "192.168.1.10", "198.51.100.10", 40000, 443)
@@ -282,7 +282,7 @@ def test_route_change_makes_neigh_flow_stale():
     """A route change after the flow was created: dst_check fails, the flow is torn down, slow path (§4.1 step 6)."""
     import ipaddress
 
-    from flowsim.fib import Route
+    from flowsim.kernel.fib import Route
 
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
@@ -303,7 +303,7 @@ def _pppoe_upload_flow(profile="linux-7.1.5"):
 
 
 def _gso_upload(kernel, state, payload: int, gso_type=None):
-    from flowsim.skb_gso import gso_type_of
+    from flowsim.kernel.gso import gso_type_of
 
     frame = bytes(Ether(**MAC) / IP(src="192.168.1.10", dst="198.51.100.10", ttl=64)
                   / TCP(sport=40000, dport=443, seq=1000, flags="PA") / (bytes(range(256)) * (payload // 256)))
@@ -342,7 +342,7 @@ def test_gso_without_needs_gso_segment_pushes_onto_the_gso_skb():
 
 def test_gso_segmentation_error_drops():
     """A GSO skb whose gso_type does not match its headers: skb_gso_segment fails, NF_DROP gso-segment-error."""
-    from flowsim.skb_gso import SKB_GSO_UDP_L4
+    from flowsim.kernel.gso import SKB_GSO_UDP_L4
 
     kernel, state = _pppoe_upload_flow()
     verdict, skb = _gso_upload(kernel, state, 4096, gso_type=SKB_GSO_UDP_L4)
@@ -380,7 +380,7 @@ def _spoil_teardown(kernel, state, flow):
 
 
 def _spoil_dying(kernel, state, flow):
-    from flowsim.conntrack import IPS_DYING
+    from flowsim.kernel.conntrack import IPS_DYING
     flow.ct.status |= IPS_DYING
 
 
@@ -393,7 +393,7 @@ def _spoil_ifindex(kernel, state, flow):
 
 
 def _spoil_xmit_type(kernel, state, flow):
-    from flowsim.path import XmitType
+    from flowsim.kernel.flowtable.path import XmitType
     flow.tuplehash[0].xmit_type = XmitType.UNSPEC
 
 
@@ -424,7 +424,7 @@ def test_hook_exits_after_the_lookup(spoil, flags, verdict, reason, torn):
 
 def test_pppoe_push_refuses_a_non_ip_skb():
     """nf_flow_pppoe_push only encapsulates IPv4/IPv6 (the hook then drops with encap-push-failed, §5.4)."""
-    from flowsim.fastpath import nf_flow_pppoe_push
+    from flowsim.kernel.flowtable.fastpath import nf_flow_pppoe_push
 
     skb = skb_from_frame(bytes(Ether(**MAC, type=0x0806) / (b"\0" * 28)))
     skb.data += 14

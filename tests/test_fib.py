@@ -8,8 +8,8 @@ import ipaddress
 import pytest
 
 from flowsim.errors import TopologyError
-from flowsim.fib import Route
-from flowsim.topology import load_topology_text
+from flowsim.kernel.fib import Route
+from flowsim.config.topology import load_topology_text
 
 ip = ipaddress.ip_address
 net = ipaddress.ip_network

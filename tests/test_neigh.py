@@ -7,8 +7,8 @@ import ipaddress
 import pytest
 
 from flowsim.errors import TopologyError
-from flowsim.neigh import NUD_VALID, NeighEntry, NeighTable, NudState
-from flowsim.topology import load_topology_text
+from flowsim.kernel.neigh import NUD_VALID, NeighEntry, NeighTable, NudState
+from flowsim.config.topology import load_topology_text
 
 ip = ipaddress.ip_address
 

@@ -1,6 +1,6 @@
 """ovpn transmit before/after "ovpn: preserve GSO batching" (ovpn-gso.md §2–§9), packet ids and the receiver.
 
-Covers flowsim.ovpn and flowsim.ovpn_pktid.  Records are opened independently
+Covers flowsim.models.ovpn and flowsim.models.ovpn_pktid.  Records are opened independently
 with the cryptography library (tag-before-ciphertext layout, nonce = packet id
 ‖ nonce tail); frames are checked with scapy and the real tcpdump binary.
 """
@@ -18,12 +18,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from flowsim.errors import ConfigError
-from flowsim.ovpn import (
+from flowsim.models.ovpn import (
     COVER_LETTER, DEFAULT_KEYS, DEFAULT_NONCE_TAIL, OVPN_DEFAULT_MTU, OVPN_HEAD_ROOM, OVPN_RECORD_OVERHEAD,
     OvpnKeySlot, OvpnPeer, OvpnReceiver, build_inner_skb, check_invariants, compare_paths, ovpn_net_xmit,
     ovpn_opcode_compose, ovpn_udp_gso_max_records, ovpn_udp_gso_refusal, simulate,
 )
-from flowsim.ovpn_pktid import EINVAL, ERANGE, PKTID_MAX, REPLAY_WINDOW_SIZE, PktidRecv, PktidXmit
+from flowsim.models.ovpn_pktid import EINVAL, ERANGE, PKTID_MAX, REPLAY_WINDOW_SIZE, PktidRecv, PktidXmit
 
 
 def peer(mode="udp-gso", crypto="sync", cipher="aes-gcm", first=1, **kw) -> OvpnPeer:

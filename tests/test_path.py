@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.devices.base import ETH_P_8021Q, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, Encap, PathTun
-from flowsim.path import (CtTuple, DirPath, FlowtableRef, XmitType, dev_fill_forward_path, nft_dev_path_info,
+from flowsim.kernel.devices.base import ETH_P_8021Q, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, Encap, PathTun
+from flowsim.kernel.flowtable.path import (CtTuple, DirPath, FlowtableRef, XmitType, dev_fill_forward_path, nft_dev_path_info,
                           nft_flow_route, resolve_path, ruleset_flowtables)
 from flowsim.profiles import get_profile
-from flowsim.topology import load_topology, load_topology_text
+from flowsim.config.topology import load_topology, load_topology_text
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 PROFILES = ("linux-6.18", "linux-6.19", "linux-7.0", "linux-7.1.5")
@@ -394,7 +394,7 @@ def test_dev_fill_forward_path_direct_call():
 
 def test_path_info_rejects_unknown_entry_types():
     """An MTK_WDMA entry is not usable by the software flowtable: indev = NULL (§2.4 'any other type')."""
-    from flowsim.devices.base import DevPathType, PathEntry
+    from flowsim.kernel.devices.base import DevPathType, PathEntry
 
     ns = topology("selftest").netns("nsr1")
     stack = (PathEntry(DevPathType.MTK_WDMA, "veth1", 3),)

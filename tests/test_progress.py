@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
-from flowsim.progress import SimProgress, count_bar, expected_end, progress_enabled
-from flowsim.report import build_report
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology
-from flowsim.traffic import DEFAULT_GAP
+from flowsim.sim.progress import SimProgress, count_bar, expected_end, progress_enabled
+from flowsim.sim.report import build_report
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology
+from flowsim.sim.traffic import DEFAULT_GAP
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "topologies" / "ip6ip6-rx.toml"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.report import build_report, ct_status_names, format_report
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology
+from flowsim.sim.report import build_report, ct_status_names, format_report
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
@@ -63,7 +63,7 @@ def test_named_counters_in_the_report(bridge_vlan):
 
 def test_drops_and_samples_in_the_report():
     """drops: reason → count, with the first drops sampled (time, packet, reason, where)."""
-    from flowsim.traffic import TrafficSpec
+    from flowsim.sim.traffic import TrafficSpec
     import ipaddress
 
     t = load_topology(TOPOLOGIES / "selftest.toml")
@@ -101,7 +101,7 @@ def test_gso_segmentation_in_the_report():
 
 def test_events_that_ran_are_in_the_report():
     """The [[event]] lines a run executed are listed with their time and namespace, in JSON and in the text."""
-    from flowsim.topology import load_topology_text
+    from flowsim.config.topology import load_topology_text
 
     text = (TOPOLOGIES / "selftest.toml").read_text() + (
         '\n[[event]]\nat = 0.0005\nnetns = "nsr1"\ncommand = "ip link set veth1 down"\n'

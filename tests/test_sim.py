@@ -9,10 +9,10 @@ import attrs
 import pytest
 
 from flowsim.errors import ConfigError
-from flowsim.sim import Simulation
-from flowsim.stack import Kernel
-from flowsim.topology import load_topology
-from flowsim.traffic import TrafficSpec
+from flowsim.sim.simulation import Simulation
+from flowsim.kernel.stack.core import Kernel
+from flowsim.config.topology import load_topology
+from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 ip = ipaddress.ip_address
@@ -100,7 +100,7 @@ def test_flowtables_off_skips_hooks_and_flow_add():
 
 def test_kernel_alone_delivers_to_a_bound_socket():
     """Without a simulation the kernel runs every step at once; a socket in the target netns gets the packet."""
-    from flowsim.stack_pkt import build_ipv4, udp_datagram
+    from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
 
     class Sink:
         got = []

@@ -8,7 +8,7 @@ from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 
 from frames import eth, ip
 from flowsim.errors import SkbPullBug
-from flowsim.skb import skb_from_frame
+from flowsim.kernel.skb import skb_from_frame
 
 
 def frame(n_payload=60):

@@ -1,4 +1,4 @@
-"""Byte-level software GSO (flowsim.skb_gso) against scapy: segments, header fields, gso_type checks, errors."""
+"""Byte-level software GSO (flowsim.kernel.gso) against scapy: segments, header fields, gso_type checks, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
 from scapy.packet import NoPayload, Raw
 
 from flowsim.errors import FlowsimError
-from flowsim.skb_gso import (
+from flowsim.kernel.gso import (
     SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, SKB_GSO_TCP_FIXEDID, SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_UDP_L4,
     GsoError, gso_type_of, skb_gso_network_seglen, __skb_gso_segment, skb_gso_validate_network_len,
 )

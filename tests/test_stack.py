@@ -10,9 +10,9 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology, load_topology_text
-from flowsim.traffic import TrafficSpec
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 SCENARIOS = sorted(p.stem for p in TOPOLOGIES.glob("*.toml") if not p.stem.startswith("conform-"))
@@ -121,7 +121,7 @@ CONNTRACK = [
 @pytest.mark.parametrize("name, netns, expected", CONNTRACK)
 def test_conntrack_entries_have_the_right_states(name, netns, expected):
     """Router conntrack after a run: TCP walked to TIME_WAIT with ASSURED, NAT bits, UDP unreplied, tunnel outer flows."""
-    from flowsim.report import ct_status_names
+    from flowsim.sim.report import ct_status_names
 
     sim = run(name)
     entries = list(sim.kernel.netns[netns].conntrack.entries())
@@ -318,8 +318,8 @@ def test_neighbour_without_lladdr_is_unresolved():
 
 def test_frames_for_another_mac_are_not_for_this_host():
     """A frame whose destination MAC is not the device's is PACKET_OTHERHOST and dropped by ip_rcv."""
-    from flowsim.stack import Kernel
-    from flowsim.stack_pkt import build_ipv4, udp_datagram
+    from flowsim.kernel.stack.core import Kernel
+    from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
 
     topo = line()
     k = Kernel(topo)
@@ -332,8 +332,8 @@ def test_frames_for_another_mac_are_not_for_this_host():
 
 def test_drops_are_only_known_reason_ids():
     """Kernel.drop refuses an id that is not in flowsim/reasons.py (one table of reasons)."""
-    from flowsim.stack import Kernel
-    from flowsim.stack_ip import new_skb
+    from flowsim.kernel.stack.core import Kernel
+    from flowsim.kernel.stack.ip import new_skb
 
     k = Kernel(line())
     with pytest.raises(KeyError):
@@ -342,7 +342,7 @@ def test_drops_are_only_known_reason_ids():
 
 def test_ledger_detects_a_leaked_packet():
     """A packet that is neither delivered, dropped nor queued breaks the conservation check."""
-    from flowsim.stack import Ledger, PacketTag
+    from flowsim.kernel.stack.core import Ledger, PacketTag
 
     ledger = Ledger()
     tag = PacketTag("t", "original", 1)
@@ -382,8 +382,8 @@ def test_packets_to_a_local_address_loop_back():
 def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
     """ppp has no GSO features: validate_xmit_skb segments a GSO skb before pppoe_xmit, or drops it
     (gso-segment-failed) when skb_gso_segment fails; packet accounting adds up either way."""
-    from flowsim.skb_gso import gso_type_of
-    from flowsim.stack_pkt import build_ipv4, tcp_segment
+    from flowsim.kernel.gso import gso_type_of
+    from flowsim.kernel.stack.pkt import build_ipv4, tcp_segment
 
     sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
     k = sim.kernel
@@ -402,7 +402,7 @@ def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
 def test_gso_skb_the_segmenter_cannot_walk_is_dropped_not_raised():
     """A GSO skb carrying ICMP (no gso_segment callback) and too big for the next link: the MTU check counts it
     as not fitting and the segmentation attempt drops it with gso-segment-failed; the run goes on."""
-    from flowsim.stack_pkt import build_ipv4
+    from flowsim.kernel.stack.pkt import build_ipv4
 
     sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
     k = sim.kernel

@@ -12,9 +12,9 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.ppp import PPP, PPPoE
 from scapy.utils import rdpcap
 
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology
-from flowsim.traffic import TrafficSpec
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology
+from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 SHIPPED = sorted(p.stem for p in TOPOLOGIES.glob("*.toml"))

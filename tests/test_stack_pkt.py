@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment
 
-from flowsim.stack_pkt import (
+from flowsim.kernel.stack.pkt import (
     FragQueue, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment, ipv4_change_dsfield,
     ipv6_change_dsfield, parse_ip, tcp_segment, udp_datagram,
 )

@@ -14,7 +14,7 @@ import pytest
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
-from flowsim.sweep import METRICS, SweepError, flow_table_size, parse_grid, plan, point_simulation, sweep
+from flowsim.sim.sweep import METRICS, SweepError, flow_table_size, parse_grid, plan, point_simulation, sweep
 
 TOPO = str(Path(__file__).resolve().parent.parent / "topologies" / "ip6ip6-rx.toml")
 TCP, UDP = "tcp-rx-from-tunnel", "udp-tx-into-tunnel"
@@ -207,15 +207,15 @@ def test_failed_run_names_the_point(monkeypatch):
     def boom(sim):
         raise RuntimeError("measure failed")
 
-    monkeypatch.setattr("flowsim.sweep.measure", boom)
+    monkeypatch.setattr("flowsim.sim.sweep.measure", boom)
     with pytest.raises(SweepError, match=r"ip6ip6-rx.toml: run udp_timeout=1.0 failed: RuntimeError: measure failed"):
         sweep(TOPO, {"udp_timeout": [1]}, workers=1)
 
 
 def test_flowsim_sweep_is_callable():
-    """flowsim.sweep(...) is the function (the module is callable); flowsim.sweep.sweep too."""
+    """flowsim.sweep(...) is the public API's name for flowsim.sim.sweep.sweep."""
     df = flowsim.sweep(TOPO, {"traffic.*.packets": [2]}, fixed=SMALL, workers=1)
-    assert len(df) == 1 and flowsim.sweep.sweep is sweep
+    assert len(df) == 1 and flowsim.sweep is sweep
 
 
 # ----------------------------------------------------------------- the command

@@ -1,4 +1,4 @@
-"""[[event]] tables: iproute2 lines a run executes at a virtual time, checked at load (flowsim.topology_events)."""
+"""[[event]] tables: iproute2 lines a run executes at a virtual time, checked at load (flowsim.config.events)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flowsim.errors import TopologyError
-from flowsim.topology import load_topology_text
+from flowsim.config.topology import load_topology_text
 
 SELFTEST = (Path(__file__).resolve().parent.parent / "topologies" / "selftest.toml").read_text()
 BASE_LINES = SELFTEST.count("\n")

@@ -10,11 +10,11 @@ from scapy.layers.l2 import Ether
 from scapy.layers.ppp import PPP, PPPoE
 
 from frames import frames
-from flowsim.headers import addr_bytes
+from flowsim.kernel.headers import addr_bytes
 from flowsim.profiles import PROFILES, get_profile
 from flowsim.reasons import REASONS
-from flowsim.skb import skb_from_frame
-from flowsim.tuple import HOOKS, Encap, FlowTuple, Tunnel, flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
+from flowsim.kernel.flowtable.tuple import HOOKS, Encap, FlowTuple, Tunnel, flow_tuple_from_skb
 
 KNOWN_BUG = object()
 

@@ -1,7 +1,7 @@
 """xfrm_output's GSO decision (xfrm-gso.md §2, §3) and the ESP frames each path puts on the wire (§1.4, §4).
 
-Covers flowsim.xfrm (decision table), flowsim.esp (ESP output paths, receiver)
-and flowsim.gso (software segmentation).  Frames are checked with scapy
+Covers flowsim.models.xfrm (decision table), flowsim.kernel.esp (ESP output paths, receiver)
+and flowsim.models.gso (software segmentation).  Frames are checked with scapy
 (dissection, checksums, and scapy's own ESP AES-GCM decryption) and with the
 real tcpdump binary running the filters of the Oct-2026 patch.
 """
@@ -23,9 +23,9 @@ from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN  # noqa: F401  (binds UDP 4789)
 
 from flowsim.errors import ConfigError
-from flowsim.esp import DEFAULT_KEY, XfrmReceiver, XfrmState, build_gso_skb
-from flowsim.gso import TCP_FLAG_PSH, skb_gso_segment
-from flowsim.xfrm import (
+from flowsim.kernel.esp import DEFAULT_KEY, XfrmReceiver, XfrmState, build_gso_skb
+from flowsim.models.gso import TCP_FLAG_PSH, skb_gso_segment
+from flowsim.models.xfrm import (
     OUTCOMES, VARIANTS, XfrmInputs, decision_table_row, esp_layout, get_variant, malformed_filter, simulate,
     xfrm_output,
 )
@@ -335,7 +335,7 @@ def test_receiver_window_does_not_advance_on_malformed():
     assert r.rx_counters["XfrmInStateSeqError"] == 0 and r.rx_counters["XfrmInStateProtoError"] == 6
 
 
-# --- software GSO (flowsim.gso) -------------------------------------------------------------
+# --- software GSO (flowsim.models.gso) -------------------------------------------------------------
 
 @pytest.mark.parametrize(("inner", "transport"), [("none", 20), ("ipip", 40), ("ip6tnl", 60), ("vxlan", 20),
                                                   ("geneve", 20)])

@@ -10,13 +10,13 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.layers.l2 import Ether
 
-from flowsim import esp
+from flowsim.kernel import esp
 from flowsim.errors import TopologyError
-from flowsim.path import XmitType
+from flowsim.kernel.flowtable.path import XmitType
 from flowsim.profiles import get_profile
-from flowsim.sim import Simulation
-from flowsim.stack_xfrm import XfrmRoute, esp4_get_mtu
-from flowsim.topology import load_topology, load_topology_text
+from flowsim.sim.simulation import Simulation
+from flowsim.kernel.stack.xfrm import XfrmRoute, esp4_get_mtu
+from flowsim.config.topology import load_topology, load_topology_text
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 FILE = TOPO / "ipsec-tunnel.toml"
@@ -102,7 +102,7 @@ def test_esp_decrypts_to_the_inner_packets(ran):
 
 
 def test_flowsim_esp_receiver_agrees(ran):
-    """§8 row 13: flowsim.esp's esp_input with the state's key recovers the same inner IPv4 packets."""
+    """§8 row 13: flowsim.kernel.esp's esp_input with the state's key recovers the same inner IPv4 packets."""
     _sim, wire = ran
     state = esp.XfrmState(spi=0x1001, key=KEY_OUT, mode="tunnel", tunnel=(A1, A2))
     n = 0
@@ -237,7 +237,7 @@ def test_decrypted_packets_never_create_flows():
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from flowsim.skb import skb_from_frame
+    from flowsim.kernel.skb import skb_from_frame
 
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.compare import compare
+from flowsim.sim.compare import compare
 from flowsim.errors import ConfigError
 
 __all__ = ["register", "run"]

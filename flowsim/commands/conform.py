@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.conform import KERNELS, run_conformance, update_doc
+from flowsim.conform.harness import KERNELS, run_conformance, update_doc
 
 __all__ = ["register", "run"]
 

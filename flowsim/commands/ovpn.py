@@ -21,7 +21,7 @@ import json
 
 from flowsim.commands._args import int_in_range as _int
 from flowsim.errors import ConfigError
-from flowsim.ovpn import CIPHERS, COVER_LETTER, LL_MAX_HEADER_CHOICES, OVPN_DEFAULT_MTU, OvpnRun, simulate
+from flowsim.models.ovpn import CIPHERS, COVER_LETTER, LL_MAX_HEADER_CHOICES, OVPN_DEFAULT_MTU, OvpnRun, simulate
 
 __all__ = ["register", "run", "render_text"]
 

@@ -20,10 +20,10 @@ import json
 
 import flowsim.cli
 from flowsim.errors import ConfigError
-from flowsim.path import (CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path,
+from flowsim.kernel.flowtable.path import (CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path,
                           ruleset_flowtables)
 from flowsim.profiles import profile_from_cli
-from flowsim.topology import load_topology
+from flowsim.config.topology import load_topology
 
 __all__ = ["register", "run"]
 

@@ -21,10 +21,10 @@ import flowsim.cli
 from flowsim.commands._args import number_type
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
-from flowsim.progress import SimProgress, progress_enabled
-from flowsim.report import build_report, format_report
-from flowsim.sim import Simulation
-from flowsim.topology import load_topology
+from flowsim.sim.progress import SimProgress, progress_enabled
+from flowsim.sim.report import build_report, format_report
+from flowsim.sim.simulation import Simulation
+from flowsim.config.topology import load_topology
 
 __all__ = ["register", "run"]
 

@@ -30,8 +30,8 @@ import json
 
 from flowsim.commands._args import number_type
 from flowsim.errors import ConfigError
-from flowsim.progress import progress_enabled
-from flowsim.sweep import parse_grid, sweep
+from flowsim.sim.progress import progress_enabled
+from flowsim.sim.sweep import parse_grid, sweep
 
 __all__ = ["register", "run", "dask_client"]
 

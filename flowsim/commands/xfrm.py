@@ -24,8 +24,8 @@ import json
 
 from flowsim.commands._args import int_in_range as _int
 from flowsim.errors import ConfigError
-from flowsim.esp import INNER_KINDS
-from flowsim.xfrm import OUTCOMES, XfrmRun, get_variant, simulate
+from flowsim.kernel.esp import INNER_KINDS
+from flowsim.models.xfrm import OUTCOMES, XfrmRun, get_variant, simulate
 
 __all__ = ["register", "run", "render_text"]
 

@@ -1,0 +1,152 @@
+"""Traffic tables: the ``[[traffic]]`` arrays of a topology file as :class:`Traffic` flows.
+
+Theory of operation
+-------------------
+A traffic table describes one flow the simulator generates
+(:mod:`flowsim.sim.traffic` turns it into endpoints on the virtual clock)::
+
+    [[traffic]]
+    name = "download"                   # unique among the tables
+    proto = "tcp"                       # tcp or udp
+    from = "client"                     # netns of the sender
+    to = "2001:db8:3::2"                # destination address
+    dport = 5201
+
+``name``, ``proto``, ``from``, ``to`` and ``dport`` are required; the
+optional keys are ``src`` (an address configured in ``from``; default its
+first non-loopback address of ``to``'s family), ``sport``, ``packets`` /
+``size`` and ``reply_packets`` / ``reply_size`` (IP lengths), ``handshake``
+and ``close`` (TCP only, default on), ``rate`` (packets per second),
+``start`` (seconds) and ``gso_size``.  The tables are checked after the
+namespaces' commands ran and L2 discovery is done, so ``from`` and ``src``
+are checked against the built :class:`~flowsim.config.topology.Topology`.
+
+Every error is one :class:`~flowsim.errors.TopologyError` naming the file,
+the command ``[[traffic]]`` and the absolute line of the offending key (of
+the table's header when the key is missing), found through the topology
+loader's raw-TOML line index (``flowsim.config.topology._RawToml``, since tomllib
+gives no line numbers); a duplicate ``name`` names only the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+import attrs
+
+from flowsim.kernel.devices.base import IPAddress
+from flowsim.errors import TopologyError
+
+if TYPE_CHECKING:
+    from flowsim.config.topology import Topology, _RawToml
+
+__all__ = ["Traffic"]
+
+
+@attrs.frozen
+class Traffic:
+    """One ``[[traffic]]`` table: a flow the simulator will generate.
+
+    ``packets`` go from ``src`` (an address of netns ``from``; default its
+    first address of ``to``'s family) to ``to``; ``reply_packets`` come back.
+    TCP flows do the three-way handshake and FIN close unless disabled.
+    ``rate`` is packets per second (0: back to back), ``start`` seconds.
+    With ``gso_size`` the endpoints hand the stack GSO skbs (TSO /
+    ``UDP_SEGMENT``): data packets of ``size`` bytes cut later into segments
+    of ``gso_size`` payload bytes.
+    """
+
+    name: str
+    proto: str
+    netns: str
+    src: IPAddress
+    dst: IPAddress
+    dport: int
+    sport: int | None = None
+    packets: int = 10
+    size: int = 1000
+    reply_packets: int = 0
+    reply_size: int | None = None
+    handshake: bool = True
+    close: bool = True
+    rate: float = 0.0
+    start: float = 0.0
+    gso_size: int | None = None
+    line: int | None = None
+
+
+_TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
+                 "reply_size", "handshake", "close", "rate", "start", "gso_size"}
+
+
+def _traffic(items, topo: Topology, raw: _RawToml, file: str) -> list[Traffic]:
+    out = []
+    for _i, line, item, bad in raw.tables(items, "traffic", file, _TRAFFIC_KEYS,
+                                          ("name", "proto", "from", "to", "dport")):
+        out.append(_one_traffic(item, topo, line, bad))
+    names = [t.name for t in out]
+    for name in names:
+        if names.count(name) > 1:
+            raise TopologyError(f"duplicate traffic name {name!r}", file=file, value=name, expected="unique names")
+    return out
+
+
+def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
+    proto = item["proto"]
+    if proto not in ("tcp", "udp"):
+        raise bad(f"bad proto {proto!r}", proto, "tcp or udp", "proto")
+    netns = item["from"]
+    if netns not in topo.namespaces:
+        raise bad(f"no namespace {netns!r}", netns, "one of " + ", ".join(topo.namespaces), "from")
+    try:
+        dst = ipaddress.ip_address(item["to"])
+    except (ValueError, TypeError):
+        raise bad(f"bad address {item['to']!r}", item["to"], "an IP address", "to") from None
+    ns = topo.namespaces[netns]
+    if "src" in item:
+        try:
+            src = ipaddress.ip_address(item["src"])
+        except (ValueError, TypeError):
+            raise bad(f"bad address {item['src']!r}", item["src"], "an IP address", "src") from None
+        if ns.owner_of(src) is None:
+            raise bad(f"{src} is not an address of {netns}", str(src), f"an address configured in {netns}", "src")
+    else:
+        mine = [a.ip for d in ns.devices.values() if d.name != "lo" for a in d.addrs if a.version == dst.version]
+        if not mine:
+            raise bad(f"{netns} has no IPv{dst.version} address", netns, "a 'src' address", "from")
+        src = mine[0]
+    if src.version != dst.version:
+        raise bad("src and to have different families", str(src), "addresses of one family", "src")
+
+    def integer(key: str, lo: int, hi: int, default):
+        value = item.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise bad(f"bad {key} {value!r}", value, f"an integer {lo}..{hi}", key)
+        return value
+
+    def flag(key: str) -> bool:
+        value = item.get(key, proto == "tcp")
+        if not isinstance(value, bool):
+            raise bad(f"bad {key} {value!r}", value, "true or false", key)
+        if value and proto != "tcp":
+            raise bad(f"{key} is only for tcp", value, "false for udp", key)
+        return value
+
+    def number(key: str) -> float:
+        value = item.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise bad(f"bad {key} {value!r}", value, "a number >= 0", key)
+        return float(value)
+
+    if not isinstance(item["name"], str) or not item["name"]:
+        raise bad("traffic name must be a non-empty string", item["name"], "a string", "name")
+    return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
+                   dport=integer("dport", 1, 65535, None), sport=integer("sport", 1, 65535, None),
+                   packets=integer("packets", 1, 10**9, 10), size=integer("size", 1, 65535, 1000),
+                   reply_packets=integer("reply_packets", 0, 10**9, 0),
+                   reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
+                   close=flag("close"), rate=number("rate"), start=number("start"),
+                   gso_size=integer("gso_size", 1, 65535, None), line=line)

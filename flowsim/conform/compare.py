@@ -1,0 +1,371 @@
+"""The simulator's prediction for a scenario, and its comparison with what the kernel showed.
+
+Theory of operation
+-------------------
+:func:`simulate` is the one adapter to the simulator: it runs
+:class:`flowsim.sim.simulation.Simulation` under the profile matching the booted kernel
+(``linux-6.12`` for ``debian-6.12``, ``linux-6.1`` for ``debian-6.1``) and
+returns the ``flowsim run --json`` report, plus ``rule_counters`` (the
+anonymous ``counter`` of each rule, which the report leaves out).  Without
+an importable simulator it falls back to ``python -m flowsim run --json``.
+
+:func:`compare` walks the connections of a :class:`ScenarioObservation`
+(:mod:`flowsim.conform.observe`) and states, for each, the facts both sides
+can state, as :class:`Fact` rows (kernel value, simulator value, tolerance,
+verdict):
+
+* ``offloaded`` — a flow was created for the connection in the flowtable
+  namespace (kernel: ``[OFFLOAD]`` in the ``mid`` snapshot; simulator: a
+  flow with the connection's original tuple in that namespace's flowtable);
+* ``ct shown`` — what ``conntrack -L`` prints at the end: the TCP state
+  (which the kernel hides while a connection is offloaded — the simulator's
+  entry is printed by the same rule), ``UNREPLIED``, ``ASSURED``,
+  ``OFFLOAD``;
+* ``ct packets/bytes`` per direction — conntrack accounting at the end
+  (the flowtable ``counter`` flag decides whether fast-path packets count);
+* ``slow path``, ``fast path``, ``delivered`` per direction — packets the
+  flowtable did not steal (the harness's prerouting probe), the rest of
+  what was delivered, and what the receiving host's input hook counted;
+* per rule of the topology's own rulesets, and per named counter, the
+  packets counted.
+
+Tolerances.  UDP is compared exactly: the guest sends exactly the datagrams
+the traffic table describes.  Real TCP differs from the simulator's
+generator in two documented ways: Linux sends pure ACKs (at most one per
+data segment received; the generator sends none), and the teardown may fold
+the last ACK into the FIN.  So a TCP count may exceed the simulator's by up
+to ``2 + (data segments the other side sent)`` where those ACKs are counted
+(delivered; fast or slow path when the whole direction takes it; conntrack
+accounting that includes fast-path packets) plus 3 retransmitted segments
+(tail-loss probes and RTOs happen when TCG stalls a virtual CPU), by 2
+elsewhere, and be 1 below it.  Byte counts get the same allowance, ACKs
+counted at the largest control packet (an IP header plus 40 bytes of TCP
+header and options) and retransmissions at the data packet size.  The rule
+that creates flows (``flow add``) is always exact: one per flow.
+
+A disagreement listed in :data:`KNOWN_DIFFERENCES` is reported as
+``known`` with its reason, and does not fail the run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+import sys
+
+import attrs
+
+from flowsim.conform.guest import IP_HEADER, ScenarioPlan, TrafficPlan
+from flowsim.conform.observe import DIRS, ConnObservation, ScenarioObservation
+from flowsim.conform.parse import canonical_addr
+
+__all__ = ["Fact", "simulate", "compare", "KNOWN_DIFFERENCES", "summarize", "format_facts", "Tolerance"]
+
+OTHER = {"original": "reply", "reply": "original"}
+TCP_CONTROL_SLACK = 2   # kernel-only control packets per direction (FIN/ACK folding, window updates)
+TCP_RETRANSMITS = 3     # data segments Linux may send twice (tail loss probe, RTO) when TCG stalls a CPU
+
+
+@attrs.frozen
+class Tolerance:
+    """kernel − simulator must lie in [low, high]."""
+
+    low: int = 0
+    high: int = 0
+    why: str = "exact"
+
+    def accepts(self, kernel, sim) -> bool:
+        if isinstance(kernel, (int, float)) and isinstance(sim, (int, float)) \
+                and not isinstance(kernel, bool) and not isinstance(sim, bool):
+            return self.low <= kernel - sim <= self.high
+        return kernel == sim
+
+    def text(self) -> str:
+        if self.low == self.high == 0:
+            return "exact"
+        return f"{self.low:+d}..{self.high:+d} ({self.why})"
+
+
+EXACT = Tolerance()
+
+
+@attrs.frozen
+class Fact:
+    """One compared fact of one scenario."""
+
+    scenario: str
+    subject: str        # a connection name, or "NETNS rule …" / "NETNS counter NAME"
+    fact: str
+    kernel: object
+    sim: object
+    tolerance: str
+    status: str         # agrees | differs | known | n/a
+    note: str = ""
+
+
+# (scenario pattern, subject pattern, fact pattern) -> reason.  Patterns are fnmatch globs.
+KNOWN_DIFFERENCES: dict[tuple[str, str, str], str] = {}
+
+
+# ---------------------------------------------------------------------- simulator
+
+def simulate(topology_path: str, profile: str) -> dict:
+    """The simulator's report for *topology_path* under *profile*, plus ``rule_counters``."""
+    try:
+        from flowsim.profiles import get_profile
+        from flowsim.sim.report import build_report
+        from flowsim.sim.simulation import Simulation
+        from flowsim.config.topology import load_topology
+    except ImportError:  # no simulator in this tree: ask the command line
+        res = subprocess.run([sys.executable, "-m", "flowsim", "run", topology_path, "--profile", profile, "--json"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(res.stderr.strip() or "flowsim run failed")
+        return json.loads(res.stdout)
+    sim = Simulation(load_topology(topology_path), get_profile(profile))
+    sim.run()
+    report = build_report(sim)
+    rules = {}
+    for st in sim.kernel.netns.values():
+        nft = getattr(st, "nft", None)
+        counters = getattr(nft, "rule_counters", None) or {}
+        seen = set()
+        for (family, table, chain, index, _expr), c in sorted(counters.items()):
+            if (family, table, chain, index) not in seen:  # the rule's first counter, as the kernel parser keeps
+                seen.add((family, table, chain, index))
+                rules.setdefault(st.name, []).append({"family": family, "table": table, "chain": chain,
+                                                      "index": index, "packets": c.packets, "bytes": c.bytes})
+    report["rule_counters"] = rules
+    return report
+
+
+def _parse_endpoint(text: str) -> tuple[str, int | None]:
+    text = text.strip()
+    if text.startswith("["):
+        addr, _, port = text[1:].partition("]:")
+        return canonical_addr(addr), int(port) if port else None
+    addr, sep, port = text.rpartition(":")
+    if sep and port.isdigit() and "." in addr:
+        return canonical_addr(addr), int(port)
+    return canonical_addr(text), None
+
+
+def _sim_tuple(text: str) -> tuple:
+    left, _, right = text.partition("->")
+    return (*_parse_endpoint(left), *_parse_endpoint(right))
+
+
+def _conn_key(t: TrafficPlan) -> tuple:
+    return (canonical_addr(t.src), t.sport, canonical_addr(t.dst), t.dport)
+
+
+def sim_ct(report: dict, netns: str, t: TrafficPlan) -> dict | None:
+    """The simulator's conntrack entry of connection *t* in *netns* (by its original tuple)."""
+    for e in report.get("conntrack", {}).get(netns, []):
+        if e.get("proto") == t.proto and _sim_tuple(e.get("original", "")) == _conn_key(t):
+            return e
+    return None
+
+
+def sim_flows(report: dict, netns: str, t: TrafficPlan) -> list[dict]:
+    """The simulator's flows of connection *t* in *netns*'s flowtables (any state)."""
+    out = []
+    proto = {"tcp": 6, "udp": 17}[t.proto]
+    for ft in report.get("flowtables", []):
+        if ft.get("netns") != netns:
+            continue
+        for f in ft.get("flows", []):
+            tup = f.get("original", {}).get("tuple", {})
+            if (canonical_addr(str(tup.get("src"))), tup.get("sport"), canonical_addr(str(tup.get("dst"))),
+                    tup.get("dport")) == _conn_key(t) and tup.get("l4proto") == proto:
+                out.append(f)
+    return out
+
+
+# ---------------------------------------------------------------------- display rules
+
+def kernel_ct_shown(e) -> str:
+    """What ``conntrack -L`` shows of an entry, reduced to state and flags."""
+    if e is None:
+        return "(no entry)"
+    parts = [e.state] if e.state else []
+    parts += [f for f in ("UNREPLIED", "ASSURED", "OFFLOAD") if f in e.flags]
+    return " ".join(parts) or "-"
+
+
+def sim_ct_shown(e: dict | None) -> str:
+    """The simulator's entry printed by conntrack's rules: no TCP state while offloaded."""
+    if e is None:
+        return "(no entry)"
+    status = set(e.get("status", []))
+    offloaded = "OFFLOAD" in status or "HW_OFFLOAD" in status
+    parts = []
+    if e.get("proto") == "tcp" and not offloaded:  # ct_seq_show skips timeout and state while offloaded
+        parts.append(e.get("state"))
+    if "SEEN_REPLY" not in status:
+        parts.append("UNREPLIED")
+    # one flag of OFFLOAD / ASSURED: an offloaded entry shows [OFFLOAD] instead of [ASSURED]
+    parts.append("OFFLOAD" if offloaded else "ASSURED" if "ASSURED" in status else "")
+    return " ".join(p for p in parts if p) or "-"
+
+
+# ---------------------------------------------------------------------- tolerances
+
+def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, size: int = 0) -> Tolerance:
+    """The TCP allowance of the module docstring; *hdr* > 1 scales it to bytes (*size*: a data segment's)."""
+    if t.proto != "tcp":
+        return EXACT
+    other_data = t.reply_packets if d == "original" else t.packets
+    high = TCP_CONTROL_SLACK + (other_data if acks_counted else 0)
+    why = "TCP control" + (" + pure ACKs" if acks_counted else "")
+    if acks_counted:  # what counts every packet also counts retransmissions (TLP/RTO under emulation)
+        why += " + retransmissions"
+        return Tolerance(-1 * hdr, high * hdr + TCP_RETRANSMITS * (size or 1), why)
+    return Tolerance(-1 * hdr, high * hdr, why)
+
+
+def _bulk(direction: dict, value: int | None) -> bool:
+    """The simulator says (almost) the whole direction took this path."""
+    sent = direction.get("sent", 0)
+    return bool(value) and sent > 0 and value >= sent - 4
+
+
+# ---------------------------------------------------------------------- comparison
+
+def _fact(rows: list, scenario: str, subject: str, fact: str, kernel, sim, tol: Tolerance) -> None:
+    if sim is None:
+        status = "n/a"
+    else:
+        status = "agrees" if tol.accepts(kernel, sim) else "differs"
+    note = ""
+    if status == "differs":
+        for (sp, subp, fp), reason in KNOWN_DIFFERENCES.items():
+            if fnmatch.fnmatch(scenario, sp) and fnmatch.fnmatch(subject, subp) and fnmatch.fnmatch(fact, fp):
+                status, note = "known", reason
+                break
+    rows.append(Fact(scenario, subject, fact, kernel, sim, tol.text(), status, note))
+
+
+def _sim_slow(plan: ScenarioPlan, direction: dict) -> int | None:
+    """The connection's packets the flowtable did not fast-path, as the probe counts them.
+
+    The report's ``slowpath`` counts every slow verdict of a flowtable hook, which includes the outer
+    packet of a tunnel missing the flowtable on the underlay (``l4proto-unsupported``) before its inner
+    packet is fast-pathed on the tunnel device; with one flowtable namespace on the way, the packets
+    sent minus those fast-pathed is what the kernel's probe sees.
+    """
+    if "sent" not in direction:
+        return None
+    if len(plan.flowtable_netns) != 1:
+        return direction.get("slowpath")
+    return max(0, direction["sent"] - direction.get("fastpath", 0))
+
+
+def _compare_conn(rows: list, plan: ScenarioPlan, t: TrafficPlan, c: ConnObservation, report: dict) -> None:
+    s = plan.name
+    traffic = next((x for x in report.get("traffic", []) if x.get("name") == t.name), None)
+    dirs = (traffic or {}).get("directions", {})
+    for ns in plan.flowtable_netns:
+        kmid, kend = c.ct.get((ns, "mid")), c.ct.get((ns, "end"))
+        # a flow torn down and collected is gone from the report: fast-path packets prove it existed
+        created = bool(sim_flows(report, ns, t)) or any(dirs.get(d, {}).get("fastpath") for d in DIRS)
+        _fact(rows, s, t.name, f"{ns}: offloaded (flow created)", bool(kmid and kmid.offloaded), created, EXACT)
+        sct = sim_ct(report, ns, t)
+        _fact(rows, s, t.name, f"{ns}: conntrack shows at end", kernel_ct_shown(kend), sim_ct_shown(sct), EXACT)
+        for d in DIRS:
+            if kend is None or sct is None:
+                continue
+            kd, sd = getattr(kend, d), sct.get("counters", {}).get(d, {})
+            # conntrack counts fast-path packets only with the flowtable counter flag: then ACKs count too.
+            counts_all = sd.get("packets", 0) > (_sim_slow(plan, dirs.get(d, {})) or 0)
+            acks = counts_all or _bulk(dirs.get(d, {}), _sim_slow(plan, dirs.get(d, {})))
+            _fact(rows, s, t.name, f"{ns}: ct packets {d}", kd.packets, sd.get("packets"), _tcp_tolerance(t, d, acks))
+            _fact(rows, s, t.name, f"{ns}: ct bytes {d}", kd.bytes, sd.get("bytes"),
+                  _tcp_tolerance(t, d, acks, IP_HEADER[t.family] + 40,
+                                 t.size if d == "original" else t.reply_size))
+    for d in DIRS:
+        sd = dirs.get(d, {})
+        kslow = sum(v[d] for v in c.slow.values() if v.get(d) is not None) if c.slow else None
+        kdel = c.delivered.get(d)
+        _fact(rows, s, t.name, f"slow path {d}", kslow, _sim_slow(plan, sd),
+              _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd))))
+        # fast = what arrived at the router minus the slow path; UDP's arrivals are exactly what was sent
+        # (a datagram dropped after the slow path still arrived), TCP's are taken as what was delivered.
+        arrived = (t.packets if d == "original" else t.reply_packets) if t.proto == "udp" else kdel
+        kfast = arrived - kslow if arrived is not None and kslow is not None else None
+        _fact(rows, s, t.name, f"fast path {d}", kfast, sd.get("fastpath"),
+              _tcp_tolerance(t, d, bool(sd.get("fastpath"))))
+        _fact(rows, s, t.name, f"delivered {d}", kdel, sd.get("delivered"), _tcp_tolerance(t, d, True))
+
+
+def _aggregate_tolerance(plan: ScenarioPlan, report: dict, text: str) -> Tolerance:
+    """A rule or named counter sums connections: exact for `flow add`, else the TCP allowances added up."""
+    if "flow add" in text:
+        return Tolerance(0, 0, "one per flow")
+    low = high = 0
+    for t in plan.traffic:
+        if t.proto != "tcp":
+            continue
+        traffic = next((x for x in report.get("traffic", []) if x.get("name") == t.name), {})
+        for d in DIRS:
+            sd = traffic.get("directions", {}).get(d, {})
+            tol = _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)))
+            low, high = low + tol.low, high + tol.high
+    return Tolerance(low, high, "sum over TCP connections") if (low or high) else EXACT
+
+
+def compare(plan: ScenarioPlan, obs: ScenarioObservation, report: dict) -> list[Fact]:
+    """Every fact of one scenario, kernel against simulator (see the module docstring)."""
+    rows: list[Fact] = []
+    s = plan.name
+    for err in obs.errors:
+        rows.append(Fact(s, "guest", "set-up", err.splitlines()[0] if err else "error", None, "", "error",
+                         " | ".join(err.splitlines()[1:3])))
+    for t in plan.traffic:
+        c = obs.conns.get(t.name)
+        if c is not None:
+            _compare_conn(rows, plan, t, c, report)
+    sim_rules = {(ns, r["family"], r["table"], r["chain"], r["index"]): r
+                 for ns, rules in report.get("rule_counters", {}).items() for r in rules}
+    for ns, rules in obs.rules.items():
+        for r in rules:
+            sr = sim_rules.get((ns, r.family, r.table, r.chain, r.index))
+            subject = f"{ns} rule {r.family} {r.table} {r.chain} #{r.index}"
+            _fact(rows, s, subject, f"packets [{r.text}]", r.packets, sr["packets"] if sr else None,
+                  _aggregate_tolerance(plan, report, r.text))
+    for ns, counters in obs.counters.items():
+        scounters = report.get("counters", {}).get(ns, {})
+        for name, packets in counters.items():
+            sc = next((v for k, v in scounters.items() if k.split()[-1] == name), None)
+            _fact(rows, s, f"{ns} counter {name}", "packets", packets, sc["packets"] if sc else None,
+                  _aggregate_tolerance(plan, report, ""))
+    return rows
+
+
+def summarize(rows: list[Fact]) -> dict[str, int]:
+    out = {"agrees": 0, "differs": 0, "known": 0, "n/a": 0, "error": 0}
+    for r in rows:
+        out[r.status] = out.get(r.status, 0) + 1
+    return out
+
+
+def format_facts(rows: list[Fact], *, only_problems: bool = False) -> str:
+    """The comparison as an aligned table (one row per fact)."""
+    shown = [r for r in rows if not only_problems or r.status not in ("agrees",)]
+    head = ("scenario", "subject", "fact", "kernel", "flowsim", "tolerance", "")
+    table = [head] + [(r.scenario, r.subject, r.fact, _v(r.kernel), _v(r.sim), r.tolerance,
+                       r.status + (f": {r.note}" if r.note else "")) for r in shown]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
+    lines = []
+    for row in table:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _v(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)

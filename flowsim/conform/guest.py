@@ -1,0 +1,485 @@
+"""Conformance guest: a topology rendered as a busybox shell script, and the qemu boot that runs it.
+
+Theory of operation
+-------------------
+:func:`render_scenario` turns one loaded topology into a shell function for
+the guest's ``/init`` (see ``flowsim/data/conform/init.sh``), in the order
+the simulator builds the same topology:
+
+1. ``ip netns add`` for every namespace, then each namespace's own command
+   lines in file order, run as ``/usr/sbin/ip -n NS …``, ``/usr/sbin/bridge
+   -n NS …`` or a ``/proc/sys`` write (``sysctl K=V``), then its sysctls.
+   A failing line ends the scenario with an ``error`` section naming the
+   topology file and line.
+2. Harness settings that change no forwarding decision:
+   ``net.netfilter.nf_conntrack_acct=1`` everywhere (conntrack byte and
+   packet accounting), and TSO/GSO/GRO off on every device (``ethtool -K``),
+   so the kernel handles the same wire-sized packets the simulator models
+   instead of 64 KB super-packets.
+3. Neighbour warm-up: every neighbour the simulator's loader pre-resolves
+   (:func:`flowsim.kernel.neigh.discover`) is pinged once from its namespace,
+   *before* any ruleset exists, so neither conntrack nor a rule counter sees
+   it; then the namespaces' nft rulesets are loaded as written, plus the
+   harness's own ``table inet flowsim_probe`` (:func:`probe_ruleset`).
+4. The traffic, one ``[[traffic]]`` table after the other (sorted by
+   ``start``), with socat.  Sizes are IP packet lengths, as in
+   :mod:`flowsim.sim.traffic`.  TCP: ``packets`` data segments one way and
+   ``reply_packets`` back, each exactly ``size`` bytes long (``mss`` pinned,
+   the 12-byte timestamp option Linux negotiates subtracted, one segment's
+   payload per socat read and write, ``nodelay``).  UDP: exactly ``packets``
+   datagrams (``socat -b`` cuts a datagram per block of a file-backed
+   stream) from an unconnected socket, so that ICMP errors do not stop the
+   sender; the server answers from its first received datagram on, at the
+   same ``rate``, as flowsim's server does.  Client ports are pinned the way
+   flowsim picks them (``sport``, else 40000 + 100 × table index), so each
+   connection is known by its conntrack tuple.
+5. Snapshot ``mid`` (all data delivered, no TCP connection closed yet), the
+   TCP closes (``close = true``: the client's stdin ends, socat sends FIN,
+   the server answers with its own), one second to settle, snapshot ``end``.
+
+The probe table counts, per connection and direction, the packets that took
+the slow path (``ct original … ct direction …`` in a ``prerouting`` chain at
+priority -150, after conntrack and defragmentation: every packet the
+flowtable did *not* steal at ingress, once, even one that ``ip_forward``
+drops later) and the packets delivered to the end hosts (``input`` chains
+on the connection's ports).  It only counts; it never drops or marks.
+
+Output goes to the guest's second serial port (``/dev/ttyS1``, a file on
+the host) as sections ``@@ SCENARIO KIND NETNS PHASE`` … ``@@end``, parsed by
+:mod:`flowsim.conform.parse`; the console (``ttyS0``) is kept as a log.
+"""
+
+from __future__ import annotations
+
+import gzip
+import ipaddress
+import re
+import shlex
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+
+from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
+from flowsim.errors import ConfigError
+from flowsim.kernel.flowtable.path import ruleset_flowtables
+from flowsim.config.topology import Topology, Traffic, shell_split
+
+__all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
+           "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT"]
+
+PROBE_TABLE = "flowsim_probe"
+BASE_SPORT = 40000
+TCP_TIMESTAMP_OPTION = 12   # bytes of TCP options a timestamp-enabled segment carries
+IP_HEADER = {4: 20, 6: 40}
+L4_HEADER = {"tcp": 20 + TCP_TIMESTAMP_OPTION, "udp": 8}
+UNSUPPORTED_KINDS = {"pppoe": "needs pppd and a PPPoE server", "dsa": "needs a DSA switch",
+                     "ethernet": "is a flowsim extension (a real NIC)"}
+
+IP = GUEST_BIN["ip"]
+
+
+@attrs.frozen
+class TrafficPlan:
+    """One ``[[traffic]]`` table as the guest runs it: who listens where, which ports."""
+
+    index: int
+    name: str
+    proto: str
+    family: int
+    client: str          # netns of the sender
+    server: str          # netns that accepts (owner of `to`, or of the DNAT target)
+    src: str
+    dst: str
+    dport: int
+    listen_port: int     # dport after DNAT
+    sport: int
+    packets: int
+    size: int
+    reply_packets: int
+    reply_size: int
+    close: bool
+    rate: float
+
+    @property
+    def tag(self) -> str:
+        return f"t{self.index}"
+
+    def payload(self, size: int) -> int:
+        """Application bytes per packet so that the IP packet is *size* bytes long (``size`` is L3, as in
+        :mod:`flowsim.sim.traffic`); TCP segments carry the timestamp option Linux negotiates."""
+        return size - IP_HEADER[self.family] - L4_HEADER[self.proto]
+
+    @property
+    def unit(self) -> int:
+        """UDP bytes each datagram leaves in the receivers' files (recv truncates to the smaller block)."""
+        return min(self.payload(self.size), self.payload(self.reply_size))
+
+
+@attrs.frozen
+class ScenarioPlan:
+    """Everything the guest needs for one topology, and what the parser needs to read its output."""
+
+    index: int
+    name: str
+    file: str
+    namespaces: tuple[str, ...]
+    flowtable_netns: tuple[str, ...]
+    traffic: tuple[TrafficPlan, ...]
+
+
+def _bad(topo: Topology, msg: str, line: int | None = None, expected: str | None = None) -> ConfigError:
+    where = f"{topo.file}:{line}" if line else topo.file
+    return ConfigError(msg, where=where, expected=expected)
+
+
+def _dnat_targets(topo: Topology, dst, dport: int) -> list[tuple[str, int]]:
+    """(address, port) pairs the rulesets DNAT to (``dnat [ip|ip6] to ADDR[:PORT]``)."""
+    out = []
+    for ns in topo.namespaces.values():
+        if ns.nft is None:
+            continue
+        for m in re.finditer(r"\bdnat\s+(?:ip6?\s+)?to\s+(\[[0-9a-fA-F:]+\]|[0-9a-fA-F.:]+?)(?::(\d+))?(?=[\s;}]|$)",
+                             ns.nft.text):
+            addr = m.group(1).strip("[]")
+            try:
+                out.append((str(ipaddress.ip_address(addr)), int(m.group(2) or dport)))
+            except ValueError:
+                continue
+    return out
+
+
+def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
+    """The namespace that accepts traffic *t*, and the port it listens on."""
+    for ns in topo.namespaces.values():
+        if ns.name != t.netns and ns.owner_of(t.dst) is not None:
+            return ns.name, t.dport
+    for addr, port in _dnat_targets(topo, t.dst, t.dport):
+        for ns in topo.namespaces.values():
+            if ns.owner_of(ipaddress.ip_address(addr)) is not None:
+                return ns.name, port
+    raise _bad(topo, f"traffic {t.name!r}: no namespace owns {t.dst} and no DNAT rule points elsewhere", t.line,
+               "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
+
+
+def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
+    """What the guest will run for *topo*; refuses what a real stack cannot do (with file:line)."""
+    if topo.events:
+        e = topo.events[0]
+        raise _bad(topo, f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
+                   e.command.line, "a topology without [[event]] tables")
+    plans = []
+    order = {id(t): i for i, t in enumerate(topo.traffic)}
+    for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):
+        if t.gso_size is not None:
+            raise _bad(topo, f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its own "
+                             "GSO skbs", t.line, "no gso_size")
+        if t.proto == "tcp" and not t.handshake:
+            raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
+                       t.line, "handshake = true")
+        server, port = _server(topo, t)
+        smallest = min(t.size, t.reply_size or t.size)
+        if smallest - IP_HEADER[t.dst.version] - L4_HEADER[t.proto] < 1:
+            raise _bad(topo, f"traffic {t.name!r}: size {smallest} leaves no payload", t.line,
+                       f"at least {IP_HEADER[t.dst.version] + L4_HEADER[t.proto] + 1} bytes (IP packet length)")
+        # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
+        sport = t.sport or BASE_SPORT + 100 * order[id(t)]
+        plans.append(TrafficPlan(
+            index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
+            src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
+            packets=t.packets, size=t.size, reply_packets=t.reply_packets, reply_size=t.reply_size or t.size,
+            close=t.close if t.proto == "tcp" else False, rate=t.rate))
+    ft_ns = tuple(ns.name for ns in topo.namespaces.values() if ns.nft and ruleset_flowtables(ns.nft.text))
+    name = Path(topo.file or "topology").stem
+    return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans))
+
+
+# ---------------------------------------------------------------------- commands
+
+def _sysctl_path(key: str) -> str:
+    """``net.ipv4.conf.eth0/10.forwarding`` -> ``/proc/sys/net/ipv4/conf/eth0.10/forwarding`` (sysctl's rule)."""
+    return "/proc/sys/" + "/".join(part.replace("/", ".") for part in key.split("."))
+
+
+def _write_sysctl(netns: str, key: str, value: str) -> str:
+    return f"{IP} netns exec {netns} sh -c {shlex.quote(f'echo {value} > {_sysctl_path(key)}')}"
+
+
+def render_command(cmd) -> str:
+    """One topology command line as the guest runs it in its namespace (real binaries, full paths)."""
+    tokens = shell_split(cmd)
+    prog, rest = tokens[0], tokens[1:]
+    if prog == "ip" and len(rest) >= 3 and rest[0] == "netns" and rest[1] == "exec":
+        inner = attrs.evolve(cmd, text=shlex.join(rest[3:]), netns=rest[2]) if attrs.has(type(cmd)) \
+            else type(cmd)(shlex.join(rest[3:]), rest[2], cmd.file, cmd.line)
+        return render_command(inner)
+    if prog == "ip":
+        if "type" in rest:
+            kind = rest[rest.index("type") + 1] if rest.index("type") + 1 < len(rest) else ""
+            if kind in UNSUPPORTED_KINDS:
+                raise cmd.error(f"link kind {kind!r} cannot run in the conformance guest: it "
+                                f"{UNSUPPORTED_KINDS[kind]}", value=kind, expected="veth, vlan, bridge, ipip, ip6tnl, …")
+        return shlex.join([IP, "-n", cmd.netns, *rest])
+    if prog == "bridge":
+        if "switchdev" in rest:
+            raise cmd.error("'switchdev on|off' is a flowsim extension", value="switchdev",
+                            expected="a bridge command without it")
+        return shlex.join([GUEST_BIN["bridge"], "-n", cmd.netns, *rest])
+    if prog == "sysctl":
+        items = [t for t in rest if not t.startswith("-")]
+        return " && ".join(_write_sysctl(cmd.netns, *item.split("=", 1)) for item in items)
+    raise cmd.error(f"unknown command {prog!r}", value=prog, expected="ip, bridge or sysctl")
+
+
+def topology_commands(topo: Topology) -> dict[str, list]:
+    """Each namespace's command lines (Command objects) in file order, re-read from the TOML file."""
+    have = {name: getattr(ns, "commands", None) for name, ns in topo.namespaces.items()}
+    if all(v is not None for v in have.values()):
+        return {k: list(v) for k, v in have.items()}
+    import tomllib
+
+    from flowsim.config import topology as tmod
+
+    text = Path(topo.file).read_text(encoding="utf-8")
+    raw = tmod._RawToml(text)
+    data = tomllib.loads(text)
+    return {name: tmod._commands(table.get("commands", []), name, raw, f"netns.{name}", topo.file)
+            for name, table in data.get("netns", {}).items()}
+
+
+# ---------------------------------------------------------------------- probe
+
+def _ct_match(t: TrafficPlan) -> str:
+    fam = "ip" if t.family == 4 else "ip6"
+    return (f"meta l4proto {t.proto} ct original {fam} saddr {t.src} ct original {fam} daddr {t.dst} "
+            f"ct original proto-src {t.sport} ct original proto-dst {t.dport}")
+
+
+def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
+    """The harness's counting table for *netns*: forward (slow path) and input (delivered) per connection."""
+    counters, slow, inputs = [], [], []
+    for t in plan.traffic:
+        # ct expressions register conntrack in the namespace: only where a flowtable already needs it.
+        for d in ("original", "reply") if netns in plan.flowtable_netns else ():
+            counters.append(f"  counter {t.tag}_slow_{d} {{ }}")
+            slow.append(f"    {_ct_match(t)} ct direction {d} counter name {t.tag}_slow_{d}")
+        fam = "ip" if t.family == 4 else "ip6"
+        if netns == t.server:
+            counters.append(f"  counter {t.tag}_in_original {{ }}")
+            inputs.append(f"    meta l4proto {t.proto} th dport {t.listen_port} counter name {t.tag}_in_original")
+        if netns == t.client:
+            counters.append(f"  counter {t.tag}_in_reply {{ }}")
+            inputs.append(f"    {fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto} th sport {t.dport} "
+                          f"th dport {t.sport} counter name {t.tag}_in_reply")
+    return "\n".join([
+        f"table inet {PROBE_TABLE} {{", *counters,
+        # prerouting after conntrack (-200) and before DNAT (-100): every packet the flowtable did not
+        # steal, reassembled, once — also one that ip_forward will drop (DF, too big) before forward.
+        "  chain slowpath {", "    type filter hook prerouting priority -150; policy accept;", *slow, "  }",
+        "  chain input {", "    type filter hook input priority -300; policy accept;", *inputs, "  }",
+        "}", ""])
+
+
+# ---------------------------------------------------------------------- traffic
+
+def _sock(t: TrafficPlan, listen: bool) -> str:
+    proto = f"{t.proto.upper()}{t.family}"
+    if listen:
+        return f"{proto}-LISTEN:{t.listen_port},reuseaddr"
+    if t.proto == "udp":
+        # An unconnected socket: ICMP errors (fragmentation needed) are not reported to socat, which
+        # would otherwise stop at EMSGSIZE; it keeps sending, like the simulator's generator.
+        proto += "-DATAGRAM"
+    dst = f"[{t.dst}]" if t.family == 6 else t.dst
+    src = f"[{t.src}]" if t.family == 6 else t.src
+    return f"{proto}:{dst}:{t.dport},bind={src}:{t.sport}"
+
+
+def _writer(count: int, size: int, rate: float) -> str:
+    """Shell that writes *count* blocks of *size* zero bytes, paced at *rate* blocks/s when given."""
+    if count == 0:
+        return ":"
+    if not rate:
+        return f"dd if=/dev/zero bs={size} count={count} 2>/dev/null"
+    gap = max(int(1_000_000 / rate), 1)
+    return (f"i=0; while [ $i -lt {count} ]; do dd if=/dev/zero bs={size} count=1 2>/dev/null; "
+            f"usleep {gap}; i=$((i+1)); done")
+
+
+def _bg(netns: str, command: str, var: str) -> str:
+    """A background process in *netns* whose pid (the real program's: ip execs it) lands in $var."""
+    return f"{IP} netns exec {netns} {command} & {var}=$!; PIDS=\"$PIDS ${var}\""
+
+
+def _traffic_start(t: TrafficPlan) -> list[str]:
+    d = f"/tmp/{t.tag}"
+    q = shlex.quote
+    out_bytes, back_bytes = t.packets * t.payload(t.size), t.reply_packets * t.payload(t.reply_size)
+    if t.proto == "tcp":
+        # mss pins the segment: Linux subtracts the 12-byte timestamp option from it.
+        mss = f",mss={t.size - IP_HEADER[t.family] - 20},nodelay"
+        srv = f"{_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; cat > {d}.srv"
+        cli = (f"{_writer(t.packets, t.payload(t.size), t.rate)}; "
+               f"while [ ! -e {d}.close ] && [ ! -e /tmp/stop ]; do usleep 20000; done")
+        return [
+            # -b = one segment's payload: each read of the writer's dd blocks is one write, one segment.
+            _bg(t.server, f"socat -b {t.payload(t.reply_size)} -t 5 {_sock(t, True)}{mss} SYSTEM:{q(srv)} "
+                          f"2>{d}.srv.err", f"{t.tag}_srv"),
+            f"wait_listen {t.server} {t.listen_port} tcp",
+            f"sh -c {q(cli)} | " + _bg(t.client, f"socat -b {t.payload(t.size)} -t 5 - {_sock(t, False)}{mss} "
+                                               f"> {d}.cli 2>{d}.cli.err", f"{t.tag}_cli"),
+            f"wait_bytes {d}.srv {out_bytes} {d}.cli {back_bytes}",
+        ]
+    # UDP: socat -b cuts one datagram per block.  The server starts answering when the first datagram
+    # arrived (socat starts its child then), at the same rate, as the simulator's server does.
+    # exec 4<&0: a background job of a non-interactive shell would read /dev/null instead of stdin.
+    srv = f"exec 4<&0; cat <&4 > {d}.srv & {_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; wait"
+    cli = f"{_writer(t.packets, t.payload(t.size), t.rate)}; cat > {d}.cli"
+    return [
+        _bg(t.server, f"socat -b {t.payload(t.reply_size)} -T 120 {_sock(t, True)} SYSTEM:{q(srv)} "
+                      f"2>{d}.srv.err", f"{t.tag}_srv"),
+        f"wait_listen {t.server} {t.listen_port} udp",
+        _bg(t.client, f"socat -b {t.payload(t.size)} -T 120 {_sock(t, False)} SYSTEM:{q(cli)} 2>{d}.cli.err",
+            f"{t.tag}_cli"),
+        f"wait_bytes {d}.srv {t.packets * t.unit} {d}.cli {t.reply_packets * t.unit}",
+    ]
+
+
+def _traffic_close(t: TrafficPlan) -> list[str]:
+    if t.proto == "tcp" and t.close:
+        return [f"touch /tmp/{t.tag}.close"]
+    return []
+
+
+def _traffic_files(t: TrafficPlan) -> list[str]:
+    d = f"/tmp/{t.tag}"
+    return [f"{d}.srv", f"{d}.cli", f"{d}.srv.err", f"{d}.cli.err"]
+
+
+# ---------------------------------------------------------------------- scenario
+
+def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
+    """The shell function ``scenario_N`` for the guest (see the module docstring for its steps)."""
+    q = shlex.quote
+    s = plan.index
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
+    for ns in plan.namespaces:
+        out.append(f"  run - {IP} netns add {ns}")
+    for ns, cmds in topology_commands(topo).items():
+        for cmd in cmds:
+            out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
+    for name, ns in topo.namespaces.items():
+        for key, value in ns.sysctls.items():
+            out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
+    for ns in plan.namespaces:
+        out.append(f"  harness_settings {ns}")
+    for name, ns in topo.namespaces.items():
+        pings = [f"{e.dev}:{e.addr}" for e in ns.neigh if str(e.addr) and getattr(e, "origin", "") == "discovered"]
+        if pings:
+            out.append(f"  warm_neigh {name} {' '.join(pings)}")
+    for name, ns in topo.namespaces.items():
+        if ns.nft is not None:
+            out.append(f"  run {q(f'{ns.nft.file}:{ns.nft.line}')} NS {name} {GUEST_BIN['nft']} -f "
+                       f"/conform/s{s}/{name}.nft || return")
+        out.append(f"  run - NS {name} {GUEST_BIN['nft']} -f /conform/s{s}/{name}.probe.nft || return")
+        out.append(f"  NS {name} {GUEST_BIN['conntrack']} -F >/dev/null 2>&1")
+    out.append("  PIDS=")
+    for t in plan.traffic:
+        out.append(f"  note traffic {t.tag} {q(t.name)}")
+        out.extend("  " + line for line in _traffic_start(t))
+    out.append(f"  snapshot {s} mid {' '.join(plan.namespaces)}")
+    for t in plan.traffic:
+        out.extend("  " + line for line in _traffic_close(t))
+    closing = [f"${t.tag}_{side}" for t in plan.traffic if t.proto == "tcp" and t.close for side in ("srv", "cli")]
+    if closing:
+        out.append(f"  wait_gone {' '.join(closing)}")
+    out.append("  sleep 1")
+    out.append(f"  snapshot {s} end {' '.join(plan.namespaces)}")
+    files = " ".join(f for t in plan.traffic for f in _traffic_files(t))
+    out.append(f"  files {s} {files}")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def scenario_files(topo: Topology, plan: ScenarioPlan) -> dict[str, bytes]:
+    """The per-scenario files the guest reads: rulesets and probe tables."""
+    files = {}
+    for name, ns in topo.namespaces.items():
+        if ns.nft is not None:
+            files[f"conform/s{plan.index}/{name}.nft"] = ns.nft.text.encode()
+        files[f"conform/s{plan.index}/{name}.probe.nft"] = probe_ruleset(plan, name).encode()
+    return files
+
+
+def render_init(scenarios: list[tuple[Topology, ScenarioPlan]]) -> dict[str, bytes]:
+    """``/init`` (the packaged template plus every scenario function) and the scenario files."""
+    template = (Path(__file__).parent / "data" / "init.sh").read_text()
+    body = "".join(render_scenario(topo, plan) for topo, plan in scenarios)
+    calls = "".join(f"scenario_{plan.index}; cleanup {plan.index}\n" for _, plan in scenarios)
+    files = {"init": template.replace("@SCENARIOS@", body).replace("@RUN@", calls).encode()}
+    for topo, plan in scenarios:
+        files.update(scenario_files(topo, plan))
+    return files
+
+
+def run_archive(files: dict[str, bytes]) -> bytes:
+    """The small per-run archive appended to the cached base initramfs."""
+    entries, dirs = [], set()
+    for path in sorted(files):
+        parts = path.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in dirs:
+                dirs.add(d)
+                entries.append(CpioEntry(d, stat.S_IFDIR | 0o755))
+        entries.append(CpioEntry(path, stat.S_IFREG | 0o755, files[path]))
+    return gzip.compress(cpio_newc(entries), compresslevel=1)
+
+
+# ---------------------------------------------------------------------- boot
+
+@attrs.frozen
+class GuestResult:
+    """What one boot left: the results channel (ttyS1), the console log (ttyS0), wall time."""
+
+    results: str
+    console: str
+    seconds: float
+    returncode: int
+
+
+def boot_guest(kit: KernelKit, base: Path, files: dict[str, bytes], workdir: Path, *,
+               qemu: str = "qemu-system-x86_64", timeout: float = 600, smp: int = 1) -> GuestResult:
+    """Boot *kit* with the base initramfs plus *files* under TCG; no NIC, two serial ports, power off at the end.
+
+    One virtual CPU: with two, multi-threaded TCG occasionally lets the guest trip over its own code
+    patching (an ``int3`` oops in ``sched_clock_cpu`` was seen on a loaded host).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    initrd = workdir / "initrd.img"
+    initrd.write_bytes(base.read_bytes() + run_archive(files))
+    console, results = workdir / "console.log", workdir / "results.log"
+    for f in (console, results):
+        f.unlink(missing_ok=True)
+    cmd = [qemu, "-accel", "tcg", "-smp", str(smp), "-m", "1024", "-display", "none", "-monitor", "none",
+           "-no-reboot", "-nic", "none", "-serial", f"file:{console}", "-serial", f"file:{results}",
+           "-kernel", str(kit.vmlinuz), "-initrd", str(initrd),
+           "-append", "console=ttyS0 quiet panic=-1 net.ifnames=0"]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rc = proc.returncode
+        err = proc.stderr
+    except subprocess.TimeoutExpired:
+        rc, err = -1, f"qemu did not power off within {timeout:.0f} s"
+    except OSError as exc:
+        raise ConformSetupError(f"cannot run {qemu}: {exc.strerror}") from None
+    seconds = time.monotonic() - t0
+    text = results.read_text(errors="replace") if results.exists() else ""
+    log = console.read_text(errors="replace") if console.exists() else ""
+    if "@@ - done" not in text:
+        tail = (err.strip().splitlines() or log.strip().splitlines() or ["no output"])[-1]
+        raise ConformSetupError(f"guest run failed (qemu exit {rc}): {tail}; console log: {console}")
+    return GuestResult(text.replace("\r", ""), log, round(seconds, 2), rc)

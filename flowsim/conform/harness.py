@@ -1,0 +1,255 @@
+"""Conformance against a real kernel: the same topology in a qemu guest, compared with the simulation.
+
+Theory of operation
+-------------------
+flowsim models the kernel; this module checks the model against the kernel
+it models.  :func:`run_conformance` takes topology files and a Debian kernel
+line (:data:`~flowsim.conform.kernel.KERNELS`: ``debian-6.12`` or
+``debian-6.1``) and
+
+1. plans each topology for the guest (:func:`flowsim.conform.guest.plan_scenario`:
+   who listens where, pinned ports; what a real stack cannot do is refused
+   with the file and line);
+2. prepares the host (:mod:`flowsim.conform.kernel`: tools installed when
+   missing and root, the kernel package downloaded and staged, the base
+   initramfs built — all cached under ``~/.cache/flowsim/conform``);
+3. boots the kernel once under ``qemu-system-x86_64 -accel tcg`` with every
+   scenario batched into the guest's ``/init``, each in fresh namespaces
+   (:mod:`flowsim.conform.guest`), and reads the results channel
+   (:mod:`flowsim.conform.parse`, :mod:`flowsim.conform.observe`);
+4. runs the simulator on the same topology under the matching profile
+   (``linux-6.12`` / ``linux-6.1``) and compares fact by fact, within the
+   tolerances documented in :mod:`flowsim.conform.compare`.
+
+The result is a :class:`ConformResult`: rows of facts (agrees / differs /
+known / n/a / error), timings, and :attr:`ConformResult.status` — 0 when
+everything agreed (known differences included), 1 when something differs,
+2 when the guest could not run a scenario.  Set-up failures (missing tools
+without root, no package mirror, qemu failing) raise
+:class:`~flowsim.conform.kernel.ConformSetupError` with one clear line.
+
+``results`` replays a saved results channel (``results.log`` of an earlier
+run) instead of booting, which is how the tests check parsing and
+comparison against captured kernel output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import gzip
+import os
+import shutil
+import time
+from pathlib import Path
+
+import attrs
+
+from flowsim.conform.compare import Fact, compare, format_facts, simulate, summarize
+from flowsim.conform.guest import ScenarioPlan, boot_guest, plan_scenario, render_init
+from flowsim.conform.kernel import (KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir,
+                                    ensure_tools, fetch_kernel)
+from flowsim.conform.observe import ScenarioObservation, observe
+from flowsim.conform.parse import split_sections
+from flowsim.errors import ConfigError
+from flowsim.config.topology import Topology, load_topology
+
+__all__ = ["ConformResult", "ScenarioResult", "run_conformance", "load_scenarios", "DOC_BEGIN", "DOC_END",
+           "update_doc", "markdown_table", "ConformSetupError", "KERNELS"]
+
+DOC_BEGIN = "<!-- conform-results:begin -->"
+DOC_END = "<!-- conform-results:end -->"
+
+
+@attrs.define
+class ScenarioResult:
+    """One topology: its plan, what the kernel showed, what flowsim predicted, the facts."""
+
+    plan: ScenarioPlan
+    observation: ScenarioObservation
+    report: dict | None
+    facts: list[Fact]
+
+    def status(self) -> str:
+        s = summarize(self.facts)
+        return "error" if s["error"] else "differs" if s["differs"] else "agrees"
+
+
+@attrs.define
+class ConformResult:
+    """A whole conformance run on one kernel."""
+
+    kernel: str
+    package: str
+    version: str
+    release: str
+    profile: str
+    date: str
+    timings: dict
+    scenarios: list[ScenarioResult]
+    workdir: str | None = None
+
+    @property
+    def facts(self) -> list[Fact]:
+        return [f for s in self.scenarios for f in s.facts]
+
+    @property
+    def status(self) -> int:
+        s = summarize(self.facts)
+        return 2 if s["error"] else 1 if s["differs"] else 0
+
+    def to_json(self) -> dict:
+        return {
+            "kernel": {"name": self.kernel, "package": self.package, "version": self.version,
+                       "release": self.release},
+            "profile": self.profile, "date": self.date, "timings": self.timings, "status": self.status,
+            "summary": summarize(self.facts), "workdir": self.workdir,
+            "scenarios": [{"name": s.plan.name, "file": s.plan.file, "status": s.status(),
+                           "seconds": s.observation.seconds, "errors": s.observation.errors,
+                           "notes": s.observation.notes,
+                           "facts": [attrs.asdict(f) for f in s.facts]} for s in self.scenarios],
+        }
+
+    def text(self, *, all_facts: bool = True) -> str:
+        head = (f"kernel {self.release} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
+                f"timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + "\n")
+        body = format_facts(self.facts, only_problems=not all_facts)
+        s = summarize(self.facts)
+        tail = (f"{s['agrees']} agree, {s['differs']} differ, {s['known']} known differences, "
+                f"{s['n/a']} not reported by flowsim, {s['error']} errors\n")
+        return head + body + tail
+
+
+def load_scenarios(paths: list[str]) -> list[tuple[Topology, ScenarioPlan]]:
+    """Load and plan every topology (errors name the file and line)."""
+    if not paths:
+        raise ConfigError("no topology given", expected="one or more topology files")
+    return [(topo, plan_scenario(topo, i)) for i, topo in enumerate(load_topology(p) for p in paths)]
+
+
+def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: str | None = None,
+                    install: bool = True, workdir: str | Path | None = None,
+                    simulate_fn=simulate) -> ConformResult:
+    """Boot *kernel* with the topologies in *paths* (or replay *results*) and compare with flowsim."""
+    if kernel not in KERNELS:
+        raise ConfigError(f"unknown kernel {kernel!r}", value=kernel, expected="one of " + ", ".join(KERNELS))
+    spec = KERNELS[kernel]
+    scenarios = load_scenarios(paths)
+    timer = Timer()
+    date = datetime.date.today().isoformat()
+    if results is not None:
+        raw = Path(results).read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+        kit_info = ("(saved results)", "", _kernel_release(text), None)
+        work = None
+    else:
+        with timer.step("tools"):
+            tools = ensure_tools(install=install)
+        with _cache_lock():  # two runs (make test -n 2, a second shell) must not stage the same kit at once
+            kit: KernelKit = fetch_kernel(spec, timer)
+            base = build_base_initramfs(kit, tools, timer)
+        work = Path(workdir) if workdir else cache_dir() / f"run-{kernel}-{os.getpid()}"
+        if work.exists():
+            shutil.rmtree(work)
+        files = render_init(scenarios)
+        budget = 90 + 45 * len(scenarios)  # a scenario takes ~8 s under TCG; allow slow machines
+        with timer.step("guest"):
+            try:
+                guest = boot_guest(kit, base, files, work, qemu=tools["qemu-system-x86_64"], timeout=budget)
+            except ConformSetupError:  # a guest kernel crash under emulation: boot once more before giving up
+                guest = boot_guest(kit, base, files, work, qemu=tools["qemu-system-x86_64"], timeout=budget)
+        text = guest.results
+        kit_info = (kit.package, kit.version, _kernel_release(text) or kit.release, None)
+        if workdir is None:  # keep the logs of the last run as last-KERNEL, without the initrd
+            (work / "initrd.img").unlink(missing_ok=True)
+            last = cache_dir() / f"last-{kernel}"
+            shutil.rmtree(last, ignore_errors=True)
+            work.rename(last)
+            work = last
+    sections = split_sections(text)
+    out = []
+    for topo, plan in scenarios:
+        obs = observe(plan, sections)
+        t0 = time.monotonic()
+        report = simulate_fn(topo.file, spec.profile)
+        timer.steps["flowsim"] = round(timer.steps.get("flowsim", 0.0) + time.monotonic() - t0, 2)
+        out.append(ScenarioResult(plan, obs, report, compare(plan, obs, report)))
+    for s in out:
+        if s.observation.seconds is not None:
+            timer.steps[f"scenario {s.plan.name}"] = s.observation.seconds
+    return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], spec.profile, date, timer.steps, out,
+                         str(work) if work else None)
+
+
+@contextlib.contextmanager
+def _cache_lock():
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _kernel_release(text: str) -> str:
+    for s in split_sections(text):
+        if s.kind == "kernel":
+            return s.text.strip()
+    return ""
+
+
+# ---------------------------------------------------------------------- docs
+
+def markdown_table(results: list[ConformResult]) -> str:
+    """The per-scenario results of one or more kernels, for docs/conformance.md."""
+    lines = []
+    for r in results:
+        s = summarize(r.facts)
+        lines += [f"### {r.release} ({r.package} {r.version}), profile `{r.profile}`, {r.date}", "",
+                  f"{s['agrees']} facts agree, {s['differs']} differ, {s['known']} known differences, "
+                  f"{s['error']} errors." + (f"  Guest time: {r.timings['guest']:.0f} s." if "guest" in r.timings
+                                             else ""), "",
+                  "| scenario | facts | agree | differ | known | status |", "|---|---|---|---|---|---|"]
+        for sc in r.scenarios:
+            c = summarize(sc.facts)
+            lines.append(f"| {sc.plan.name} | {len(sc.facts)} | {c['agrees']} | {c['differs']} | {c['known']} "
+                         f"| {sc.status()} |")
+        lines += ["", "Per connection, kernel value (flowsim's where it differs):", "",
+                  "| scenario | connection | offloaded | slow path orig / reply | delivered orig / reply "
+                  "| conntrack at end |", "|---|---|---|---|---|---|"]
+        for sc in r.scenarios:
+            for t in sc.plan.traffic:
+                got = {f.fact.split(": ", 1)[-1]: f for f in sc.facts if f.subject == t.name}
+                lines.append(f"| {sc.plan.name} | {t.name} | {_cell(got.get('offloaded (flow created)'))} "
+                             f"| {_cell(got.get('slow path original'))} / {_cell(got.get('slow path reply'))} "
+                             f"| {_cell(got.get('delivered original'))} / {_cell(got.get('delivered reply'))} "
+                             f"| {_cell(got.get('conntrack shows at end'))} |")
+        problems = [f for f in r.facts if f.status in ("differs", "known", "error")]
+        if problems:
+            lines += ["", "| scenario | subject | fact | kernel | flowsim | tolerance | status |",
+                      "|---|---|---|---|---|---|---|"]
+            for f in problems:
+                lines.append(f"| {f.scenario} | {f.subject} | {f.fact} | {f.kernel} | {f.sim} | {f.tolerance} "
+                             f"| {f.status}{': ' + f.note if f.note else ''} |".replace("\n", " "))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _cell(f: Fact | None) -> str:
+    if f is None:
+        return "-"
+    value = "yes" if f.kernel is True else "no" if f.kernel is False else str(f.kernel)
+    return value if f.status in ("agrees", "n/a") else f"{value} ({f.sim}, {f.status})"
+
+
+def update_doc(path: str | Path, results: list[ConformResult]) -> None:
+    """Replace the generated part of *path* (between the conform-results markers) with fresh tables."""
+    path = Path(path)
+    text = path.read_text() if path.exists() else f"# Conformance\n\n{DOC_BEGIN}\n{DOC_END}\n"
+    if DOC_BEGIN not in text or DOC_END not in text:
+        text = text.rstrip("\n") + f"\n\n{DOC_BEGIN}\n{DOC_END}\n"
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    path.write_text(head + DOC_BEGIN + "\n" + markdown_table(results) + DOC_END + tail)

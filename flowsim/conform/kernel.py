@@ -1,0 +1,531 @@
+"""Conformance set-up: host tools, the Debian kernel package and the initramfs, cached.
+
+Theory of operation
+-------------------
+The conformance harness (:mod:`flowsim.conform.harness`) boots a real Debian kernel
+under ``qemu-system-x86_64 -accel tcg`` (KVM is not usable on the machines
+this project runs on) with an initramfs that holds busybox, the real
+user-space tools (``ip``, ``bridge``, ``nft``, ``conntrack``, ``socat``,
+``ethtool``, ``kmod``) with the shared libraries ``ldd`` names, and the
+kernel modules the scenarios need.  Everything here is preparation, done
+once and cached under ``$XDG_CACHE_HOME/flowsim/conform`` (default
+``~/.cache/flowsim/conform``):
+
+1. :func:`ensure_tools` finds the host programs; missing ones are installed
+   with ``apt-get install --no-install-recommends`` when running as root,
+   otherwise one :class:`ConformSetupError` names the packages to install.
+2. :func:`resolve_kernel` asks ``apt-cache`` which package a
+   :class:`KernelSpec` means today (``linux-image-6.12-amd64`` depends on
+   ``linux-image-6.12.N+debM-amd64``; ``linux-image-amd64`` on
+   ``linux-image-6.1.0-N-amd64``) and its version.
+3. :func:`fetch_kernel` runs ``apt-get download`` and ``dpkg-deb -x`` (the
+   package is never installed, so no initramfs/grub triggers run), keeps
+   ``vmlinuz`` and the module closure of :data:`MODULE_ROOTS` (``.ko.xz``
+   and ``.ko.zst`` decompressed on the host, re-indexed with ``depmod``)
+   and throws the extracted tree away.
+4. :func:`build_base_initramfs` writes the base archive (newc cpio, gzip)
+   from that kit and the host tools; :func:`cpio_newc` also writes the small
+   per-run archive (``/init`` and the scenario scripts) that the harness
+   appends — the kernel unpacks concatenated archives in order.
+
+Cache keys are the kernel package's name and version and a digest of the
+host tools (path, size, mtime), so a new Debian kernel or tool upgrade
+rebuilds only what changed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable
+
+import attrs
+
+from flowsim.errors import FlowsimError
+
+__all__ = ["ConformSetupError", "KernelSpec", "KernelKit", "KERNELS", "TOOLS", "cache_dir", "ensure_tools",
+           "resolve_kernel", "fetch_kernel", "build_base_initramfs", "cpio_newc", "CpioEntry", "Timer"]
+
+
+class ConformSetupError(FlowsimError, RuntimeError):
+    """The harness cannot prepare or run the guest (missing tool, no mirror, qemu failure)."""
+
+
+@attrs.frozen
+class KernelSpec:
+    """A kernel line the harness can boot: how to find today's package for it."""
+
+    name: str          # --kernel value
+    meta: str          # Debian meta package whose Depends names the image
+    pattern: str       # regex an image package name of this line matches
+    profile: str       # the flowsim profile modelling it
+
+
+KERNELS: dict[str, KernelSpec] = {
+    s.name: s for s in (
+        KernelSpec("debian-6.12", "linux-image-6.12-amd64", r"^linux-image-6\.12\.\d+\+deb\d+-amd64$", "linux-6.12"),
+        KernelSpec("debian-6.1", "linux-image-amd64", r"^linux-image-6\.1\.0-\d+-amd64$", "linux-6.1"),
+    )
+}
+
+# program -> Debian package; "guest" tools are copied into the initramfs.
+TOOLS: dict[str, tuple[str, bool]] = {
+    "qemu-system-x86_64": ("qemu-system-x86", False),
+    "busybox": ("busybox-static", True),
+    "ip": ("iproute2", True),
+    "bridge": ("iproute2", True),
+    "nft": ("nftables", True),
+    "conntrack": ("conntrack", True),
+    "socat": ("socat", True),
+    "ethtool": ("ethtool", True),
+    "kmod": ("kmod", True),
+    "depmod": ("kmod", False),
+    "dpkg-deb": ("dpkg", False),
+    "apt-get": ("apt", False),
+}
+
+# Module directories (below lib/modules/VER/kernel) shipped whole, so that
+# nft's and iproute2's on-demand module loading (request_module -> modprobe)
+# finds whatever expression or link kind a topology uses.  br_netfilter is
+# left out on purpose: loaded, it would send bridged IP through the IP hooks.
+MODULE_ROOTS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "net/bridge", "net/8021q",
+                "drivers/net/veth.ko", "drivers/net/dummy.ko", "drivers/net/macvlan.ko", "drivers/net/vxlan",
+                "net/ipv4/ipip.ko", "net/ipv4/ip_gre.ko", "net/ipv4/gre.ko", "net/ipv4/ip_tunnel.ko",
+                "net/ipv4/tunnel4.ko", "net/ipv6/ip6_tunnel.ko", "net/ipv6/tunnel6.ko", "net/ipv6/sit.ko",
+                "net/ipv6/ip6_gre.ko")
+MODULE_EXCLUDE = ("br_netfilter",)
+
+_MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+
+
+class Timer:
+    """Wall-clock timings of the set-up and run steps (seconds), for the report."""
+
+    def __init__(self):
+        self.steps: dict[str, float] = {}
+
+    def step(self, name: str):
+        timer = self
+
+        class _Step:
+            def __enter__(self):
+                self.t0 = time.monotonic()
+
+            def __exit__(self, *exc):
+                timer.steps[name] = round(timer.steps.get(name, 0.0) + time.monotonic() - self.t0, 2)
+
+        return _Step()
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/flowsim/conform`` (default ``~/.cache/flowsim/conform``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flowsim" / "conform"
+
+
+# ---------------------------------------------------------------------- tools
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def find_tool(name: str) -> str | None:
+    """The tool's path: PATH first, then the sbin directories a non-root PATH lacks."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/sbin", "/sbin", "/usr/bin", "/bin"):
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def _apt(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    return subprocess.run(["apt-get", *args], capture_output=True, text=True, env=env)
+
+
+def ensure_tools(names: Iterable[str] = TOOLS, *, install: bool = True) -> dict[str, str]:
+    """Paths of the host tools; install the missing ones' packages when root (else one clear error)."""
+    missing = {n: TOOLS[n][0] for n in names if find_tool(n) is None}
+    if missing and install and _is_root() and shutil.which("apt-get"):
+        pkgs = sorted(set(missing.values()))
+        res = _apt(["install", "-y", "-qq", "--no-install-recommends", *pkgs])
+        if res.returncode != 0:  # stale or absent package lists: update once and retry
+            _apt(["update", "-qq"])
+            res = _apt(["install", "-y", "-qq", "--no-install-recommends", *pkgs])
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ConformSetupError(f"apt-get install {' '.join(pkgs)} failed: {last}")
+        missing = {n: p for n, p in missing.items() if find_tool(n) is None}
+    if missing:
+        pkgs = " ".join(sorted(set(missing.values())))
+        why = "not root, so they cannot be installed here" if not _is_root() else "apt-get could not install them"
+        raise ConformSetupError(f"missing tools {', '.join(sorted(missing))} ({why}): "
+                                f"apt-get install --no-install-recommends {pkgs}")
+    return {n: find_tool(n) for n in names}
+
+
+# ---------------------------------------------------------------------- kernel package
+
+@attrs.frozen
+class KernelKit:
+    """A kernel ready to boot: bzImage, release string and the staged module tree."""
+
+    spec: KernelSpec
+    package: str
+    version: str      # Debian package version
+    release: str      # uname -r
+    root: Path        # cache folder of this package version
+    vmlinuz: Path
+    modules: Path     # staged tree: modules/lib/modules/RELEASE/...
+
+
+def _run(cmd: list[str], what: str, **kw) -> str:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    except OSError as exc:
+        raise ConformSetupError(f"{what}: cannot run {cmd[0]}: {exc.strerror}") from None
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or ["no output"])[-1]
+        raise ConformSetupError(f"{what} failed ({' '.join(cmd[:3])} ...): {last}")
+    return res.stdout
+
+
+def _version_key(name: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", name))
+
+
+def resolve_kernel(spec: KernelSpec) -> tuple[str, str]:
+    """(package, version) apt offers today for *spec* (meta package first, then a name search)."""
+    pkg = None
+    res = subprocess.run(["apt-cache", "depends", spec.meta], capture_output=True, text=True)
+    for m in re.finditer(r"Depends:\s*(\S+)", res.stdout if res.returncode == 0 else ""):
+        if re.match(spec.pattern, m.group(1)):
+            pkg = m.group(1)
+    if pkg is None:
+        res = subprocess.run(["apt-cache", "search", "--names-only", spec.pattern.rstrip("$").lstrip("^")],
+                             capture_output=True, text=True)
+        names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines()]
+        names = sorted((n for n in names if re.match(spec.pattern, n)), key=_version_key)
+        pkg = names[-1] if names else None
+    if pkg is None:
+        raise ConformSetupError(f"no {spec.name} kernel package known to apt (meta package {spec.meta}); "
+                                "run apt-get update, or check the Debian package mirror")
+    show = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg], capture_output=True, text=True)
+    m = re.search(r"^Version:\s*(\S+)", show.stdout, re.M)
+    if not m:
+        raise ConformSetupError(f"apt-cache show {pkg}: no version")
+    return pkg, m.group(1)
+
+
+def _cached_kits(spec: KernelSpec) -> list[Path]:
+    base = cache_dir() / "kernels"
+    if not base.is_dir():
+        return []
+    kits = [p for p in base.iterdir() if re.match(spec.pattern, p.name.split("_")[0]) and (p / "kit.ok").exists()]
+    return sorted(kits, key=lambda p: _version_key(p.name))
+
+
+def _kit_from(spec: KernelSpec, root: Path) -> KernelKit:
+    package, version = root.name.split("_", 1)
+    release = (root / "release").read_text().strip()
+    return KernelKit(spec, package, version.replace("%", ":"), release, root, root / "vmlinuz", root / "modules")
+
+
+def fetch_kernel(spec: KernelSpec, timer: Timer | None = None) -> KernelKit:
+    """Download, extract and stage *spec*'s kernel (cached; offline falls back to the newest cached kit)."""
+    timer = timer or Timer()
+    try:
+        package, version = resolve_kernel(spec)
+    except ConformSetupError:
+        kits = _cached_kits(spec)
+        if kits:  # no mirror now, but an earlier run left a kit: use it
+            return _kit_from(spec, kits[-1])
+        if not (_is_root() and shutil.which("apt-get")):
+            raise
+        _apt(["update", "-qq"])  # a fresh machine may have no package lists yet
+        package, version = resolve_kernel(spec)
+    root = cache_dir() / "kernels" / f"{package}_{version.replace(':', '%')}"
+    if (root / "kit.ok").exists():
+        return _kit_from(spec, root)
+    debs = cache_dir() / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    deb = next(iter(sorted(debs.glob(f"{package}_*.deb"))), None)
+    if deb is None or version.split(":")[-1] not in deb.name:
+        with timer.step("download"):
+            args = ["apt-get", "download", f"{package}={version}"]
+            if _is_root():  # the _apt sandbox user may not write the cache folder
+                args[1:1] = ["-o", "APT::Sandbox::User=root"]
+            _run(args, f"apt-get download {package}", cwd=debs)
+        deb = next(iter(sorted(debs.glob(f"{package}_*.deb"))), None)
+        if deb is None:
+            raise ConformSetupError(f"apt-get download {package} left no .deb in {debs}")
+    with timer.step("extract"):
+        _stage_kit(deb, root)
+    return _kit_from(spec, root)
+
+
+def _stage_kit(deb: Path, root: Path) -> None:
+    """dpkg-deb -x into a scratch folder; keep vmlinuz and the module closure; depmod the result."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        x = Path(tmp)
+        _run(["dpkg-deb", "-x", str(deb), str(x)], f"dpkg-deb -x {deb.name}")
+        releases = sorted(p.name for p in (x / "lib/modules").iterdir())
+        if len(releases) != 1:
+            raise ConformSetupError(f"{deb.name}: expected one lib/modules/RELEASE, found {releases}")
+        release = releases[0]
+        shutil.copy2(x / "boot" / f"vmlinuz-{release}", root / "vmlinuz")
+        src = x / "lib/modules" / release
+        _run([find_tool("depmod") or "depmod", "-b", str(x), release], "depmod (extracted tree)")
+        wanted = _module_closure(src)
+        dst = root / "modules/lib/modules" / release
+        (dst / "kernel").mkdir(parents=True)
+        for name in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
+            if (src / name).exists():
+                shutil.copy2(src / name, dst / name)
+        for rel in sorted(wanted):
+            out = dst / _plain_ko(rel)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(_decompress(src / rel))
+        _run([find_tool("depmod") or "depmod", "-b", str(root / "modules"), release], "depmod (staged modules)")
+        (root / "release").write_text(release + "\n")
+    (root / "kit.ok").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def _plain_ko(rel: str) -> str:
+    for suffix in (".xz", ".zst", ".gz"):
+        if rel.endswith(".ko" + suffix):
+            return rel[: -len(suffix)]
+    return rel
+
+
+def _decompress(path: Path) -> bytes:
+    """A module's bytes, decompressed on the host (busybox-free, and fast under TCG)."""
+    data = path.read_bytes()
+    if path.name.endswith(".xz"):
+        return lzma.decompress(data)
+    if path.name.endswith(".gz"):
+        return gzip.decompress(data)
+    if path.name.endswith(".zst"):
+        zstd = find_tool("zstd")
+        if zstd is None:
+            raise ConformSetupError(f"{path.name} is zstd-compressed: apt-get install zstd")
+        return subprocess.run([zstd, "-dc", str(path)], capture_output=True, check=True).stdout
+    return data
+
+
+def parse_modules_dep(text: str) -> dict[str, list[str]]:
+    """modules.dep: module path -> the paths it depends on (the full closure, as depmod writes it)."""
+    deps = {}
+    for line in text.splitlines():
+        if ":" in line:
+            mod, _, rest = line.partition(":")
+            deps[mod.strip()] = rest.split()
+    return deps
+
+
+def _module_closure(src: Path) -> set[str]:
+    """The module paths of :data:`MODULE_ROOTS` with their hard and soft dependencies."""
+    deps = parse_modules_dep((src / "modules.dep").read_text())
+    by_name = {_mod_name(m): m for m in deps}
+    aliases = _aliases(src / "modules.alias")
+    softdeps = _softdeps(src / "modules.softdep")
+    todo = []
+    for mod in deps:
+        plain = _plain_ko(mod)
+        rel = plain[len("kernel/"):] if plain.startswith("kernel/") else plain
+        if any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in MODULE_ROOTS):
+            if _mod_name(mod) not in MODULE_EXCLUDE:
+                todo.append(mod)
+    closure: set[str] = set()
+    while todo:
+        mod = todo.pop()
+        if mod in closure:
+            continue
+        closure.add(mod)
+        todo.extend(deps.get(mod, []))
+        for soft in softdeps.get(_mod_name(mod), []):  # e.g. libcrc32c needs crc32c (crc32c_generic)
+            name = soft.replace("-", "_")
+            for target in [by_name.get(name)] + [by_name.get(a) for a in aliases.get(soft, [])]:
+                if target:
+                    todo.append(target)
+    return closure
+
+
+def _mod_name(path: str) -> str:
+    return Path(_plain_ko(path)).name[: -len(".ko")].replace("-", "_")
+
+
+def _aliases(path: Path) -> dict[str, list[str]]:
+    """modules.alias: alias -> every module offering it (crc32c: the generic and the SSE4.2 one)."""
+    out: dict[str, list[str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "alias":
+                out.setdefault(parts[1], []).append(parts[2].replace("-", "_"))
+    return out
+
+
+def _softdeps(path: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) > 2 and parts[0] == "softdep":
+                out[parts[1].replace("-", "_")] = [p for p in parts[2:] if not p.endswith(":")]
+    return out
+
+
+# ---------------------------------------------------------------------- initramfs
+
+@attrs.frozen
+class CpioEntry:
+    """One newc archive member: a directory, a regular file, a symlink or a device node."""
+
+    path: str                 # inside the archive, no leading slash
+    mode: int                 # full st_mode (type bits included)
+    data: bytes = b""         # file content or symlink target
+    rdev: tuple[int, int] = (0, 0)
+
+
+def cpio_newc(entries: Iterable[CpioEntry]) -> bytes:
+    """The entries as a newc ("070701") archive with its trailer, as the kernel's initramfs unpacker reads."""
+    out = io.BytesIO()
+
+    def pad(n: int) -> None:
+        out.write(b"\0" * (-n % 4))
+
+    def member(ino: int, e: CpioEntry) -> None:
+        name = e.path.encode() + b"\0"
+        nlink = 2 if stat.S_ISDIR(e.mode) else 1
+        fields = (ino, e.mode, 0, 0, nlink, 0, len(e.data), 0, 0, e.rdev[0], e.rdev[1], len(name), 0)
+        header = b"070701" + b"".join(b"%08X" % f for f in fields)
+        out.write(header + name)
+        pad(len(header) + len(name))
+        out.write(e.data)
+        pad(len(e.data))
+
+    for ino, entry in enumerate(entries, 1):
+        member(ino, entry)
+    member(0, CpioEntry("TRAILER!!!", 0))
+    out.write(b"\0" * (-out.tell() % 512))  # cpio's block padding
+    return out.getvalue()
+
+
+def _ldd(binary: str) -> list[str]:
+    """The shared libraries (and loader) a dynamic binary needs; none for a static one."""
+    res = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    libs = []
+    for line in res.stdout.splitlines():
+        m = re.search(r"=>\s*(/\S+)", line) or re.match(r"\s*(/\S+)", line)
+        if m:
+            libs.append(m.group(1))
+    return libs
+
+
+class _Tree:
+    """The initramfs being assembled: parents created on demand, first writer wins."""
+
+    def __init__(self):
+        self.entries: dict[str, CpioEntry] = {}
+
+    def dir(self, path: str) -> None:
+        path = path.strip("/")
+        if not path or path in self.entries:
+            return
+        self.dir(os.path.dirname(path))
+        self.entries[path] = CpioEntry(path, stat.S_IFDIR | 0o755)
+
+    def file(self, path: str, data: bytes, mode: int = 0o755) -> None:
+        path = path.strip("/")
+        self.dir(os.path.dirname(path))
+        self.entries.setdefault(path, CpioEntry(path, stat.S_IFREG | mode, data))
+
+    def symlink(self, path: str, target: str) -> None:
+        path = path.strip("/")
+        self.dir(os.path.dirname(path))
+        self.entries.setdefault(path, CpioEntry(path, stat.S_IFLNK | 0o777, target.encode()))
+
+    def host_file(self, path: str) -> None:
+        """Copy a host file to the same path (symlinks followed: the guest gets the real bytes)."""
+        real = os.path.realpath(path)
+        self.file(path, Path(real).read_bytes(), os.stat(real).st_mode & 0o777)
+
+
+# Guest paths of the real tools (the generated scripts call them by these paths,
+# because busybox ash would run its own applet of the same name instead).
+GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sbin/nft",
+             "conntrack": "/usr/sbin/conntrack", "socat": "/usr/bin/socat", "ethtool": "/usr/sbin/ethtool",
+             "kmod": "/usr/bin/kmod"}
+
+
+def tools_digest(tools: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tools):
+        st = os.stat(tools[name])
+        h.update(f"{name}={tools[name]}:{st.st_size}:{int(st.st_mtime)}\n".encode())
+    return h.hexdigest()[:12]
+
+
+def build_base_initramfs(kit: KernelKit, tools: dict[str, str], timer: Timer | None = None) -> Path:
+    """The cached base archive for *kit* and the host tools (busybox, tools, libraries, modules)."""
+    timer = timer or Timer()
+    out = kit.root / f"base-{tools_digest(tools)}.cpio.gz"
+    if out.exists():
+        return out
+    with timer.step("initramfs"):
+        tree = _Tree()
+        for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run/netns",
+                  "var/run", "lib64", "root", "conform"):
+            tree.dir(d)
+        tree.entries["dev/console"] = CpioEntry("dev/console", stat.S_IFCHR | 0o600, rdev=(5, 1))
+        tree.entries["dev/null"] = CpioEntry("dev/null", stat.S_IFCHR | 0o666, rdev=(1, 3))
+        busybox = tools["busybox"]
+        tree.file("bin/busybox", Path(busybox).read_bytes())
+        for lib in _ldd(busybox):
+            tree.host_file(lib)
+        for name, guest in GUEST_BIN.items():
+            tree.file(guest, Path(os.path.realpath(tools[name])).read_bytes())
+            for lib in _ldd(tools[name]):
+                tree.host_file(lib)
+        for alias in ("modprobe", "insmod", "lsmod", "rmmod", "depmod", "modinfo"):
+            tree.symlink(f"sbin/{alias}", "/usr/bin/kmod")
+        applets = subprocess.run([busybox, "--list"], capture_output=True, text=True).stdout.split()
+        real = {"ip", "bridge", "modprobe", "insmod", "lsmod", "rmmod", "depmod", "modinfo"}
+        for applet in applets:
+            if applet not in real:
+                tree.symlink(f"bin/{applet}", "busybox")
+        tree.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
+        tree.file("etc/group", b"root:x:0:\n", 0o644)
+        tree.file("etc/hosts", b"127.0.0.1 localhost\n::1 localhost\n", 0o644)
+        for f in ("/etc/protocols", "/etc/services", "/etc/ethertypes"):
+            if os.path.exists(f):
+                tree.host_file(f)
+        base = kit.modules
+        for path in sorted(base.rglob("*")):
+            rel = str(path.relative_to(base))
+            if path.is_dir():
+                tree.dir(rel)
+            else:
+                tree.file(rel, path.read_bytes(), 0o644)
+        data = cpio_newc(sorted(tree.entries.values(), key=lambda e: e.path))
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(gzip.compress(data, compresslevel=6))
+        tmp.replace(out)
+    return out

@@ -1,0 +1,275 @@
+"""Reading what the conformance guest printed: sections, conntrack lines, nft and ip JSON.
+
+Theory of operation
+-------------------
+The guest writes sections ``@@ SCENARIO KIND NETNS PHASE`` … ``@@end`` to its
+second serial port (:mod:`flowsim.conform.guest`).  :func:`split_sections`
+cuts the text into :class:`Section` values; the parsers turn each kind into
+plain data, never raising on a line they do not understand (a kernel may
+print a field this parser has not seen — it is kept in ``extra``):
+
+* :func:`parse_conntrack` reads ``conntrack -L`` lines and the
+  ``/proc/net/nf_conntrack`` format (which adds the L3 family in front).
+  While a connection is offloaded the kernel prints neither a timeout nor a
+  TCP state (``tcp 6 src=…``); on the classic path it prints both
+  (``tcp 6 118 TIME_WAIT src=…``).  Flags in brackets (``[UNREPLIED]``,
+  ``[ASSURED]``, ``[OFFLOAD]``, ``[HW_OFFLOAD]``) are collected per entry.
+* :func:`parse_nft_json` reads ``nft -j list ruleset``: named counters per
+  table, and each rule's anonymous ``counter`` with its position in its
+  chain.
+* :func:`parse_links` reads ``ip -s -j link show``: rx/tx packets and bytes
+  per device.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+
+import attrs
+
+__all__ = ["Section", "split_sections", "CtTupleDir", "CtLine", "parse_conntrack", "NftRule", "NftState",
+           "parse_nft_json", "parse_links", "parse_bytes", "canonical_addr"]
+
+
+@attrs.frozen
+class Section:
+    """One ``@@ SCENARIO KIND NETNS PHASE`` block; ``-`` fields are ``None``."""
+
+    scenario: str | None
+    kind: str
+    netns: str | None
+    phase: str | None
+    text: str
+
+
+_HEAD = re.compile(r"^@@ (\S+) (\S+) (\S+) (\S+)\s*$")
+
+
+def split_sections(text: str) -> list[Section]:
+    """Cut the guest's results channel into sections (an unterminated last one is kept)."""
+    out: list[Section] = []
+    head, body = None, []
+
+    def none(v: str) -> str | None:
+        return None if v == "-" else v
+
+    for line in text.replace("\r", "").split("\n"):
+        m = _HEAD.match(line)
+        if m and head is None:
+            head, body = m.groups(), []
+        elif line == "@@end" and head is not None:
+            out.append(Section(none(head[0]), head[1], none(head[2]), none(head[3]), "\n".join(body)))
+            head = None
+        elif head is not None:
+            body.append(line)
+    if head is not None:
+        out.append(Section(none(head[0]), head[1], none(head[2]), none(head[3]), "\n".join(body)))
+    return out
+
+
+# ---------------------------------------------------------------------- conntrack
+
+def canonical_addr(text: str) -> str:
+    """An address as ``ipaddress`` prints it (/proc writes IPv6 in full, conntrack -L compressed)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text
+
+
+@attrs.frozen
+class CtTupleDir:
+    """One direction of a conntrack entry, with its accounting when enabled."""
+
+    src: str
+    dst: str
+    sport: int | None = None
+    dport: int | None = None
+    packets: int | None = None
+    bytes: int | None = None
+
+
+@attrs.frozen
+class CtLine:
+    """One conntrack entry as listed."""
+
+    proto: str
+    l4num: int
+    family: str | None          # "ipv4"/"ipv6" (only /proc says it)
+    timeout: int | None         # None while offloaded
+    state: str | None           # TCP state; None while offloaded and for UDP
+    original: CtTupleDir
+    reply: CtTupleDir
+    flags: frozenset[str]
+    mark: int | None = None
+    extra: tuple[str, ...] = ()
+
+    @property
+    def offloaded(self) -> bool:
+        return "OFFLOAD" in self.flags or "HW_OFFLOAD" in self.flags
+
+    def key(self) -> tuple:
+        """The original tuple that names the connection."""
+        o = self.original
+        return (self.proto, o.src, o.dst, o.sport, o.dport)
+
+
+_KV = re.compile(r"^([a-z_]+)=(\S*)$")
+
+
+def _ct_line(line: str) -> CtLine | None:
+    tokens = line.split()
+    if not tokens:
+        return None
+    family = None
+    if tokens[0] in ("ipv4", "ipv6") and len(tokens) > 2:
+        family, tokens = tokens[0], tokens[2:]
+    if len(tokens) < 2 or not tokens[1].isdigit():
+        return None
+    proto, l4num, rest = tokens[0], int(tokens[1]), tokens[2:]
+    timeout = state = None
+    if rest and rest[0].isdigit():
+        timeout, rest = int(rest[0]), rest[1:]
+    if rest and "=" not in rest[0] and not rest[0].startswith("["):
+        state, rest = rest[0], rest[1:]
+    dirs: list[dict] = []
+    flags, extra, mark = set(), [], None
+    for tok in rest:
+        if tok.startswith("[") and tok.endswith("]"):
+            flags.add(tok[1:-1])
+            continue
+        m = _KV.match(tok)
+        if not m:
+            extra.append(tok)
+            continue
+        key, value = m.groups()
+        if key == "src":
+            dirs.append({"src": canonical_addr(value)})
+        elif key in ("dst", "sport", "dport", "packets", "bytes") and dirs and key not in dirs[-1]:
+            dirs[-1][key] = canonical_addr(value) if key == "dst" else int(value)
+        elif key == "mark":
+            mark = int(value)
+        else:
+            extra.append(tok)
+    if len(dirs) < 2:
+        return None
+    return CtLine(proto, l4num, family, timeout, state, CtTupleDir(**dirs[0]), CtTupleDir(**dirs[1]),
+                  frozenset(flags), mark, tuple(extra))
+
+
+def parse_conntrack(text: str) -> list[CtLine]:
+    """Entries of a ``conntrack -L`` or ``/proc/net/nf_conntrack`` listing (other lines are skipped)."""
+    return [e for e in (_ct_line(line) for line in text.splitlines()) if e is not None]
+
+
+# ---------------------------------------------------------------------- nft
+
+@attrs.frozen
+class NftRule:
+    """A rule with an anonymous counter: where it is, what it does, what it counted."""
+
+    family: str
+    table: str
+    chain: str
+    index: int           # position in its chain, from 0
+    handle: int
+    text: str            # a short rendering of the rule's statements
+    packets: int
+    bytes: int
+
+
+@attrs.frozen
+class NftState:
+    """Named counters (``(family, table, name) -> (packets, bytes)``) and counted rules of one namespace."""
+
+    counters: dict = attrs.field(factory=dict)
+    rules: tuple[NftRule, ...] = ()
+    flowtables: tuple[dict, ...] = ()
+    error: str | None = None
+
+
+def _expr_text(expr: list) -> str:
+    """A compact human text of a rule's JSON statements (for the report, not for matching)."""
+    parts = []
+    for stmt in expr:
+        (kind, body), = stmt.items()
+        if kind == "match":
+            left = body.get("left")
+            parts.append(f"{_operand(left)} {body.get('op', '==')} {_operand(body.get('right'))}")
+        elif kind == "counter":
+            parts.append("counter")
+        elif kind == "flow":
+            parts.append(f"flow {body.get('op')} {body.get('flowtable')}")
+        else:
+            parts.append(kind)
+    return " ".join(parts)
+
+
+def _operand(v) -> str:
+    if isinstance(v, dict):
+        (k, b), = v.items() if len(v) == 1 else (("?", v),)
+        if k in ("meta", "ct") and isinstance(b, dict):
+            return f"{k} {b.get('dir', '')} {b.get('key')}".replace("  ", " ")
+        if k == "payload" and isinstance(b, dict):
+            return f"{b.get('protocol', b.get('base'))} {b.get('field', '')}".strip()
+        if k == "set":
+            return "{" + ", ".join(_operand(x) for x in b) + "}"
+        return k
+    if isinstance(v, list):
+        return "{" + ", ".join(_operand(x) for x in v) + "}"
+    return str(v)
+
+
+def parse_nft_json(text: str) -> NftState:
+    """``nft -j list ruleset`` → named counters and counted rules (position within the chain kept)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return NftState(error=text.strip()[:200] or "no output")
+    counters, rules, flowtables = {}, [], []
+    position: dict[tuple, int] = {}
+    for obj in data.get("nftables", []):
+        (kind, body), = obj.items()
+        if kind == "counter":
+            counters[(body["family"], body["table"], body["name"])] = (body.get("packets", 0), body.get("bytes", 0))
+        elif kind == "flowtable":
+            flowtables.append(body)
+        elif kind == "rule":
+            where = (body["family"], body["table"], body["chain"])
+            index = position.get(where, 0)
+            position[where] = index + 1
+            for stmt in body.get("expr", []):
+                if "counter" in stmt and isinstance(stmt["counter"], dict) and "packets" in stmt["counter"]:
+                    c = stmt["counter"]
+                    rules.append(NftRule(*where, index, body.get("handle", 0), _expr_text(body.get("expr", [])),
+                                         c["packets"], c["bytes"]))
+    return NftState(counters, tuple(rules), tuple(flowtables))
+
+
+# ---------------------------------------------------------------------- links, bytes
+
+def parse_links(text: str) -> dict[str, dict[str, int]]:
+    """``ip -s -j link show`` → ``{ifname: {rx_packets, rx_bytes, tx_packets, tx_bytes}}``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    out = {}
+    for link in data:
+        stats = link.get("stats64") or link.get("stats") or {}
+        rx, tx = stats.get("rx", {}), stats.get("tx", {})
+        out[link.get("ifname", "?")] = {"rx_packets": rx.get("packets", 0), "rx_bytes": rx.get("bytes", 0),
+                                        "tx_packets": tx.get("packets", 0), "tx_bytes": tx.get("bytes", 0)}
+    return out
+
+
+def parse_bytes(text: str) -> dict[str, int]:
+    """The ``bytes`` section: ``NAME SIZE`` per line."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out

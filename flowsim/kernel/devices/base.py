@@ -1,0 +1,445 @@
+"""What every device kind shares, and the device-path values (include/linux/netdevice.h).
+
+Theory of operation
+-------------------
+A device is a mutable :class:`NetDevice` (one subclass per kind, one module
+per kind in :mod:`flowsim.kernel.devices`).  It knows its namespace, name, ifindex,
+MAC, MTU, up/down state and addresses, and — by *name*, within its own
+namespace, as the kernel keeps ``real_dev`` / ``pppoe_dev`` / the DSA conduit —
+the device it is stacked on (``lower``).  Relations across namespaces (veth
+peers, DSA cables) live in the topology graph only.
+
+Path resolution mirrors ``struct net_device_path_ctx`` and ``struct
+net_device_path``: :class:`PathCtx` is the mutable walk context (current
+device, destination MAC, the VLANs pushed so far) and each kind's
+``fill_forward_path(ctx)`` returns either the filled :class:`PathEntry` (after
+moving ``ctx.dev`` down) or a :class:`PathError` (the kernel's negative return,
+with the device and kernel function that refused).
+
+:class:`Command` says where a configuration step came from (file, line, the
+command text) so that every error can name it; :class:`Args` is the token
+stream of one command line with the value parsers shared by all kinds.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno as _errno
+import hashlib
+import ipaddress
+from typing import Any, Callable, ClassVar
+
+import attrs
+
+from flowsim.errors import TopologyError
+
+__all__ = [
+    "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES",
+    "IPPROTO_IPIP", "IPPROTO_IPV6", "NET_DEVICE_PATH_STACK_MAX", "NET_DEVICE_PATH_VLAN_MAX",
+    "ZERO_MAC", "DevPathType", "BrVlanMode", "Command", "Args", "IfAddr", "NetDevice",
+    "Encap", "PathEncap", "PathTun", "PathBridge", "PathDsa", "PathEntry", "PathError", "PathCtx",
+    "mac_for", "parse_mac", "mac_from_bytes", "is_zero_mac", "is_valid_unicast_mac",
+]
+
+ETH_P_IP = 0x0800
+ETH_P_IPV6 = 0x86DD
+ETH_P_8021Q = 0x8100
+ETH_P_8021AD = 0x88A8
+ETH_P_PPP_SES = 0x8864
+IPPROTO_IPIP = 4
+IPPROTO_IPV6 = 41
+NET_DEVICE_PATH_STACK_MAX = 5  # including the final ETHERNET entry
+NET_DEVICE_PATH_VLAN_MAX = 2
+ZERO_MAC = "00:00:00:00:00:00"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class DevPathType(enum.IntEnum):
+    """``enum net_device_path_type`` (reference §2.2)."""
+
+    ETHERNET = 0
+    VLAN = 1
+    BRIDGE = 2
+    PPPOE = 3
+    DSA = 4
+    MTK_WDMA = 5
+    TUN = 6
+
+
+class BrVlanMode(enum.IntEnum):
+    """``DEV_PATH_BR_VLAN_*`` (reference §2.2)."""
+
+    KEEP = 0
+    TAG = 1
+    UNTAG = 2
+    UNTAG_HW = 3
+
+
+# --------------------------------------------------------------------------- MACs
+
+def mac_for(netns: str, name: str) -> str:
+    """A deterministic, locally administered unicast MAC for *netns*/*name*.
+
+    Real kernels pick random addresses (``eth_hw_addr_random``); a hash keeps
+    runs reproducible while staying inside the locally administered range.
+    """
+    digest = hashlib.sha256(f"{netns}/{name}".encode()).digest()
+    return mac_from_bytes(b"\x02" + digest[:5])
+
+
+def mac_from_bytes(raw: bytes) -> str:
+    """The first 6 bytes of *raw* (zero padded) as ``aa:bb:cc:dd:ee:ff``."""
+    raw = (bytes(raw) + bytes(6))[:6]
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def parse_mac(text: str) -> str:
+    """Canonical form of a MAC written ``aa:bb:cc:dd:ee:ff``; ValueError otherwise."""
+    parts = text.split(":")
+    if len(parts) != 6 or not all(1 <= len(p) <= 2 for p in parts):
+        raise ValueError(text)
+    return ":".join(f"{int(p, 16):02x}" for p in parts)
+
+
+def is_zero_mac(mac: str | None) -> bool:
+    """``is_zero_ether_addr``."""
+    return mac is None or mac == ZERO_MAC
+
+
+def is_valid_unicast_mac(mac: str | None) -> bool:
+    """``is_valid_ether_addr``: not multicast and not all zeros."""
+    return mac is not None and not is_zero_mac(mac) and not int(mac[:2], 16) & 1
+
+
+# --------------------------------------------------------------------------- where a step came from
+
+@attrs.frozen
+class Command:
+    """One configuration command and where it was written (for error messages)."""
+
+    text: str
+    netns: str
+    file: str | None = None
+    line: int | None = None
+
+    def error(self, message: str, *, value: Any = None, expected: str | None = None) -> TopologyError:
+        """The one :class:`TopologyError` naming file, line and command."""
+        return TopologyError(message, file=self.file, line=self.line, command=self.text,
+                             value=value, expected=expected)
+
+
+class Args:
+    """The remaining tokens of one command, with the shared value parsers."""
+
+    def __init__(self, cmd: Command, tokens: list[str]):
+        self.cmd = cmd
+        self.tokens = list(tokens)
+        self.pos = 0
+
+    def __bool__(self) -> bool:
+        return self.pos < len(self.tokens)
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def next(self, what: str) -> str:
+        """The next token; a missing one is an error saying *what* was expected."""
+        if self.pos >= len(self.tokens):
+            prev = self.tokens[self.pos - 1] if self.pos else self.cmd.text.split()[0]
+            raise self.cmd.error(f"missing argument after {prev!r}", expected=what)
+        tok = self.tokens[self.pos]
+        self.pos += 1
+        return tok
+
+    def rest(self) -> list[str]:
+        out = self.tokens[self.pos:]
+        self.pos = len(self.tokens)
+        return out
+
+    # --- value parsers: each names the keyword and what it expected
+    def int(self, keyword: str, lo: int, hi: int, *, base: int = 0) -> int:
+        text = self.next(f"an integer {lo}..{hi} after {keyword!r}")
+        try:
+            value = int(text, base)
+        except ValueError:
+            raise self.cmd.error(f"bad value {text!r} for {keyword!r}", value=text,
+                                 expected=f"an integer {lo}..{hi}") from None
+        if not lo <= value <= hi:
+            raise self.cmd.error(f"value {value} for {keyword!r} out of range", value=text,
+                                 expected=f"an integer {lo}..{hi}")
+        return value
+
+    def mac(self, keyword: str) -> str:
+        text = self.next(f"a MAC address after {keyword!r}")
+        try:
+            return parse_mac(text)
+        except ValueError:
+            raise self.cmd.error(f"bad MAC address {text!r} for {keyword!r}", value=text,
+                                 expected="a MAC address like 02:00:00:00:00:01") from None
+
+    def addr(self, keyword: str, family: int | None = None) -> IPAddress:
+        want = {4: "an IPv4 address", 6: "an IPv6 address", None: "an IP address"}[family]
+        text = self.next(f"{want} after {keyword!r}")
+        try:
+            value = ipaddress.ip_address(text)
+        except ValueError:
+            raise self.cmd.error(f"bad address {text!r} for {keyword!r}", value=text, expected=want) from None
+        if family is not None and value.version != family:
+            raise self.cmd.error(f"address {text!r} for {keyword!r} has the wrong family", value=text,
+                                 expected=want)
+        return value
+
+    def choice(self, keyword: str, choices: dict[str, Any]) -> Any:
+        text = self.next(f"one of {', '.join(choices)} after {keyword!r}")
+        if text not in choices:
+            raise self.cmd.error(f"bad value {text!r} for {keyword!r}", value=text,
+                                 expected="one of " + ", ".join(choices))
+        return choices[text]
+
+    def name(self, keyword: str) -> str:
+        text = self.next(f"a device name after {keyword!r}")
+        if not text or len(text) > 15 or "/" in text or text in (".", ".."):
+            raise self.cmd.error(f"bad device name {text!r}", value=text,
+                                 expected="1-15 characters without '/' (IFNAMSIZ)")
+        return text
+
+
+def parse_kind_args(args: Args, table: dict[str, tuple[str, Callable[[Args, str], Any] | None]],
+                    kind: str) -> dict[str, Any]:
+    """Parse ``KEYWORD VALUE`` / ``FLAG`` tokens after ``type KIND`` using *table*.
+
+    *table* maps a keyword to ``(option name, parser)``; a ``None`` parser is a
+    flag (its option becomes ``True``).  Dispatch by keyword keeps each kind's
+    syntax in one place, as iproute2's ``link_*.c`` files do.
+    """
+    opts: dict[str, Any] = {}
+    while args:
+        keyword = args.next("an option")
+        if keyword not in table:
+            raise args.cmd.error(f"unknown option {keyword!r} for type {kind}", value=keyword,
+                                 expected="one of " + ", ".join(table))
+        option, parser = table[keyword]
+        opts[option] = True if parser is None else parser(args, keyword)
+    return opts
+
+
+# --------------------------------------------------------------------------- devices
+
+@attrs.frozen
+class IfAddr:
+    """An address on a device (``struct in_ifaddr`` / ``inet6_ifaddr``)."""
+
+    local: ipaddress.IPv4Interface | ipaddress.IPv6Interface
+    peer: ipaddress.IPv4Interface | ipaddress.IPv6Interface | None = None
+
+    @property
+    def ip(self) -> IPAddress:
+        return self.local.ip
+
+    @property
+    def version(self) -> int:
+        return self.local.version
+
+    @property
+    def prefix(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        """The prefix of the connected route the kernel installs for it."""
+        return (self.peer or self.local).network
+
+    def __str__(self) -> str:
+        if self.peer is not None:
+            return f"{self.local.ip} peer {self.peer.with_prefixlen}"
+        return self.local.with_prefixlen
+
+
+@attrs.define(slots=True, eq=False)
+class NetDevice:
+    """A network device (``struct net_device``), one subclass per kind.
+
+    ``lower`` names the device this one is stacked on in the same namespace
+    (VLAN real device, PPPoE Ethernet device, DSA conduit, tunnel ``dev``).
+    """
+
+    LINK_TYPE: ClassVar[str] = "ether"  # ARPHRD_ETHER; others: loopback, tunnel, tunnel6, ppp, none, ipgre
+    # NETIF_F_GSO_SOFTWARE in dev->features: the device takes GSO skbs whole (veth, VLAN, bridge, loopback and
+    # the IP tunnels do); without it validate_xmit_skb segments them in software first
+    GSO: ClassVar[bool] = True
+
+    netns: str
+    name: str
+    kind: str
+    ifindex: int = 0
+    mac: str | None = None
+    mtu: int = 1500
+    up: bool = False
+    addrs: list[IfAddr] = attrs.field(factory=list)
+    master: str | None = None
+    lower: str | None = None
+    addr_set: bool = False  # NET_ADDR_SET: an `address` was given, never recomputed
+    mtu_set: bool = False
+    line: int | None = None  # where it was created, for later error messages
+
+    @property
+    def link_type(self) -> str:
+        return self.LINK_TYPE
+
+    def dev_addr(self) -> bytes:
+        """``dev->dev_addr``: the MAC for Ethernet-like devices, the local address for tunnels."""
+        if self.mac is None:
+            return b""
+        return bytes(int(p, 16) for p in self.mac.split(":"))
+
+    def h_source(self) -> str:
+        """The 6 bytes ``nft_dev_path_info`` copies from ``dev_addr`` as a MAC string."""
+        return mac_from_bytes(self.dev_addr())
+
+    def is_valid_ether(self) -> bool:
+        """``nft_is_valid_ether_device``: ARPHRD_ETHER, 6-byte valid unicast address, not loopback."""
+        return self.link_type == "ether" and is_valid_unicast_mac(self.mac)
+
+    def describe(self) -> str:
+        """Kind-specific details for listings (``ip -d link``)."""
+        return ""
+
+    def addresses(self, version: int | None = None) -> list[IfAddr]:
+        return [a for a in self.addrs if version is None or a.version == version]
+
+
+# --------------------------------------------------------------------------- path values
+
+@attrs.frozen
+class Encap:
+    """One L2 encapsulation ``{id, proto}`` (``ctx.vlan[]``, ``nft_forward_info.encap[]``)."""
+
+    id: int
+    proto: int
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "proto": f"0x{self.proto:04x}"}
+
+    def __str__(self) -> str:
+        return f"{self.id}/0x{self.proto:04x}"
+
+
+@attrs.frozen
+class PathEncap:
+    """``net_device_path.encap``: VLAN or PPPoE id, protocol and (PPPoE) peer MAC."""
+
+    id: int
+    proto: int
+    h_dest: str | None = None
+
+
+@attrs.frozen
+class PathTun:
+    """``net_device_path.tun`` / ``struct flow_offload_tunnel``."""
+
+    src: IPAddress
+    dst: IPAddress
+    l3_proto: int
+
+    def to_json(self) -> dict:
+        return {"src": str(self.src), "dst": str(self.dst), "l3_proto": self.l3_proto}
+
+    def __str__(self) -> str:
+        name = {IPPROTO_IPIP: "ipip", IPPROTO_IPV6: "ip6ip6"}.get(self.l3_proto, str(self.l3_proto))
+        return f"{self.src} -> {self.dst} ({name})"
+
+
+@attrs.frozen
+class PathBridge:
+    """``net_device_path.bridge``."""
+
+    vlan_mode: BrVlanMode = BrVlanMode.KEEP
+    vlan_id: int = 0
+    vlan_proto: int = 0
+
+
+@attrs.frozen
+class PathDsa:
+    """``net_device_path.dsa``: switch port index and tagger protocol."""
+
+    port: int
+    proto: str
+
+
+@attrs.frozen
+class PathEntry:
+    """One filled slot of ``struct net_device_path_stack``."""
+
+    type: DevPathType
+    dev: str
+    ifindex: int
+    encap: PathEncap | None = None
+    tun: PathTun | None = None
+    bridge: PathBridge | None = None
+    dsa: PathDsa | None = None
+
+    def recorded(self) -> dict:
+        """What the resolver recorded besides type and device (for reports)."""
+        if self.encap is not None:
+            ident = f"0x{self.encap.id:04x}" if self.encap.proto == ETH_P_PPP_SES else self.encap.id
+            out = {"id": ident, "proto": f"0x{self.encap.proto:04x}"}
+            if self.encap.h_dest is not None:
+                out["h_dest"] = self.encap.h_dest
+            return out
+        if self.tun is not None:
+            return self.tun.to_json()
+        if self.bridge is not None:
+            return {"vlan_mode": self.bridge.vlan_mode.name, "vlan_id": self.bridge.vlan_id,
+                    "vlan_proto": f"0x{self.bridge.vlan_proto:04x}"}
+        if self.dsa is not None:
+            return {"port": self.dsa.port, "proto": self.dsa.proto}
+        return {}
+
+    def to_json(self) -> dict:
+        return {"type": self.type.name, "dev": self.dev, "ifindex": self.ifindex, **self.recorded()}
+
+    def __str__(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.recorded().items())
+        return f"{self.type.name} {self.dev}" + (f" [{extra}]" if extra else "")
+
+
+@attrs.frozen
+class PathError:
+    """Why a path could not be used: the kernel's return value and who refused.
+
+    ``index`` is the stack slot (entry) being filled or aggregated, ``dev``
+    the device of that entry, ``func`` the kernel function that refused.
+    """
+
+    errno: int
+    dev: str | None
+    func: str
+    reason: str
+    index: int | None = None
+
+    def to_json(self) -> dict:
+        return {"errno": self.errno, "errname": _errname(self.errno), "dev": self.dev,
+                "entry": self.index, "func": self.func, "reason": self.reason}
+
+    def __str__(self) -> str:
+        where = f"entry {self.index} ({self.dev})" if self.index is not None else (self.dev or "?")
+        return f"{self.func}: {self.reason} [{where}, {_errname(self.errno)}]"
+
+
+def _errname(err: int) -> str:
+    if err == -1:
+        return "-1"
+    if -err == _errno.EOPNOTSUPP:  # errorcode[] names it by its alias ENOTSUP
+        return "-EOPNOTSUPP"
+    return "-" + _errno.errorcode.get(-err, str(-err))
+
+
+@attrs.define(slots=True)
+class PathCtx:
+    """``struct net_device_path_ctx`` plus the namespace and profile the walk needs."""
+
+    ns: Any  # flowsim.config.topology.Namespace (devices by name, FIB)
+    profile: Any  # flowsim.profiles.Profile
+    dev: NetDevice | None
+    daddr: str
+    vlans: list[Encap] = attrs.field(factory=list)
+
+    def fail(self, err: int, func: str, reason: str) -> PathError:
+        return PathError(err, self.dev.name if self.dev is not None else None, func, reason)

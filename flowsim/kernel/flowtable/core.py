@@ -1,0 +1,458 @@
+"""Flow entries and their life cycle: ``nf_flow_table_core.c`` and ``nft_flow_offload.c``.
+
+Theory of operation
+-------------------
+A :class:`Flowtable` is one ``struct nf_flowtable``: a hash table from
+:class:`~flowsim.kernel.flowtable.tuple.FlowTuple` keys to the two :class:`FlowOffloadTuple`
+halves of every :class:`FlowOffload` (one per connection), plus the
+flowtable's flags (``counter``, ``offload``) and the statistics the report
+shows.  The key/metadata split of ``struct flow_offload_tuple`` is kept: the
+key is an immutable ``FlowTuple``; direction, xmit type, MTU, egress device,
+MACs and route live beside it in ``FlowOffloadTuple``.
+
+A flow is born in the forward chain, when ``flow add @ft`` runs
+:func:`nft_flow_offload_eval` — the conditions of reference §3 in order, then
+``nft_flow_route`` (:mod:`flowsim.kernel.flowtable.path`), :func:`flow_offload_alloc`,
+:func:`flow_offload_route_init` and :meth:`Flowtable.flow_offload_add`.  Every
+refusal is recorded with a reason id (``flow-add-*`` rows of
+:mod:`flowsim.reasons`) so ``flowsim explain`` can say what stopped it.
+
+It lives while packets refresh it (:meth:`Flowtable.flow_offload_refresh`);
+the garbage collector (:meth:`Flowtable.nf_flow_offload_work_gc`, every
+second of virtual time) tears down expired flows and those whose conntrack
+entry is dying, hands the connection back to conntrack
+(``flow_offload_fixup_ct``) and removes them; flows still alive get their
+conntrack timeout extended.  The per-packet fast path is in
+:mod:`flowsim.kernel.flowtable.fastpath`.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+
+import attrs
+
+from flowsim.kernel.conntrack import (
+    IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY, IPS_CONFIRMED, IPS_DST_NAT, IPS_NAT_CLASH, IPS_NAT_MASK, IPS_OFFLOAD,
+    IPS_SEQ_ADJUST, IPS_SRC_NAT, NF_CT_DAY, TCP_FIN, TCP_RST, CtEntry, flow_offload_ct_tcp,
+    nf_conntrack_tcp_established,
+)
+from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
+from flowsim.reasons import reason
+from flowsim.kernel.skb import SkbCost
+from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
+
+__all__ = [
+    "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NF_FLOW_SNAT", "NF_FLOW_DNAT", "NF_FLOW_CLOSING",
+    "NF_FLOW_TEARDOWN", "NF_FLOW_TIMEOUT", "FlowOffloadTuple", "FlowOffload", "Flowtable",
+    "flow_offload_alloc", "flow_offload_route_init", "nft_flow_offload_eval", "offload_timeout",
+]
+
+NF_FLOWTABLE_HW_OFFLOAD = 0x1
+NF_FLOWTABLE_COUNTER = 0x2
+
+# enum nf_flow_flags (bit numbers)
+NF_FLOW_SNAT = 0
+NF_FLOW_DNAT = 1
+NF_FLOW_CLOSING = 2
+NF_FLOW_TEARDOWN = 3
+
+NF_FLOW_TIMEOUT = 30.0  # seconds (30 * HZ)
+_SYSCTL_TIMEOUT = {IPPROTO_TCP: "net.netfilter.nf_flowtable_tcp_timeout",
+                   IPPROTO_UDP: "net.netfilter.nf_flowtable_udp_timeout"}
+
+
+def offload_timeout(ns, l4proto: int) -> float:
+    """``flow_offload_get_timeout``: the per-protocol sysctl (30 s by default), else NF_FLOW_TIMEOUT."""
+    key = _SYSCTL_TIMEOUT.get(l4proto)
+    if key is None:
+        return NF_FLOW_TIMEOUT
+    value = ns.sysctl(key) if hasattr(ns, "sysctl") else None
+    return float(value) if value is not None else NF_FLOW_TIMEOUT
+
+
+def _addr16(addr) -> bytes:
+    return ipaddress.ip_address(addr).packed.ljust(16, b"\0")
+
+
+@attrs.define(slots=True, eq=False)
+class FlowOffloadTuple:
+    """``struct flow_offload_tuple_rhash``: the key and the metadata after ``__hash``."""
+
+    key: FlowTuple
+    dir: int
+    xmit_type: XmitType = XmitType.UNSPEC
+    mtu: int = 0
+    dst: object = None  # dst_cache: the flowsim.kernel.fib.Route (NEIGH/XFRM, and DIRECT in ≤ 6.18)
+    dst_genid: int = 0  # the FIB generation the route was looked up in (dst_cookie / rt_genid)
+    ifidx: int = 0  # NEIGH/XFRM egress device
+    out_ifidx: int = 0  # DIRECT egress device
+    out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the device that really transmits
+    h_source: str = "00:00:00:00:00:00"
+    h_dest: str = "00:00:00:00:00:00"
+    in_vlan_ingress: int = 0
+    needs_gso_segment: bool = False
+    flow: "FlowOffload | None" = None
+    l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
+    # simulator counters (the kernel keeps none per flow without the `counter` flag)
+    packets: int = 0
+    bytes: int = 0
+    slow: dict | None = None  # reason -> packets that hit this tuple but left the fast path (created on first use)
+
+    @property
+    def encap_num(self) -> int:
+        return len(self.key.encap)
+
+    @property
+    def tun_num(self) -> int:
+        return 0 if self.key.tun is None else 1
+
+    def to_dict(self, ns=None) -> dict:
+        def name(ifidx):
+            dev = ns.by_index.get(ifidx) if ns is not None else None
+            return dev.name if dev is not None else None
+        d = {"dir": "original" if self.dir == IP_CT_DIR_ORIGINAL else "reply", "tuple": self.key.to_dict(),
+             "iif": name(self.key.iifidx), "xmit_type": self.xmit_type.name.lower(), "mtu": self.mtu,
+             "packets": self.packets, "bytes": self.bytes, "slowpath": dict(self.slow or {})}
+        if self.xmit_type == XmitType.DIRECT:
+            d.update(out_ifidx=self.out_ifidx, out_dev=name(self.out_ifidx), h_source=self.h_source,
+                     h_dest=self.h_dest)
+        else:
+            d.update(ifidx=self.ifidx, out_dev=name(self.ifidx),
+                     route=None if self.dst is None else str(self.dst))
+        return d
+
+
+@attrs.define(slots=True, eq=False)
+class FlowOffload:
+    """``struct flow_offload``: one connection's two directions."""
+
+    tuplehash: list  # [FlowOffloadTuple ORIGINAL, FlowOffloadTuple REPLY]
+    ct: CtEntry
+    flags: int = 0
+    timeout: float = 0.0
+    created: float = 0.0
+    id: int = 0
+    offload_timeout: float = NF_FLOW_TIMEOUT  # the protocol's sysctl, read when the flow is added
+
+    def test(self, bit: int) -> bool:
+        return bool(self.flags & (1 << bit))
+
+    def set(self, bit: int) -> None:
+        self.flags |= 1 << bit
+
+    @property
+    def state(self) -> str:
+        if self.test(NF_FLOW_TEARDOWN):
+            return "teardown"
+        return "closing" if self.test(NF_FLOW_CLOSING) else "active"
+
+
+def flow_offload_alloc(ct: CtEntry) -> FlowOffload | None:
+    """``flow_offload_alloc``: both tuples from the conntrack tuples; NAT flags from the ct status.
+
+    ``None`` when the ct is dying.  Ports only for TCP/UDP.  The key fields
+    that come from the route (iifidx, encaps, tunnel) are filled by
+    :func:`flow_offload_route_init`.
+    """
+    if ct.dying:
+        return None
+    halves = []
+    for d in (IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY):
+        t = ct.tuplehash[d]
+        ports = (t.sport, t.dport) if t.l4proto in (IPPROTO_TCP, IPPROTO_UDP) else (0, 0)
+        l3 = AF_INET if t.l3proto == 2 else AF_INET6
+        key = FlowTuple(_addr16(t.src), _addr16(t.dst), ports[0], ports[1], 0, l3, t.l4proto)
+        halves.append(FlowOffloadTuple(key=key, dir=d))
+    flow = FlowOffload(tuplehash=halves, ct=ct)
+    for half in halves:
+        half.flow = flow
+    if ct.status & IPS_SRC_NAT:
+        flow.set(NF_FLOW_SNAT)
+    if ct.status & IPS_DST_NAT:
+        flow.set(NF_FLOW_DNAT)
+    return flow
+
+
+def _tunnel_key(tun) -> Tunnel | None:
+    if tun is None:
+        return None
+    return Tunnel(_addr16(tun.src), _addr16(tun.dst), tun.l3_proto)
+
+
+def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
+    """``flow_offload_route_init`` → ``flow_offload_fill_route`` for ORIGINAL then REPLY (§3 step 10)."""
+    genid = getattr(ns.fib, "genid", 0)
+    for d, half in enumerate(flow.tuplehash):
+        rd = route.tuple[d]
+        half.dst_genid = genid
+        # the forwarding MTU of this direction's route (the underlay's for a tunnel direction)
+        half.mtu = ns.fib.route_mtu(rd.dst) if rd.dst is not None else 0
+        encaps = rd.in_encaps[:rd.in_num_encaps]
+        # reversed: tuple.encap[0] is the outermost (bottom-most) header, as the packet shows it
+        key_encap = tuple(Encap(e.id, e.proto) for e in reversed(encaps))
+        vlan_ingress = 0
+        for j in range(len(encaps)):
+            if rd.in_ingress_vlans & (1 << j):
+                vlan_ingress |= 1 << (len(encaps) - 1 - j)
+        half.in_vlan_ingress = vlan_ingress
+        half.key = half.key._replace(iifidx=rd.in_ifindex, encap=key_encap,
+                                     tun=_tunnel_key(rd.in_tun) if rd.in_num_tuns else None)
+        half.needs_gso_segment = rd.out_needs_gso_segment
+        half.xmit_type = rd.xmit_type
+        if rd.xmit_type == XmitType.DIRECT:
+            half.h_dest, half.h_source = rd.out_h_dest, rd.out_h_source
+            half.out_ifidx = rd.out_ifindex
+            half.out_hw_ifidx = rd.out_hw_ifindex
+            if profile.encap_push_order == "legacy":
+                half.dst = rd.dst  # ≤ 6.18 keeps the route for every xmit type
+        else:
+            half.ifidx = rd.out_ifindex
+            half.dst = rd.dst
+
+
+@attrs.define(slots=True, eq=False)
+class Flowtable:
+    """``struct nf_flowtable`` of one namespace, with the simulator's statistics."""
+
+    netns: str
+    name: str
+    family: str = "inet"
+    devices: tuple = ()
+    priority: int = 0
+    flags: int = 0
+    table: dict = attrs.Factory(dict)  # FlowTuple -> FlowOffloadTuple (the rhashtable)
+    flows: dict = attrs.Factory(dict)  # id -> FlowOffload (for gc and reports)
+    by_addrs: dict = attrs.Factory(dict)  # key without iif/encap/tun -> FlowOffloadTuple (explain's near misses)
+    # statistics
+    fastpath: int = 0
+    slowpath: int = 0
+    drops: int = 0
+    reasons: collections.Counter = attrs.Factory(collections.Counter)
+    flows_created: int = 0
+    flows_removed: int = 0
+    flow_add_failures: collections.Counter = attrs.Factory(collections.Counter)
+    ct_failures: dict = attrs.Factory(dict)  # ct id -> {reason id: [count, first detail]} of refused flow adds
+    near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count, first packet key)
+    by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
+    kernel_bugs: list = attrs.Factory(list)
+    gso_segmented: int = 0  # GSO skbs the fast path cut in software before an encap push (needs_gso_segment)
+    gso_segments: int = 0  # the segments it sent for them
+    cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
+    # (route device, destination key bytes, id(gateway), egress ifindex) -> (gateway, (neighbour table
+    # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
+    # through one next hop while the table is unchanged
+    neigh_cache: dict = attrs.Factory(dict)
+    history: list = attrs.Factory(list)  # (time, event, flow id, detail)
+    _next_id: int = 1
+    _ip_ident: int = 0
+
+    def next_ip_ident(self) -> int:
+        """``__ip_select_ident`` for the outer headers this flowtable pushes (deterministic)."""
+        self._ip_ident = (self._ip_ident + 1) & 0xFFFF
+        return self._ip_ident
+
+    @classmethod
+    def from_nft(cls, netns: str, ft) -> "Flowtable":
+        """One per ``flowtable`` object of a namespace's ruleset (:class:`flowsim.nft.model.Flowtable`)."""
+        return cls(netns=netns, name=ft.name, family=ft.family, devices=tuple(ft.devices),
+                   priority=ft.priority, flags=ft.nf_flowtable_flags)
+
+    @property
+    def ref(self) -> FlowtableRef:
+        return FlowtableRef(self.name, frozenset(self.devices), bool(self.flags & NF_FLOWTABLE_HW_OFFLOAD))
+
+    # --- nf_flow_table_core.c --------------------------------------------------
+    def flow_offload_add(self, flow: FlowOffload, now: float, ns) -> str | None:
+        """``flow_offload_add``: timeout, insert both tuples, ct timeout to a day.  Reason id on failure."""
+        flow.offload_timeout = offload_timeout(ns, flow.ct.l4proto)
+        flow.timeout = now + flow.offload_timeout
+        keys = [half.key for half in flow.tuplehash]
+        if any(k in self.table for k in keys) or keys[0] == keys[1]:
+            return "flow-add-insert-clash"
+        flow.id = self._next_id
+        self._next_id += 1
+        flow.created = now
+        for half in flow.tuplehash:
+            self.table[half.key] = half
+            self.by_addrs[_addr_key(half.key)] = half
+        self.flows[flow.id] = flow
+        self.by_ct[flow.ct.id] = flow
+        flow.ct.timeout = now + NF_CT_DAY  # nf_ct_refresh(ct, NF_CT_DAY)
+        self.flows_created += 1
+        self.history.append((now, "add", flow.id, ""))
+        return None
+
+    def flow_offload_lookup(self, key: FlowTuple) -> FlowOffloadTuple | None:
+        """``flow_offload_lookup``."""
+        return self.table.get(key)
+
+    def flow_offload_refresh(self, flow: FlowOffload, now: float, force: bool = False) -> None:
+        """``flow_offload_refresh``: push the expiry forward, only by more than a second unless forced."""
+        timeout = now + flow.offload_timeout
+        if force or timeout - flow.timeout > 1.0:
+            flow.timeout = timeout
+
+    def flow_offload_teardown(self, flow: FlowOffload, kernel, ns_state, why: str) -> None:
+        """``flow_offload_teardown``: clear IPS_OFFLOAD; the first time, set TEARDOWN and fix up the ct."""
+        flow.ct.status &= ~IPS_OFFLOAD
+        if flow.test(NF_FLOW_TEARDOWN):
+            return
+        flow.set(NF_FLOW_TEARDOWN)
+        now = kernel.now
+        expired = flow.timeout - now <= 0
+        ns_state.conntrack.flow_offload_fixup_ct(
+            flow.ct, now, closing=flow.test(NF_FLOW_CLOSING), flow_expired=expired,
+            offload_timeout=offload_timeout(ns_state.ns, flow.ct.l4proto))
+        self.history.append((now, "teardown", flow.id, why))
+
+    def nf_flow_offload_work_gc(self, kernel, ns_state) -> None:
+        """The GC (every second): tear down expired or dying flows, free torn-down ones, extend the rest."""
+        now = kernel.now
+        for flow in list(self.flows.values()):
+            if flow.timeout - now <= 0 or flow.ct.dying:
+                self.flow_offload_teardown(flow, kernel, ns_state, "expired" if flow.timeout - now <= 0 else "ct dying")
+            if flow.test(NF_FLOW_TEARDOWN):
+                self._remove(flow, now)
+            else:
+                ns_state.conntrack.nf_flow_table_extend_ct_timeout(flow.ct, now)
+
+    def cleanup_dev(self, kernel, ns_state, ifindex: int) -> None:
+        """``nf_flow_table_cleanup`` (NETDEV_DOWN): tear down flows whose iifidx is the device, then GC."""
+        for flow in list(self.flows.values()):
+            if any(h.key.iifidx == ifindex for h in flow.tuplehash):
+                self.flow_offload_teardown(flow, kernel, ns_state, f"device {ifindex} down")
+        self.nf_flow_offload_work_gc(kernel, ns_state)
+
+    def _remove(self, flow: FlowOffload, now: float) -> None:
+        for half in flow.tuplehash:
+            if self.table.get(half.key) is half:
+                del self.table[half.key]
+            if self.by_addrs.get(_addr_key(half.key)) is half:
+                del self.by_addrs[_addr_key(half.key)]
+        del self.flows[flow.id]
+        self.flows_removed += 1
+        self.history.append((now, "free", flow.id, ""))
+
+    # --- statistics ----------------------------------------------------------------
+    def count(self, verdict: str, rid: str | None) -> None:
+        """One hook verdict: 'stolen' (fast path), 'accept' (slow path, with its reason) or 'drop'."""
+        if verdict == "stolen":
+            self.fastpath += 1
+            return
+        if verdict == "accept":
+            self.slowpath += 1
+        else:
+            self.drops += 1
+        if rid is not None:
+            self.reasons[rid] += 1
+
+    def record_failure(self, ct: CtEntry | None, rid: str, detail: str = "") -> None:
+        reason(rid)  # only ids from the table
+        self.flow_add_failures[rid] += 1
+        if ct is not None:
+            per = self.ct_failures.setdefault(ct.id, {})
+            if rid in per:
+                per[rid][0] += 1
+            else:
+                per[rid] = [1, detail]
+
+    def report(self, ns=None) -> dict:
+        """The ``flowtables[]`` object of ``flowsim run --json``."""
+        return {
+            "netns": self.netns, "name": self.name, "family": self.family, "devices": list(self.devices),
+            "flags": [f for bit, f in ((NF_FLOWTABLE_HW_OFFLOAD, "offload"), (NF_FLOWTABLE_COUNTER, "counter"))
+                      if self.flags & bit],
+            "fastpath": self.fastpath, "slowpath": self.slowpath, "drops": self.drops,
+            "reasons": dict(sorted(self.reasons.items())),
+            "flows_created": self.flows_created, "flows_removed": self.flows_removed,
+            "flow_add_failures": dict(sorted(self.flow_add_failures.items())),
+            "flows": [{"id": f.id, "state": f.state, "ct_id": f.ct.id, "created": f.created, "expires": f.timeout,
+                       "original": f.tuplehash[0].to_dict(ns), "reply": f.tuplehash[1].to_dict(ns)}
+                      for f in self.flows.values()],
+            "kernel_bugs": list(self.kernel_bugs),
+            "skb_cost": attrs.asdict(self.cost),
+            "gso": {"segmented": self.gso_segmented, "segments": self.gso_segments},
+        }
+
+
+def _addr_key(key: FlowTuple) -> tuple:
+    return (key.src, key.dst, key.sport, key.dport, key.l3proto, key.l4proto)
+
+
+# --- nft_flow_offload.c ------------------------------------------------------------
+
+def _ipv4_has_options(skb) -> bool:
+    if skb.protocol != 0x0800:
+        return False
+    return (skb.buf[skb.network_header] & 0x0F) != 5
+
+
+def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry | None, ctdir: int | None,
+                          in_dev, route, tcp_flags: int = 0) -> bool:
+    """``nft_flow_offload_eval``: §3's conditions in order; True when a flow was created.
+
+    False is NFT_BREAK: the rest of the rule is not evaluated.  Each refusal
+    is recorded on *ft* with its reason id (``flow-add-*``).
+    """
+    if skb.sec_path:  # decrypted by IPsec: the policy checks need the slow path
+        ft.record_failure(ct, "flow-add-sec-path")
+        return False
+    if _ipv4_has_options(skb):
+        ft.record_failure(ct, "flow-add-ip-options")
+        return False
+    if ct is None:
+        ft.record_failure(None, "flow-add-no-conntrack")
+        return False
+    l4 = ct.tuplehash[IP_CT_DIR_ORIGINAL].l4proto
+    if l4 == IPPROTO_TCP:
+        if tcp_flags & (TCP_FIN | TCP_RST):
+            ft.record_failure(ct, "flow-add-tcp-fin-rst")
+            return False
+        if not nf_conntrack_tcp_established(ct):
+            ft.record_failure(ct, "flow-add-tcp-not-established", f"TCP state {ct.tcp_state.name}")
+            return False
+    elif l4 == IPPROTO_UDP:
+        pass
+    elif l4 == IPPROTO_GRE:
+        if ct.status & IPS_NAT_MASK:
+            ft.record_failure(ct, "flow-add-gre-nat")
+            return False
+    else:
+        ft.record_failure(ct, "flow-add-l4proto", f"IP protocol {l4}")
+        return False
+    if ct.helper is not None or ct.status & (IPS_SEQ_ADJUST | IPS_NAT_CLASH):
+        ft.record_failure(ct, "flow-add-helper", ct.helper or "seq-adjust/nat-clash")
+        return False
+    if not ct.status & IPS_CONFIRMED:
+        ft.record_failure(ct, "flow-add-unconfirmed")
+        return False
+    if ct.status & IPS_OFFLOAD:  # test_and_set_bit(IPS_OFFLOAD_BIT)
+        ft.record_failure(ct, "flow-add-already-offloaded")
+        return False
+    ct.status |= IPS_OFFLOAD
+    ns = ns_state.ns
+    fr = nft_flow_route(kernel.topo, ns_state.name, (ct.tuplehash[0], ct.tuplehash[1]), ctdir, in_dev,
+                        ft.ref, kernel.profile, this_dst=route, mark=skb.mark)
+    if fr.error is not None:
+        ct.status &= ~IPS_OFFLOAD
+        ft.record_failure(ct, "flow-add-path", str(fr.error))
+        return False
+    flow = flow_offload_alloc(ct)
+    if flow is None:
+        ct.status &= ~IPS_OFFLOAD
+        ft.record_failure(ct, "flow-add-ct-dying")
+        return False
+    flow_offload_route_init(flow, fr, ns, kernel.profile)
+    if l4 == IPPROTO_TCP:
+        flow_offload_ct_tcp(ct)
+    failed = ft.flow_offload_add(flow, kernel.now, ns)
+    if failed is not None:
+        ct.status &= ~IPS_OFFLOAD
+        ft.record_failure(ct, failed)
+        return False
+    kernel.trace(skb, "flow add", f"flow {flow.id} created in @{ft.name}",
+                 original=str(flow.tuplehash[0].key), reply=str(flow.tuplehash[1].key))
+    return True

@@ -1,0 +1,506 @@
+"""The flow tuple the kernel hashes, and the parsers that build it from an skb.
+
+Theory of operation
+-------------------
+``struct flow_offload_tuple`` (reference §1.2) puts the lookup key before a
+``__hash`` marker: addresses, ports, ingress ifindex, L3 and L4 protocol, up
+to two L2 encapsulations (VLAN / PPPoE) and the tunnel's outer addresses.
+:class:`FlowTuple` holds exactly those key fields, in that order; everything
+else about a direction of a flow (dir, xmit type, MTU, MACs…) lives in the
+flow entry, so equality can never depend on metadata by accident.
+
+The builders mirror ``nf_flow_table_ip.c`` step by step, with the checks in
+the kernel's order (§4.0–4.2, §5.1–5.2) and the same header access
+(``pskb_may_pull`` where the kernel pulls, ``skb_header_pointer`` where it
+does not), so the skb's cost counters match the kernel's work:
+
+``nf_flow_offload_inet_hook``  picks the IPv4 or IPv6 hook (family ``inet``)
+``nf_flow_skb_encap_protocol`` skips one in-band VLAN or PPPoE header and runs
+                               the tunnel check of the inner protocol
+``nf_flow_ip4_tunnel_proto``   IPv4 sanity checks; IPIP → skip the outer header
+``nf_flow_ip6_tunnel_proto``   hop limit, extension headers; IP6IP6 → skip it
+``nf_flow_tuple_ip/_ipv6``     the inner header checks and the key
+``nf_flow_tuple_encap``        the encap and tunnel fields of the key
+
+The result is a :class:`TupleResult`: the tuple plus the parse context
+(``struct nf_flowtable_ctx``: offset, L4 header size, tunnel header size and
+protocol), or a slow-path reason id from :mod:`flowsim.reasons` with a
+human-readable detail.  Behaviour that differs between kernels comes from the
+:class:`~flowsim.profiles.Profile` switches (reference §9).
+
+Example::
+
+    >>> from scapy.all import Ether, IP, TCP
+    >>> from flowsim.kernel.skb import skb_from_frame
+    >>> skb = skb_from_frame(bytes(Ether() / IP(src="10.0.1.99", dst="10.0.2.99") / TCP(sport=40000, dport=12345)), iif=3)
+    >>> r = flow_tuple_from_skb(skb, iifidx=3)
+    >>> r.tuple.sport, r.tuple.dport, r.tuple.iifidx
+    (40000, 12345, 3)
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import attrs
+
+from flowsim.kernel.headers import (
+    AF_INET, AF_INET6, ETH_HLEN, ETH_P_8021Q, ETH_P_8021AD, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES,
+    IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPPOE_SES_HLEN,
+    VLAN_HLEN, addr_bytes, addr_text, ipv6_ext_hdr, ipv6_skip_exthdr, pppoe_proto_to_ethertype,
+)
+from flowsim.profiles import Profile, get_profile
+from flowsim.kernel.skb import SkBuff
+
+__all__ = [
+    "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
+    "nf_flow_offload_inet_hook", "nf_flow_skb_encap_protocol", "nf_flow_pppoe_proto",
+    "nf_flow_ip4_tunnel_proto", "nf_flow_ip6_tunnel_proto", "nf_flow_tuple_ip",
+    "nf_flow_tuple_ipv6", "nf_flow_tuple_encap", "flow_tuple_from_skb", "nf_flow_offload_lookup", "HOOKS",
+    "NF_FLOW_TABLE_ENCAP_MAX",
+]
+
+NF_FLOW_TABLE_ENCAP_MAX = 2
+_ZERO12 = bytes(12)
+_UNPACK_V4_ADDRS = struct.Struct("!4s4s").unpack_from
+_UNPACK_V6_ADDRS = struct.Struct("!16s16s").unpack_from
+_UNPACK_PORTS = struct.Struct("!HH").unpack_from
+_L3_NAMES = {AF_INET: "ipv4", AF_INET6: "ipv6"}
+_new_tuple = tuple.__new__  # FlowTuple(...) without the generated __new__'s extra call
+
+
+# The key classes are NamedTuples, not attrs classes: hashing and comparing
+# them happens in C, the way the kernel jhashes and memcmps the key bytes, and
+# creating one costs a third of a frozen attrs instance.  That is the per-packet
+# work of the fast path (see benchmarks/bench_tuple.py).  They are immutable
+# values all the same; compare them only with each other.
+
+class Encap(NamedTuple):
+    """One ``tuple.encap[i]``: ``id`` (VLAN TCI as stored, or PPPoE session id) and ``proto`` (ethertype)."""
+
+    id: int
+    proto: int
+
+
+class Tunnel(NamedTuple):
+    """``struct flow_offload_tunnel``: outer source/destination (16-byte unions) and ``l3_proto`` (4 or 41)."""
+
+    src: bytes
+    dst: bytes
+    l3_proto: int
+
+    @property
+    def family(self) -> int:
+        return AF_INET if self.l3_proto == IPPROTO_IPIP else AF_INET6
+
+    def to_dict(self) -> dict:
+        return {"src": addr_text(self.src, self.family), "dst": addr_text(self.dst, self.family),
+                "l3_proto": self.l3_proto}
+
+
+class FlowTuple(NamedTuple):
+    """The key fields of ``struct flow_offload_tuple``, in the kernel's order (§1.2).
+
+    Addresses are the kernel's 16-byte unions (an IPv4 address in the first
+    4 bytes).  ``encap`` holds the used entries only (index 0 = outermost);
+    unused entries are zero in the kernel and no real entry is zero, so the
+    comparison is the same.  ``tun`` is ``None`` for the all-zero tunnel.
+    """
+
+    src: bytes
+    dst: bytes
+    sport: int
+    dport: int
+    iifidx: int
+    l3proto: int
+    l4proto: int
+    encap: tuple[Encap, ...] = ()
+    tun: Tunnel | None = None
+
+    @classmethod
+    def make(cls, src: str, dst: str, sport: int, dport: int, *, iifidx: int, l4proto: int,
+             encap=(), tun: tuple[str, str, int] | None = None) -> "FlowTuple":
+        """Build a tuple from text addresses (handy in tests and notebooks)."""
+        sb = addr_bytes(src)
+        l3 = AF_INET6 if ":" in src else AF_INET
+        t = None if tun is None else Tunnel(addr_bytes(tun[0]), addr_bytes(tun[1]), tun[2])
+        return cls(sb, addr_bytes(dst), sport, dport, iifidx, l3, l4proto,
+                   tuple(e if isinstance(e, Encap) else Encap(*e) for e in encap), t)
+
+    @property
+    def src_text(self) -> str:
+        return addr_text(self.src, self.l3proto)
+
+    @property
+    def dst_text(self) -> str:
+        return addr_text(self.dst, self.l3proto)
+
+    def to_dict(self) -> dict:
+        """The JSON form of ``flowsim tuple --json`` (addresses as text, numbers as integers)."""
+        return {
+            "src": self.src_text, "dst": self.dst_text, "sport": self.sport, "dport": self.dport,
+            "l3proto": self.l3proto, "l4proto": self.l4proto, "iifidx": self.iifidx,
+            "encap": [{"id": e.id, "proto": e.proto} for e in self.encap],
+            "tun": None if self.tun is None else self.tun.to_dict(),
+        }
+
+    def differences(self, other: "FlowTuple") -> list[str]:
+        """The key fields whose values differ (for "why did this packet miss its flow?")."""
+        return [name for name, a, b in zip(self._fields, self, other) if a != b]
+
+    def __str__(self) -> str:
+        encap = ",".join(f"{e.proto:#06x}:{e.id}" for e in self.encap)
+        tun = "-" if self.tun is None else f"{self.tun.to_dict()['src']}->{self.tun.to_dict()['dst']}/{self.tun.l3_proto}"
+        return (f"{_L3_NAMES.get(self.l3proto, self.l3proto)} {self.src_text}:{self.sport} -> "
+                f"{self.dst_text}:{self.dport} l4proto {self.l4proto} iif {self.iifidx} "
+                f"encap [{encap}] tun {tun}")
+
+
+@attrs.define(slots=True)
+class FlowtableCtx:
+    """``struct nf_flowtable_ctx``: carried through the parse instead of globals."""
+
+    in_ifindex: int
+    offset: int = 0  # bytes from the network header to the (inner) IP header
+    hdrsize: int = 0  # L4 header size pulled by the tuple builder
+    tun_hdr_size: int = 0  # ctx->tun.hdr_size
+    tun_proto: int = 0  # ctx->tun.proto (IPPROTO_IPIP / IPPROTO_IPV6)
+
+
+class TupleResult(NamedTuple):
+    """The tuple and its context, or the slow-path reason the kernel would give (one per packet: a NamedTuple)."""
+
+    tuple: FlowTuple | None
+    ctx: FlowtableCtx
+    reason: str | None = None
+    detail: str = ""
+    hook: str | None = None  # "ipv4" / "ipv6": the hook that parsed it
+
+    @property
+    def ok(self) -> bool:
+        return self.tuple is not None
+
+
+# --- nf_flow_skb_encap_protocol and the tunnel checks ------------------------
+
+def nf_flow_pppoe_proto(skb: SkBuff) -> int | None:
+    """``nf_flow_pppoe_proto``: the mapped ethertype of a PPPoE session frame.
+
+    Pulls ETH_HLEN + PPPOE_SES_HLEN bytes from ``skb->data`` (as the kernel
+    does, although data already points past the Ethernet header); ``None``
+    when that fails.  Unknown PPP protocols map to 0.
+    """
+    need = ETH_HLEN + PPPOE_SES_HLEN
+    if skb.data + need > skb.linear_end and not skb.may_pull(need):
+        return None
+    buf = skb.buf
+    at = skb.mac_header + ETH_HLEN + 6
+    return pppoe_proto_to_ethertype((buf[at] << 8) | buf[at + 1])
+
+
+def _pppoe_detail(skb: SkBuff) -> str:
+    at = skb.mac_header + ETH_HLEN + 6
+    raw = (skb.buf[at] << 8) | skb.buf[at + 1]
+    if raw >> 8 in (0x21, 0x57) and raw & 0xFF:
+        return f"PPP protocol field {raw:#06x} looks compressed (PFC): only 0x0021/0x0057 map to IPv4/IPv6"
+    return f"PPP protocol {raw:#06x} is not the hook's protocol (0x0021 IPv4, 0x0057 IPv6)"
+
+
+def nf_flow_ip4_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[str, str] | None:
+    """``nf_flow_ip4_tunnel_proto``: sanity checks of the (outer) IPv4 header; IPIP → skip it.
+
+    Returns ``None`` when the packet may go on, else ``(reason, detail)``.
+    """
+    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
+        return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
+    buf = skb.buf
+    o = skb.network_header + ctx.offset
+    ihl = buf[o] & 0x0F
+    if profile.ip4_tunnel_ihl_check and ihl < 5:
+        return "ip-ihl-invalid", f"IPv4 IHL {ihl}"
+    size = ihl << 2
+    if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment: MF or offset
+        return "fragment", "IPv4 fragment"
+    if size != IPV4_HLEN:  # ip_has_options
+        return "ip-options", f"IPv4 header length {size}"
+    if buf[o + 8] <= 1:
+        return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
+    if buf[o + 9] == IPPROTO_IPIP:
+        ctx.tun_proto = IPPROTO_IPIP
+        ctx.tun_hdr_size = size
+        ctx.offset += size
+    return None
+
+
+def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[str, str] | None:
+    """``nf_flow_ip6_tunnel_proto``: hop limit and extension headers of the (outer) IPv6 header.
+
+    REF (7.0) reads the header with ``skb_header_pointer``, skips extension
+    headers with ``ipv6_skip_exthdr`` and stores the *absolute* offset it
+    returns as the tunnel header size; 7.1.5 pulls, sends any extension
+    header to the slow path and stores the relative size (§5.2, §9).
+    """
+    start = ctx.offset
+    if profile.ip6_tunnel_header_access == "pull":
+        if skb.data + IPV6_HLEN + start > skb.linear_end and not skb.may_pull(IPV6_HLEN + start):
+            return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {skb.len}"
+        o = skb.network_header + start
+        hdr = skb.buf
+    else:
+        hdr = skb.header_pointer(start, IPV6_HLEN)
+        if hdr is None:
+            return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {skb.len}"
+        o = 0
+    hop_limit = hdr[o + 7]
+    if hop_limit <= 1:
+        return "ttl-expired", f"IPv6 hop limit {hop_limit}"
+    nexthdr = hdr[o + 6]
+    if profile.ip6_tunnel_exthdr == "slowpath":
+        if ipv6_ext_hdr(nexthdr):
+            return "ipv6-exthdr", f"extension header {nexthdr} after the IPv6 header"
+        hdrlen = IPV6_HLEN + start
+    else:
+        hdrlen, nexthdr, _ = ipv6_skip_exthdr(skb.header_pointer, IPV6_HLEN + start, nexthdr)
+        if hdrlen < 0:
+            return "ipv6-exthdr-error", "IPv6 extension header chain cannot be walked"
+    if nexthdr == IPPROTO_IPV6:
+        # REF stores the absolute offset (bug when an in-band header precedes).
+        ctx.tun_hdr_size = hdrlen if profile.ip6_tunnel_hdr_size == "absolute" else hdrlen - start
+        ctx.tun_proto = IPPROTO_IPV6
+        ctx.offset += ctx.tun_hdr_size
+    return None
+
+
+_L3PROTO_UNSUPPORTED = ("l3proto-unsupported", "")
+
+
+def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
+                               profile: Profile) -> tuple[str, str] | None:
+    """``nf_flow_skb_encap_protocol``: skip one in-band VLAN/PPPoE header whose
+    inner protocol is *proto*, then run the tunnel check of the inner protocol."""
+    inner = skb.protocol
+    failure: tuple[str, str] | None = _L3PROTO_UNSUPPORTED  # its detail is written only when it is returned
+    if inner == ETH_P_8021Q:
+        # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
+        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
+            return "header-truncated", "in-band 802.1Q header truncated"
+        buf = skb.buf
+        at = skb.mac_header + ETH_HLEN + 2
+        encapsulated = (buf[at] << 8) | buf[at + 1]
+        if encapsulated == proto:
+            ctx.offset += VLAN_HLEN
+            inner = proto
+            failure = None
+        else:
+            failure = ("encap-unsupported", f"802.1Q header carries ethertype {encapsulated:#06x}")
+    elif inner == ETH_P_PPP_SES:
+        mapped = nf_flow_pppoe_proto(skb)
+        if mapped is None:
+            failure = ("header-truncated", "PPPoE session header truncated")
+        else:
+            inner = mapped  # set even when it is not *proto* (kernel quirk)
+            if mapped == proto:
+                ctx.offset += PPPOE_SES_HLEN
+                failure = None
+            else:
+                failure = ("encap-unsupported", _pppoe_detail(skb))
+    elif inner == ETH_P_8021AD:
+        failure = ("encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)")
+
+    if inner == ETH_P_IP:
+        if profile.ipip_rx:
+            return nf_flow_ip4_tunnel_proto(ctx, skb, profile)
+        if proto == ETH_P_IP:
+            return None
+    elif inner == ETH_P_IPV6:
+        if profile.ip6ip6_rx:
+            return nf_flow_ip6_tunnel_proto(ctx, skb, profile)
+        if proto == ETH_P_IPV6:
+            return None
+    if failure is _L3PROTO_UNSUPPORTED:
+        return failure[0], f"ethertype {skb.protocol:#06x}"
+    return failure
+
+
+# --- the tuple builders -------------------------------------------------------
+
+def _l4_ports(ctx: FlowtableCtx, skb: SkBuff, ipproto: int, thoff: int) -> tuple[int, int] | tuple[str, str]:
+    """The L4 part shared by ``nf_flow_tuple_ip`` and ``nf_flow_tuple_ipv6``.
+
+    (``pskb_may_pull`` calls are preceded by the linear-area test the kernel
+    inlines, so the common case costs no call.)"""
+    if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.may_pull(thoff + ctx.hdrsize):
+        return "header-truncated", f"L4 header needs {thoff + ctx.hdrsize} bytes, packet has {skb.len}"
+    at = skb.network_header + thoff
+    if ipproto == IPPROTO_GRE:
+        if skb.buf[at + 1] & 0x07:  # GRE_VERSION bits of the flags word
+            return "gre-version", f"GRE version {skb.buf[at + 1] & 0x07}"
+        return 0, 0
+    return _UNPACK_PORTS(skb.buf, at)
+
+
+def nf_flow_tuple_ip(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
+    """``nf_flow_tuple_ip``: checks of the (inner) IPv4 header and the key."""
+    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
+        return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
+    buf = skb.buf
+    o = skb.network_header + ctx.offset
+    thoff = (buf[o] & 0x0F) * 4
+    if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:
+        return "fragment", "IPv4 fragment"
+    if thoff != IPV4_HLEN:
+        return "ip-options", f"IPv4 header length {thoff}"
+    thoff += ctx.offset
+    ipproto = buf[o + 9]
+    hdrsize = L4_HDRSIZE.get(ipproto)
+    if hdrsize is None:
+        return "l4proto-unsupported", f"IP protocol {ipproto}"
+    ctx.hdrsize = hdrsize
+    if buf[o + 8] <= 1:
+        return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
+    ports = _l4_ports(ctx, skb, ipproto, thoff)
+    if isinstance(ports[0], str):
+        return ports
+    buf = skb.buf  # may_pull keeps the buffer, but be explicit after a pull
+    src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
+    encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
+    return _new_tuple(FlowTuple, (src + _ZERO12, dst + _ZERO12, ports[0], ports[1], ctx.in_ifindex,
+                                  AF_INET, ipproto, encap, tun))
+
+
+def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
+    """``nf_flow_tuple_ipv6``: checks of the (inner) IPv6 header and the key."""
+    thoff = IPV6_HLEN + ctx.offset
+    if skb.data + thoff > skb.linear_end and not skb.may_pull(thoff):
+        return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {skb.len}"
+    buf = skb.buf
+    o = skb.network_header + ctx.offset
+    nexthdr = buf[o + 6]
+    hdrsize = L4_HDRSIZE.get(nexthdr)
+    if hdrsize is None:
+        if ipv6_ext_hdr(nexthdr):
+            return "ipv6-exthdr", f"IPv6 extension header {nexthdr}"
+        return "l4proto-unsupported", f"IPv6 next header {nexthdr}"
+    ctx.hdrsize = hdrsize
+    if buf[o + 7] <= 1:
+        return "ttl-expired", f"IPv6 hop limit {buf[o + 7]}"
+    ports = _l4_ports(ctx, skb, nexthdr, thoff)
+    if isinstance(ports[0], str):
+        return ports
+    src, dst = _UNPACK_V6_ADDRS(skb.buf, o + 8)
+    encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
+    return _new_tuple(FlowTuple, (src, dst, ports[0], ports[1], ctx.in_ifindex, AF_INET6, nexthdr, encap, tun))
+
+
+def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[tuple[Encap, ...], Tunnel | None]:
+    """``nf_flow_tuple_encap``: the encap and tunnel fields of the key (§5.1).
+
+    The hwaccel tag comes first with its full TCI (priority bits included);
+    then one in-band 802.1Q (full TCI) or PPPoE (session id) header.  The
+    tunnel fields are filled only when the compared protocol is IPv4/IPv6 —
+    for PPPoE the raw PPP protocol is compared (mainline), so they stay empty.
+    """
+    inner = skb.protocol
+    offset = 0
+    buf = skb.buf
+    if not skb.vlan_present and inner != ETH_P_8021Q and inner != ETH_P_PPP_SES:
+        if not ctx.tun_proto:
+            return (), None  # the common case, kept cheap
+        encap = ()  # a tunnel without L2 encapsulation: no list to build
+    else:
+        layers: list[Encap] = []
+        if skb.vlan_present:
+            layers.append(Encap(skb.vlan_tci, skb.vlan_proto))
+        if inner == ETH_P_8021Q:
+            at = skb.mac_header + ETH_HLEN
+            layers.append(Encap((buf[at] << 8) | buf[at + 1], ETH_P_8021Q))
+            inner = (buf[at + 2] << 8) | buf[at + 3]
+            offset = VLAN_HLEN
+        elif inner == ETH_P_PPP_SES:
+            at = skb.network_header
+            layers.append(Encap((buf[at + 2] << 8) | buf[at + 3], ETH_P_PPP_SES))
+            inner = (buf[at + 6] << 8) | buf[at + 7]
+            if profile.tuple_encap_pppoe_proto == "mapped":
+                inner = pppoe_proto_to_ethertype(inner)
+            offset = PPPOE_SES_HLEN
+        encap = tuple(layers)
+    tun = None
+    o = skb.network_header + offset
+    if inner == ETH_P_IP and ctx.tun_proto == IPPROTO_IPIP:
+        src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
+        tun = _new_tuple(Tunnel, (src + _ZERO12, dst + _ZERO12, IPPROTO_IPIP))
+    elif inner == ETH_P_IPV6 and ctx.tun_proto == IPPROTO_IPV6:
+        src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
+        tun = _new_tuple(Tunnel, (src, dst, IPPROTO_IPV6))
+    return encap, tun
+
+
+# --- hook entry points ----------------------------------------------------------
+
+def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
+    """``nf_flow_offload_inet_hook``: the protocol whose hook handles this skb, or why none does."""
+    proto = skb.protocol
+    if proto == ETH_P_8021Q:
+        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
+            return "header-truncated", "in-band 802.1Q header truncated"
+        at = skb.mac_header + ETH_HLEN + 2
+        proto = (skb.buf[at] << 8) | skb.buf[at + 1]
+    elif proto == ETH_P_PPP_SES:
+        mapped = nf_flow_pppoe_proto(skb)
+        if mapped is None:
+            return "header-truncated", "PPPoE session header truncated"
+        proto = mapped
+    if proto == ETH_P_IP or proto == ETH_P_IPV6:
+        return proto
+    if skb.protocol == ETH_P_PPP_SES:
+        return "encap-unsupported", _pppoe_detail(skb)
+    if skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
+        return "encap-unsupported", f"{skb.protocol:#06x} header carries ethertype {proto:#06x}"
+    return "l3proto-unsupported", f"ethertype {proto:#06x}"
+
+
+HOOKS = ("inet", "ip", "ip6")
+
+
+def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str = "inet",
+                        profile: Profile | str | None = None) -> TupleResult:
+    """Run the flowtable hook of *family* (``inet``, ``ip`` or ``ip6``) up to the lookup.
+
+    *iifidx* is the ifindex of the device whose ingress hook runs (default
+    the skb's ``iif``).  Never raises for a bad packet, except
+    :class:`~flowsim.errors.SkbPullBug` where the modelled kernel has that bug.
+    """
+    if profile.__class__ is not Profile:
+        profile = get_profile(profile)
+    if family not in HOOKS:
+        raise ValueError(f"unknown flowtable family {family!r} (expected one of {', '.join(HOOKS)})")
+    return nf_flow_offload_lookup(skb, skb.iif if iifidx is None else iifidx, family, profile)
+
+
+def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> TupleResult:
+    """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup, behind the
+    inet hook's dispatch: :func:`flow_tuple_from_skb` with its arguments checked, once per packet."""
+    ctx = FlowtableCtx(iifidx)
+    if family == "ip":
+        proto = ETH_P_IP
+    elif family == "ip6":
+        proto = ETH_P_IPV6
+    else:
+        proto = skb.protocol
+        if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
+            proto = nf_flow_offload_inet_hook(skb)
+            if type(proto) is tuple:
+                return TupleResult(None, ctx, proto[0], proto[1], None)
+    failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
+    if failed is not None:
+        return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
+    if proto == ETH_P_IP:
+        built = nf_flow_tuple_ip(ctx, skb, profile)
+        hook = "ipv4"
+    else:
+        built = nf_flow_tuple_ipv6(ctx, skb, profile)
+        hook = "ipv6"
+    if type(built) is tuple:
+        return TupleResult(None, ctx, built[0], built[1], hook)
+    return _new_tuple(TupleResult, (built, ctx, None, "", hook))

@@ -1,0 +1,421 @@
+"""The simulated kernel: devices, netfilter, routing and transmit across namespaces (the slow path).
+
+Theory of operation
+-------------------
+:class:`Kernel` implements :class:`flowsim.kernel.api.Kernel` for a whole
+:class:`~flowsim.config.topology.Topology`.  Each namespace gets a
+:class:`NetnsState` (:class:`flowsim.kernel.api.NetnsState`): its
+:class:`~flowsim.kernel.conntrack.ConntrackTable`, its
+:class:`~flowsim.nft.ruleset.Nftables` (parsed from the namespace's ruleset with
+the file and line it came from), one :class:`flowsim.kernel.flowtable.core.Flowtable`
+per ``flowtable`` object, a route cache, the IPv4 reassembly queues and
+the sockets of the simulated endpoints.
+
+A packet is an :class:`~flowsim.kernel.skb.SkBuff` whose ``tag`` is a
+:class:`PacketTag`.  Its life is a chain of calls that mirror the kernel's
+functions, split by layer:
+
+* :mod:`flowsim.kernel.stack.l2` — ``__netif_receive_skb_core`` (netdev ingress
+  hook with nft chains and flowtables, ``vlan_do_receive`` and "another
+  round", bridge rx ``br_handle_frame``, PPPoE ``pppoe_rcv``) and every
+  device's transmit (veth/NIC to the peer, VLAN tag, bridge forwarding
+  with VLAN filtering, PPPoE header, DSA user ports, tunnels);
+* :mod:`flowsim.kernel.stack.ip` — ``ip_rcv`` / ``ipv6_rcv``, PREROUTING, the
+  routing decision, ``ip_forward`` (TTL, MTU, FORWARD with ``flow add``),
+  POSTROUTING, fragmentation, ``ip_finish_output2``, local delivery and
+  output, tunnel encapsulation and decapsulation, ICMP errors;
+* :mod:`flowsim.kernel.stack.nf` — the netfilter hooks: nft base chains in
+  priority order around the conntrack and NAT cores, NAT bindings and
+  packet mangling (including ICMP errors about NATed connections).
+
+Frames between namespaces travel on the :attr:`Kernel.schedule` clock
+(``flowsim.sim.simulation`` runs the event queue; without one, delivery is immediate).
+Every packet ends in exactly one of: delivered to an endpoint
+(:meth:`Kernel.deliver`), dropped with a reason id from
+:mod:`flowsim.reasons` (:meth:`Kernel.drop`), or still in flight; the
+:class:`Ledger` keeps the books and :meth:`Ledger.check` proves they add up.
+
+The flowtable side is called exactly as :mod:`flowsim.kernel.api` says: at
+the ingress hook (``fastpath.nf_flow_offload_hook``), from ``flow add``
+(``flowtable.nft_flow_offload_eval``) and by the GC tick of the simulation.
+With ``flowtables=False`` the flowtable entries of the ingress hook are
+skipped and ``flow add`` answers NFT_BREAK: the pure slow path.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib
+from typing import Any, Callable
+
+import attrs
+
+from flowsim.kernel.stack import ip as stack_ip
+
+from flowsim.kernel.stack import l2 as stack_l2
+
+from flowsim.kernel.stack import xfrm as stack_xfrm
+from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.nft.ruleset import Nftables, parse_ruleset
+from flowsim.profiles import get_profile
+from flowsim.reasons import reason
+
+__all__ = ["Kernel", "NetnsState", "PacketTag", "Ledger", "TraceRecord", "LINK_DELAY", "ORIGIN_HOST",
+           "ORIGIN_STACK"]
+
+LINK_DELAY = 20e-6  # seconds a frame takes across a veth pair or cable
+ORIGIN_HOST = "host"  # sent by a traffic endpoint
+ORIGIN_STACK = "stack"  # made by the simulated kernel (ICMP errors)
+
+
+@attrs.define(slots=True, eq=False)
+class PacketTag:
+    """The simulator's label on a packet (``skb.tag``): whose it is, and what became of it.
+
+    ``pieces`` counts the skbs alive for this packet (fragments, flooded
+    copies); ``state`` is ``live``, ``delivered`` or ``dropped``.
+    """
+
+    traffic: str | None
+    direction: str | None  # "original" | "reply"
+    seq: int
+    kind: str = "data"  # syn, synack, ack, data, fin, rst, udp, icmp-error …
+    origin: str = ORIGIN_HOST
+    flow: int = 0  # which flow of a traffic table with several
+    pieces: int = 1
+    state: str = "live"
+    reason: str | None = None  # first drop reason of any piece
+    where: str | None = None  # namespace/device of that drop
+
+    def __str__(self) -> str:
+        flow = f"[{self.flow}]" if self.flow else ""
+        return f"{self.traffic or '-'}{flow}/{self.direction or '-'}#{self.seq}:{self.kind}"
+
+
+class Ledger:
+    """Packet conservation: injected = delivered + dropped (by reason) + in flight."""
+
+    def __init__(self):
+        self.injected: collections.Counter = collections.Counter()  # origin -> n
+        self.delivered: collections.Counter = collections.Counter()  # origin -> n
+        self.dropped: collections.Counter = collections.Counter()  # reason -> n
+        self.live: dict[int, PacketTag] = {}
+        # per traffic: (name, direction, origin) -> Counter(sent, delivered, dropped)
+        self.per_traffic: dict = collections.defaultdict(collections.Counter)
+        self.drop_log: list = []  # (time, tag, reason, where) of the first drops, for reports
+        self.all_tags: list | None = None  # every packet in injection order, when kept (tracing)
+
+    def inject(self, tag: PacketTag) -> None:
+        if self.all_tags is not None:
+            self.all_tags.append(tag)
+        self.injected[tag.origin] += 1
+        self.live[id(tag)] = tag
+        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["sent"] += 1
+
+    def add_pieces(self, tag: PacketTag, n: int) -> None:
+        """*n* more skbs now carry this packet (fragmentation, flooding)."""
+        tag.pieces += n
+
+    def merge_pieces(self, tag: PacketTag, n: int) -> None:
+        """*n* skbs became one (reassembly)."""
+        tag.pieces -= n - 1
+
+    def deliver(self, tag: PacketTag) -> bool:
+        """One piece reached its endpoint; the first makes the packet delivered."""
+        tag.pieces -= 1
+        if tag.state != "live":
+            return False
+        tag.state = "delivered"
+        self.delivered[tag.origin] += 1
+        self.live.pop(id(tag), None)
+        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["delivered"] += 1
+        return True
+
+    def drop(self, tag: PacketTag, rid: str, where: str, now: float) -> bool:
+        """One piece was dropped; the packet counts as dropped when no piece is left."""
+        tag.pieces -= 1
+        if tag.reason is None:
+            tag.reason, tag.where = rid, where
+        if tag.state != "live" or tag.pieces > 0:
+            return False
+        tag.state = "dropped"
+        self.dropped[tag.reason] += 1
+        self.live.pop(id(tag), None)
+        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["dropped"] += 1
+        if len(self.drop_log) < 1000:
+            self.drop_log.append((now, str(tag), tag.reason, tag.where))
+        return True
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.live)
+
+    def totals(self) -> dict:
+        injected = sum(self.injected.values())
+        return {"injected": injected, "delivered": sum(self.delivered.values()),
+                "dropped": sum(self.dropped.values()), "in_flight": self.in_flight}
+
+    def check(self, pending: collections.Counter | None = None) -> None:
+        """Assert conservation; with *pending* (id(tag) -> skbs queued), also that every live piece is somewhere."""
+        t = self.totals()
+        if t["injected"] != t["delivered"] + t["dropped"] + t["in_flight"]:
+            raise AssertionError(f"packet conservation violated: {t}")
+        for tag in self.live.values():
+            if tag.pieces <= 0:
+                raise AssertionError(f"packet {tag} is live with no skb left (leaked)")
+        if pending is not None:
+            for key, tag in self.live.items():
+                if pending.get(key, 0) != tag.pieces:
+                    raise AssertionError(f"packet {tag}: {tag.pieces} pieces alive, {pending.get(key, 0)} queued")
+
+
+@attrs.frozen
+class TraceRecord:
+    """One step of a packet's life (``Kernel.trace``)."""
+
+    time: float
+    packet: str
+    where: str
+    what: str
+    details: tuple = ()
+
+    def __str__(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.details)
+        return f"{self.time * 1e3:10.3f} ms  {self.packet:28} {self.where:24} {self.what}" + (f"  [{extra}]" if extra else "")
+
+
+@attrs.define(slots=True, eq=False)
+class NetnsState:
+    """Per-namespace kernel state (:class:`flowsim.kernel.api.NetnsState` plus the stack's own)."""
+
+    name: str
+    ns: Any  # flowsim.config.topology.Namespace
+    conntrack: ConntrackTable
+    flowtables: dict  # name -> flowsim.kernel.flowtable.core.Flowtable
+    nft: Any = None  # flowsim.nft.ruleset.Nftables or None (no ruleset: no netfilter at all)
+    ruleset: Any = None
+    ft_by_key: dict = attrs.Factory(dict)  # (family, table, name) -> Flowtable
+    ft_by_model: dict = attrs.Factory(dict)  # id(nft_model.Flowtable) -> Flowtable: the per-packet lookup
+    ct_active: bool = False  # conntrack hooks registered (the ruleset has L3 chains or flowtables)
+    routes: dict = attrs.Factory(dict)  # (daddr, oif) -> Route (the FIB does not change during a run)
+    frags: dict = attrs.Factory(dict)  # (src, dst, id, proto) -> FragQueue
+    sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
+    ip_ident: int = 0
+    hook_cache: dict = attrs.Factory(dict)  # (hook, nfproto) -> merged hook steps (flowsim.kernel.stack.nf)
+
+    def route(self, daddr, oif: str | None = None):
+        """``ip_route_output_key`` / ``fib_lookup`` through a cache."""
+        key = (daddr, oif)
+        rt = self.routes.get(key)
+        if rt is None:
+            rt = self.routes[key] = self.ns.fib.lookup(daddr, oif=oif)
+        return rt
+
+    def route_mtu(self, rt) -> int:
+        """``dst_mtu``: the route's MTU metric, else its device's MTU."""
+        return self.ns.fib.route_mtu(rt)
+
+    def next_ident(self) -> int:
+        """``ip_select_ident`` (a per-namespace counter keeps runs reproducible)."""
+        self.ip_ident = (self.ip_ident + 1) & 0xFFFF
+        return self.ip_ident
+
+    def sysctl_on(self, key: str, default: str = "0") -> bool:
+        return str(self.ns.sysctls.get(key, default)).strip() not in ("0", "")
+
+    def forwarding(self, dev, version: int) -> bool:
+        """IN_DEV_FORWARD(in_dev) for IPv4 (per device, else ``all`` / ``ip_forward``); IPv6's global switch."""
+        if version == 4:
+            sysctls = self.ns.sysctls
+            for name in (dev.name.replace(".", "/"), dev.name):
+                value = sysctls.get(f"net.ipv4.conf.{name}.forwarding")
+                if value is not None:
+                    return str(value).strip() not in ("0", "")
+            return self.sysctl_on("net.ipv4.conf.all.forwarding") or self.sysctl_on("net.ipv4.ip_forward")
+        return self.sysctl_on("net.ipv6.conf.all.forwarding")
+
+
+def _flowtable_modules():
+    """(flowsim.kernel.flowtable.core, flowsim.kernel.flowtable.fastpath), or (None, None) while they do not exist."""
+    try:
+        return importlib.import_module("flowsim.kernel.flowtable.core"), importlib.import_module("flowsim.kernel.flowtable.fastpath")
+    except ImportError:
+        return None, None
+
+
+class Kernel:
+    """The simulated kernel of every namespace of *topo* (see the module docstring).
+
+    ``schedule(t, fn, *args)`` runs ``fn(*args)`` at virtual time *t* (the
+    simulation's event queue; default: at once).  ``capture(netns, dev,
+    frame)`` receives every frame written to or read from a device when set.
+    ``accept(kernel, state, skb, info)`` finds the endpoint for a packet no
+    socket is bound to (a listening server), or returns None.
+    """
+
+    def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
+                 tracing: bool = False, link_delay: float = LINK_DELAY):
+        self.topo = topo
+        self.profile = get_profile(profile)
+        self.now = 0.0
+        self.flowtables_enabled = flowtables
+        self.headlen = headlen
+        self.tracing = tracing
+        self.traces: list[TraceRecord] = []
+        self.link_delay = link_delay
+        self.ledger = Ledger()
+        self.schedule: Callable = lambda t, fn, *args: fn(*args)
+        self.capture: Callable | None = None
+        self.accept: Callable | None = None
+        self.accounting: dict = collections.defaultdict(collections.Counter)  # (traffic, dir) -> kind -> n
+        self.xmit_depth = 0
+        self.xfrm_seq: collections.Counter = collections.Counter()  # (netns, daddr, spi) -> last ESP seq sent
+        self._seq = 0
+        self._vlan_uppers: dict = {}
+        self.flowtable_mod, self.fastpath_mod = _flowtable_modules()
+        self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
+        self._peers: dict = {}
+        # The two per-packet entry points, bound once as partials (one Python frame less per frame and skb):
+        #   receive_frame(dev, frame, tag, mark=0, gso_size=0, gso_type=0): a frame arrives on *dev* from its
+        #     wire (veth peer, cable); a GSO skb crosses a veth whole (stack_l2.netif_receive_frame);
+        #   dev_queue_xmit(dev, skb): egress hook, capture, then the device's xmit (kernel_api.Kernel;
+        #     stack_l2.dev_queue_xmit).
+        self.receive_frame = functools.partial(stack_l2.netif_receive_frame, self)
+        self.dev_queue_xmit = functools.partial(stack_l2.dev_queue_xmit, self)
+
+    # ------------------------------------------------------------------ setup
+    def _netns_state(self, ns) -> NetnsState:
+        st = NetnsState(ns.name, ns, ConntrackTable(), {})
+        if ns.nft is None or not ns.nft.text.strip():
+            return st
+        text = ns.nft
+        ruleset = parse_ruleset(text.text, file=text.file, line_offset=max(text.line - 1, 0))
+        st.ruleset = ruleset
+        st.nft = Nftables(ruleset)
+        st.ct_active = any(c.hook.hook != "ingress" and c.hook.hook != "egress" for c in ruleset.base_chains) \
+            or bool(ruleset.flowtables)
+        if self.flowtable_mod is not None:
+            for ft in ruleset.flowtables:
+                obj = self.flowtable_mod.Flowtable.from_nft(ns.name, ft)
+                st.flowtables.setdefault(ft.name, obj)
+                st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
+                st.ft_by_model[id(ft)] = obj
+        return st
+
+    def state(self, netns: str) -> NetnsState:
+        return self.netns[netns]
+
+    def peer(self, dev):
+        """The other end of a veth pair or cable (cached: links do not change during a run)."""
+        try:
+            return self._peers[dev]  # devices hash by identity
+        except KeyError:
+            peer = self._peers[dev] = self.topo.peer(dev)
+            return peer
+
+    def new_tag(self, traffic: str | None, direction: str | None, kind: str, origin: str = ORIGIN_STACK,
+                seq: int | None = None, flow: int = 0) -> PacketTag:
+        """A tag for a packet that enters the network now (counted as injected)."""
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        tag = PacketTag(traffic, direction, seq, kind, origin, flow)
+        self.ledger.inject(tag)
+        return tag
+
+    # ------------------------------------------------------------------ kernel_api.Kernel
+    def neigh_output(self, dev, skb, nexthop) -> None:
+        """``ip_finish_output2`` → ``neigh_output``: link-layer header for Ethernet devices, then xmit."""
+        stack_l2.neigh_output(self, dev, skb, nexthop)
+
+    def xfrm_output(self, ns_state: NetnsState, skb, dst) -> None:
+        """The fast path's XFRM xmit: ``dst_output`` of the cached bundle (see :mod:`flowsim.kernel.stack.xfrm`)."""
+        stack_xfrm.xfrm_output_fast(self, ns_state, skb, dst)
+
+    def trace(self, skb, where: str, what: str, **details) -> None:
+        if self.tracing:
+            tag = getattr(skb, "tag", None)
+            self.traces.append(TraceRecord(self.now, str(tag) if tag is not None else "-", where, what,
+                                           tuple(sorted((k, str(v)) for k, v in details.items()))))
+
+    def add_pieces(self, skb, n: int) -> None:
+        """*n* more skbs now carry *skb*'s packet (fragmentation, flooding, GSO segmentation)."""
+        if skb.tag is not None:
+            self.ledger.add_pieces(skb.tag, n)
+
+    def account(self, skb, kind: str) -> None:
+        """The flowtable hook's verdict for this packet: ``fastpath`` or ``slowpath``."""
+        tag = skb.tag
+        if tag is not None:
+            self.accounting[(tag.traffic, tag.direction, tag.origin)][kind] += 1
+
+    # ------------------------------------------------------------------ configuration changes during a run
+    def netdev_changes(self, netns: str, before: dict[str, tuple[bool, int]], why: str = "") -> None:
+        """After a run event changed namespace *netns* (*before*: device name -> (up, mtu) until then):
+        the notifiers of the devices whose state changed.
+
+        NETDEV_DOWN: ``rt_cache_flush`` (every cached route, a flow's too, is
+        obsolete), ``neigh_ifdown`` and the flowtable's ``nf_flow_table_cleanup``
+        (flows entering through the device torn down, GC flushed).  NETDEV_UP
+        and NETDEV_CHANGEMTU: ``rt_cache_flush``; after an UP the neighbours on
+        the segment are learnt again (what the first ARP/ND exchange would do).
+        The namespace's route cache is dropped after any event.
+        """
+        st = self.netns[netns]
+        st.routes.clear()
+        came_up = False
+        for name, dev in st.ns.devices.items():
+            old = before.get(name)
+            if old is None or old == (dev.up, dev.mtu):
+                continue
+            st.ns.fib.genid += 1  # rt_cache_flush (fib_netdev_event)
+            if old[0] == dev.up:  # NETDEV_CHANGEMTU
+                continue
+            if dev.up:
+                came_up = True
+                continue
+            st.ns.neigh.flush_dev(name)
+            for ft in st.flowtables.values():
+                ft.cleanup_dev(self, st, dev.ifindex)
+            if self.tracing:
+                self.traces.append(TraceRecord(self.now, "-", f"{netns} {name}", f"NETDEV_DOWN ({why})", ()))
+        if came_up:
+            self.topo.discover()
+
+    # ------------------------------------------------------------------ fate of a packet
+    def drop(self, skb, rid: str, where: str = "", **details) -> None:
+        """``kfree_skb_reason``: the packet (this piece of it) is gone, for reason *rid*."""
+        reason(rid)  # only ids from the table
+        tag = skb.tag
+        if self.tracing:
+            self.trace(skb, where or "drop", f"drop: {rid}", **details)
+        if tag is not None:
+            self.ledger.drop(tag, rid, where, self.now)
+
+    def deliver(self, skb, where: str = "") -> None:
+        """The packet reached its endpoint."""
+        if self.tracing:
+            self.trace(skb, where or "deliver", "delivered")
+        if skb.tag is not None:
+            self.ledger.deliver(skb.tag)
+
+    # ------------------------------------------------------------------ entry points
+    def ip_local_out(self, st: NetnsState, skb) -> None:
+        """``ip_local_out`` / ``ip6_local_out`` of an L3 skb made in namespace *st* (endpoints, ICMP)."""
+        stack_ip.ip_local_out(self, st, skb)
+
+    def send_l3(self, netns: str, packet: bytes, tag, gso_size: int = 0, gso_type: int = 0) -> None:
+        """An endpoint (or the stack's ICMP) in *netns* sends the IP packet *packet*, already tagged and injected.
+
+        With *gso_size* it is a GSO skb (TSO / UDP_SEGMENT): segments of *gso_size* payload bytes, cut later.
+        """
+        stack_ip.ip_local_out(self, self.netns[netns], stack_ip.new_skb(packet, tag, 0, gso_size, gso_type))
+
+    def gc(self) -> None:
+        """The periodic work of one second: flowtable GC, conntrack GC, reassembly timeouts."""
+        for st in self.netns.values():
+            for ft in st.flowtables.values():
+                ft.nf_flow_offload_work_gc(self, st)
+            st.conntrack.gc(self.now)
+            stack_ip.ip_expire_frags(self, st)

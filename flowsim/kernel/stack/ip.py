@@ -1,0 +1,530 @@
+"""The IP layer of the slow path: receive, routing, forwarding, output, tunnels and ICMP errors.
+
+Theory of operation
+-------------------
+Receive (``ip_rcv`` / ``ipv6_rcv`` → ``ip_rcv_finish``): the header is
+checked and the packet trimmed to its IP length; a frame that was not for
+this host (PACKET_OTHERHOST) is dropped; in a namespace with conntrack,
+IPv4 fragments are reassembled first (``nf_defrag_ipv4``, priority -400);
+then PREROUTING (:func:`flowsim.kernel.stack.nf.nf_hook`: raw chains, conntrack,
+DNAT, filter chains) and the routing decision: local delivery, forwarding
+(only when the ingress device forwards: ``net.ipv4.conf.DEV.forwarding``,
+else ``net.ipv4.conf.all.forwarding`` / ``ip_forward``;
+``net.ipv6.conf.all.forwarding``) or an ICMP destination unreachable.
+
+Forward (``ip_forward`` / ``ip6_forward``, in the kernel's order): TTL or
+hop limit ≤ 1 → ICMP time exceeded; longer than the route MTU with DF (or
+IPv6) → ICMP fragmentation needed / Packet Too Big with that MTU; TTL −1
+with an incremental checksum update; FORWARD (where ``flow add`` runs with
+this route); POSTROUTING (SNAT / masquerade, conntrack confirmation);
+``ip_finish_output``: IPv4 without DF longer than the MTU is fragmented;
+``ip_finish_output2`` → :func:`flowsim.kernel.stack.l2.neigh_output`.
+
+Local output (``ip_local_out``): route, OUTPUT (conntrack, DNAT, filter),
+a new route if DNAT changed the destination, then the same POSTROUTING and
+finish.  Hosts' endpoints and the stack's own ICMP errors start here.
+
+Local delivery (``ip_local_deliver``): reassembly, INPUT, then by protocol:
+IPIP / IPv6-in-IP packets to a tunnel whose local and remote addresses match
+(``ip_tunnel_lookup``); the outer header is removed and the inner packet is
+*received on the tunnel device* (another ``netif_receive_skb``, so the
+tunnel device's ingress hooks run); ESP to :func:`flowsim.kernel.stack.xfrm.xfrm4_rcv` (IPsec: the
+decrypted inner packet is received again on the same device); TCP/UDP to the socket of a simulated
+endpoint (checksum verified, as ``tcp_v4_rcv`` does); ICMP errors to the
+socket of the packet they quote (path MTU).
+
+Tunnel transmit (``ip_tunnel_xmit`` for ipip, ``ip6_tnl_xmit`` for ip6tnl):
+the route to the remote end, the tunnel MTU check (ICMP back to the inner
+sender), the outer header with the tunnel's own TTL / hop limit (0:
+inherit the inner one), ECN copied from the inner header, DF set (ipip's
+default ``pmtudisc``), an automatic IPv6 flow label, and for ip6tnl without
+``encaplimit none`` the 8-byte destination-options header carrying the
+tunnel encapsulation limit (RFC 2473).  The outer packet then goes through
+OUTPUT and POSTROUTING of the namespace like ``iptunnel_xmit`` →
+``ip_local_out``.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from flowsim.kernel.stack import l2 as stack_l2
+
+from flowsim.kernel.stack import xfrm as stack_xfrm
+from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
+from flowsim.kernel.devices.ipip import IpipDevice
+from flowsim.kernel.headers import (
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP,
+    IPPROTO_UDP,
+    internet_checksum,
+)
+from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
+from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
+from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
+from flowsim.kernel.stack.pkt import (
+    ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED,
+    ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragQueue, PktInfo,
+    build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment, ipv6_decrease_hoplimit, l4_checksum,
+    parse_ip,
+)
+
+__all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
+           "ip6_tnl_xmit", "icmp_send", "ip_defrag", "ip_expire_frags", "new_skb", "IPFRAG_TIME"]
+
+IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
+_OPPOSITE = {"original": "reply", "reply": "original"}
+_TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
+
+
+def new_skb(packet: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
+    """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
+    buf = bytearray(NET_SKB_PAD) + packet
+    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
+                 gso_type=gso_type)
+    skb.network_header = skb.mac_header = NET_SKB_PAD
+    skb.protocol = ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6
+    return skb
+
+
+def _pull_to(skb: SkBuff, off: int) -> None:
+    """``pskb_may_pull`` + ``__skb_pull`` up to the absolute offset *off*."""
+    skb.may_pull(off - skb.data)
+    skb.data = off
+
+
+# ----------------------------------------------------------------- receive
+
+def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
+    """``ip_rcv`` / ``ipv6_rcv`` → PREROUTING → ``ip_rcv_finish``."""
+    info = parse_ip(skb.buf, skb.data)
+    where = f"{st.name} {dev.name}"
+    if info is None or (info.version == 4) != (skb.protocol == ETH_P_IP):
+        kernel.drop(skb, "ip-header-invalid", where)
+        return
+    end = skb.data + info.tot_len
+    if len(skb.buf) > end:  # pskb_trim_rcsum: Ethernet padding goes
+        del skb.buf[end:]
+        skb.linear_end = min(skb.linear_end, end)
+    if not host:
+        kernel.drop(skb, "not-for-host", where)
+        return
+    skb.may_pull(info.hlen if info.version == 4 else 40)
+    skb.network_header, skb.transport_header = skb.data, info.l4off
+    nfc = NfCtx()
+    if info.version == 4 and info.frag and st.ct_active:
+        skb, info = ip_defrag(kernel, st, skb, info)
+        if skb is None:
+            return
+    info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
+    if why is not None:
+        kernel.drop(skb, why, f"{where} prerouting")
+        return
+    rt = st.route(info.dst)
+    if rt.type == "local":
+        ip_local_deliver(kernel, st, dev, skb, info, nfc)
+    elif rt.error:
+        icmp_send(kernel, st, skb, info, *_unreachable(info.version))
+        kernel.drop(skb, "no-route", where, dst=info.dst)
+    elif not st.forwarding(dev, info.version):
+        icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True))
+        kernel.drop(skb, "forwarding-disabled", where)
+    else:
+        ip_forward(kernel, st, dev, skb, info, nfc, rt)
+
+
+def _unreachable(version: int, host_unreach: bool = False) -> tuple[int, int]:
+    if version == 4:
+        return ICMP_DEST_UNREACH, 1 if host_unreach else ICMP_NET_UNREACH
+    return ICMPV6_DEST_UNREACH, 3 if host_unreach else ICMPV6_NOROUTE
+
+
+# ----------------------------------------------------------------- forward and output
+
+def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
+    """``ip_forward`` / ``ip6_forward``: TTL, MTU, TTL decrement, FORWARD, then output."""
+    where = f"{st.name} forward"
+    v4 = info.version == 4
+    if st.ns.xfrm is not None:  # xfrm4_policy_check(FWD), then xfrm4_route_forward (flowsim.kernel.stack.xfrm)
+        why = stack_xfrm.policy_check(st, skb, info)
+        if why is None:
+            rt, why = stack_xfrm.route_forward(kernel, st, skb, info, rt)
+        if why is not None:
+            kernel.drop(skb, why, where, src=info.src, dst=info.dst)
+            return
+    if info.ttl <= 1:
+        icmp_send(kernel, st, skb, info, ICMP_TIME_EXCEEDED if v4 else ICMPV6_TIME_EXCEED, ICMP_EXC_TTL)
+        kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
+        return
+    out_dev = st.ns.devices[rt.dev]
+    mtu = st.route_mtu(rt)
+    if v4:
+        if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+            kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
+            return
+        ip_decrease_ttl(skb.buf, info.l3off)
+    else:
+        mtu = max(mtu, IPV6_MIN_MTU)
+        if info.tot_len > mtu and not _gso_fits(skb, info, mtu):  # ip6_pkt_too_big
+            icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
+            kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
+            return
+        ipv6_decrease_hoplimit(skb.buf, info.l3off)
+    info.ttl -= 1
+    info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
+    if why is not None:
+        kernel.drop(skb, why, where)
+        return
+    if type(rt) is stack_xfrm.XfrmRoute:  # dst_output of an xfrm bundle: xfrm4_output
+        stack_xfrm.xfrm4_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
+        return
+    ip_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
+
+
+def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, in_dev=None) -> None:
+    """``ip_output``: POSTROUTING, then ``ip_finish_output`` (fragmentation) and ``ip_finish_output2``."""
+    info, why = nf_hook(kernel, st, "postrouting", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
+    if why is not None:
+        kernel.drop(skb, why, f"{st.name} postrouting")
+        return
+    mtu = st.route_mtu(rt)
+    nexthop = rt.nexthop(info.dst)
+    if skb.gso_size and info.tot_len > mtu and out_dev.link_type != "loopback":
+        # ip_finish_output_gso: segments that fit go out whole; IPv6 (__ip6_finish_output) never fragments GSO
+        if info.version == 6 or _gso_fits(skb, info, mtu):
+            stack_l2.neigh_output(kernel, out_dev, skb, nexthop)
+            return
+        # the slow path of GSO: segment, then ip_fragment each segment (refused with DF)
+        for seg in stack_l2.gso_segment(kernel, skb, f"{st.name} output") or ():
+            _ip_finish_output(kernel, st, seg, parse_ip(seg.buf, seg.data), mtu, out_dev, nexthop)
+        return
+    _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop)
+
+
+def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
+    """``skb_is_gso(skb) && skb_gso_validate_network_len(skb, mtu)``: every segment will fit *mtu*.
+
+    Headers the segmenter cannot walk count as not fitting: segmenting them
+    later fails with its own reason (gso-segment-failed).
+    """
+    if not skb.gso_size:
+        return False
+    try:
+        return skb_gso_validate_network_len(memoryview(skb.buf)[info.l3off:info.l3off + info.tot_len],
+                                            skb.gso_size, mtu)
+    except GsoError:
+        return False
+
+
+def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
+    """``ip_finish_output`` for a non-GSO skb: fragment (or refuse) what is longer than the MTU."""
+    if info.tot_len > mtu and out_dev.link_type != "loopback":
+        if info.version == 4 and not info.df:
+            _fragment_and_send(kernel, st, skb, info, mtu, out_dev, nexthop)
+            return
+        # a local sender that ignores the path MTU (EMSGSIZE); forwarded packets were checked in ip_forward
+        kernel.drop(skb, "frag-needed" if info.version == 4 else "pkt-too-big", f"{st.name} output",
+                    len=info.tot_len, mtu=mtu)
+        return
+    stack_l2.neigh_output(kernel, out_dev, skb, nexthop)
+
+
+def _fragment_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
+    """``ip_fragment``: each fragment is a piece of the same packet."""
+    frags = ip_fragment(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), mtu)
+    kernel.add_pieces(skb, len(frags) - 1)
+    kernel.trace(skb, f"{st.name} output", f"fragmented into {len(frags)}", mtu=mtu)
+    for f in frags:
+        stack_l2.neigh_output(kernel, out_dev, new_skb(f, skb.tag, skb.mark), nexthop)
+
+
+def ip_local_out(kernel, st, skb: SkBuff, route=None) -> None:
+    """``ip_local_out``: route (unless given, as ``iptunnel_xmit`` does), OUTPUT, then ``ip_output``."""
+    info = parse_ip(skb.buf, skb.data)
+    if info is None:
+        kernel.drop(skb, "ip-header-invalid", f"{st.name} output")
+        return
+    rt = route or st.route(info.dst)
+    if rt.error:
+        kernel.drop(skb, "no-route", f"{st.name} output", dst=info.dst)
+        return
+    out_dev = st.ns.devices["lo" if rt.type == "local" else rt.dev]
+    nfc = NfCtx()
+    dst = info.dst
+    info, why = nf_hook(kernel, st, "output", skb, info, nfc, out_dev=out_dev, route=rt)
+    if why is not None:
+        kernel.drop(skb, why, f"{st.name} output")
+        return
+    if info.dst != dst:  # ip_route_me_harder after DNAT in OUTPUT
+        rt = st.route(info.dst)
+        if rt.error:
+            kernel.drop(skb, "no-route", f"{st.name} output", dst=info.dst)
+            return
+        out_dev = st.ns.devices["lo" if rt.type == "local" else rt.dev]
+    ip_output(kernel, st, skb, info, nfc, rt, out_dev)
+
+
+# ----------------------------------------------------------------- local delivery
+
+def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx) -> None:
+    """``ip_local_deliver``: reassembly, INPUT, then the protocol handler."""
+    where = f"{st.name} {in_dev.name} input"
+    if info.version == 4 and info.frag:
+        skb, info = ip_defrag(kernel, st, skb, info)
+        if skb is None:
+            return
+    info, why = nf_hook(kernel, st, "input", skb, info, nfc, in_dev=in_dev)
+    if why is not None:
+        kernel.drop(skb, why, where)
+        return
+    proto = info.l4proto
+    if proto in _TUNNEL_KINDS:
+        ip_tunnel_rcv(kernel, st, skb, info)
+    elif proto == IPPROTO_ESP and info.version == 4:
+        stack_xfrm.xfrm4_rcv(kernel, st, in_dev, skb, info)
+    elif proto == IPPROTO_TCP or proto == IPPROTO_UDP:
+        _socket_rcv(kernel, st, skb, info, where)
+    elif proto == IPPROTO_ICMP or proto == IPPROTO_ICMPV6:
+        _icmp_rcv(kernel, st, skb, info, where)
+    else:
+        if info.version == 4:
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True)
+        kernel.drop(skb, "unknown-protocol", where, proto=proto)
+
+
+def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
+    """The receiving host's checksum verification (``skb_checksum_init`` in ``tcp_v4_rcv`` / ``udp_rcv``)."""
+    seg = skb.buf[info.l4off:info.l3off + info.tot_len]
+    if info.l4proto == IPPROTO_UDP and info.version == 4 and seg[6:8] == b"\0\0":
+        return True  # no checksum
+    return l4_checksum(info.src, info.dst, info.l4proto, seg) == 0
+
+
+def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
+    """``tcp_v4_rcv`` / ``udp_rcv``: the endpoint bound to the 4-tuple, else a listener (``kernel.accept``)."""
+    if not _l4_ok(skb, info):
+        kernel.drop(skb, "bad-checksum", where, proto=info.l4proto)
+        return
+    ep = st.sockets.get((info.l4proto, info.dst, info.dport, info.src, info.sport))
+    if ep is None and kernel.accept is not None:
+        ep = kernel.accept(kernel, st, skb, info)
+    if ep is None:
+        kernel.drop(skb, "no-socket", where, sport=info.sport, dport=info.dport)
+        return
+    kernel.deliver(skb, where)
+    ep.rx(kernel, st, info, skb)
+
+
+def _icmp_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
+    """``icmp_rcv`` / ``icmpv6_rcv``: errors go to the socket of the packet they quote."""
+    seg = skb.buf[info.l4off:info.l3off + info.tot_len]
+    ok = (internet_checksum(seg) == 0 if info.version == 4
+          else l4_checksum(info.src, info.dst, IPPROTO_ICMPV6, seg) == 0)
+    if not ok:
+        kernel.drop(skb, "bad-checksum", where, proto=info.l4proto)
+        return
+    kernel.deliver(skb, where)
+    if info.is_icmp_error:
+        inner = quoted_info(skb.buf, info)
+        if inner is not None:
+            ep = st.sockets.get((inner.l4proto, inner.src, inner.sport, inner.dst, inner.dport))
+            if ep is not None:
+                ep.icmp_error(kernel, st, info, inner, skb)
+
+
+# ----------------------------------------------------------------- tunnels
+
+def _tunnel_lookup(st, info: PktInfo):
+    """``ip_tunnel_lookup`` / ``ip6_tnl_lookup``: exact local+remote first, then one wildcard side."""
+    kind = IpipDevice if info.version == 4 else Ip6tnlDevice
+    best, rank = None, 9
+    for dev in st.ns.devices.values():
+        if type(dev) is not kind:
+            continue
+        if dev.remote not in (None, info.src) or dev.local not in (None, info.dst):
+            continue
+        r = (dev.remote is None) * 2 + (dev.local is None)
+        if r < rank:
+            best, rank = dev, r
+    return best
+
+
+def _mode_accepts(tun, inner_proto: int) -> bool:
+    if isinstance(tun, IpipDevice):
+        return inner_proto == IPPROTO_IPIP
+    return {"ip6ip6": (IPPROTO_IPV6,), "ipip6": (IPPROTO_IPIP,)}.get(tun.mode, (IPPROTO_IPIP, IPPROTO_IPV6)) \
+        .__contains__(inner_proto)
+
+
+def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo) -> None:
+    """``ipip_rcv`` / ``ip6_tnl_rcv``: strip the outer header, receive the inner packet on the tunnel device."""
+    where = f"{st.name} tunnel rx"
+    tun = _tunnel_lookup(st, info)
+    if tun is None or not _mode_accepts(tun, info.l4proto):
+        if info.version == 4:
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True)
+        kernel.drop(skb, "no-tunnel", where, src=info.src, dst=info.dst, proto=info.l4proto)
+        return
+    _pull_to(skb, info.l4off)
+    skb.gso_type &= ~(SKB_GSO_IPXIP4 | SKB_GSO_IPXIP6)  # iptunnel_pull_offloads
+    skb.protocol = _TUNNEL_KINDS[info.l4proto]
+    skb.mac_header = skb.network_header = skb.transport_header = skb.data
+    skb.vlan_hwaccel_clear_tag()
+    kernel.trace(skb, f"{st.name} {tun.name}", "decapsulated", outer_src=info.src, outer_dst=info.dst)
+    stack_l2.netif_receive_skb(kernel, tun, skb)
+
+
+def _tunnel_route(kernel, st, tun, skb: SkBuff, info: PktInfo | None, where: str):
+    """The underlay route to the tunnel's remote end, or None (packet dropped)."""
+    if info is None:
+        kernel.drop(skb, "ip-header-invalid", where)
+        return None
+    if tun.remote is None:
+        kernel.drop(skb, "no-route", where, reason="tunnel without a remote address")
+        return None
+    rt = st.route(tun.remote)
+    if rt.error or rt.type == "local" or rt.dev == tun.name:
+        kernel.drop(skb, "no-route", where, dst=tun.remote)
+        return None
+    return rt
+
+
+def _flowlabel(info: PktInfo) -> int:
+    """``ip6_make_flowlabel`` with automatic labels: a hash of the inner flow (never 0)."""
+    key = f"{info.src}|{info.dst}|{info.l4proto}|{info.sport}|{info.dport}".encode()
+    return (zlib.crc32(key) & 0xFFFFF) or 1
+
+
+def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
+    """``ipip_tunnel_xmit`` → ``ip_tunnel_xmit``: outer IPv4 header, then ``ip_local_out``."""
+    where = f"{st.name} {tun.name} xmit"
+    info = parse_ip(skb.buf, skb.data)
+    rt = _tunnel_route(kernel, st, tun, skb, info, where)
+    if rt is None:
+        return
+    if info.version != 4:
+        kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}")
+        return
+    mtu = st.route_mtu(rt) - 20
+    if info.df and info.tot_len > mtu and not skb.gso_size:  # tnl_update_pmtu (GSO skbs are not checked)
+        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+        kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
+        return
+    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(tun.remote), 4)
+    inner = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
+    tos = skb.buf[info.l3off + 1] & 0x03  # ECN of the inner header (INET_ECN_encapsulate)
+    outer = build_ipv4(src, tun.remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
+                       ident=st.next_ident(), df=True)
+    kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote)
+    # iptunnel_handle_offloads(skb, SKB_GSO_IPXIP4): a GSO skb stays one, segmented with its outer header
+    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
+                                     skb.gso_type | SKB_GSO_IPXIP4 if skb.gso_size else 0), route=rt)
+
+
+def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
+    """``ip6_tnl_start_xmit`` → ``ip6_tnl_xmit``: encap-limit option, outer IPv6 header, ``ip6tunnel_xmit``."""
+    where = f"{st.name} {tun.name} xmit"
+    info = parse_ip(skb.buf, skb.data)
+    rt = _tunnel_route(kernel, st, tun, skb, info, where)
+    if rt is None:
+        return
+    proto = IPPROTO_IPV6 if info.version == 6 else IPPROTO_IPIP
+    if not _mode_accepts(tun, proto):
+        kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}", mode=tun.mode)
+        return
+    limit = tun.encaplimit
+    mtu = st.route_mtu(rt) - 40 - (8 if limit is not None else 0)
+    if skb.gso_size:
+        pass  # ip6_tnl_xmit checks the MTU only for non-GSO skbs
+    elif info.version == 6:
+        mtu = max(mtu, IPV6_MIN_MTU)
+        if info.tot_len > mtu:
+            icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
+            kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
+            return
+    elif info.df and info.tot_len > mtu:
+        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+        kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
+        return
+    payload = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
+    nexthdr = proto
+    if limit is not None:  # ipv6_push_frag_opts: destination options with IPV6_TLV_TNL_ENCAP_LIMIT, PadN
+        payload = bytes((proto, 0, 4, 1, limit, 1, 1, 0)) + payload
+        nexthdr = 60
+    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(tun.remote), 6)
+    ecn = _ecn(skb, info)
+    outer = build_ipv6(src, tun.remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
+                       flowlabel=_flowlabel(info))
+    kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote, encaplimit=limit)
+    ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
+                                     skb.gso_type | SKB_GSO_IPXIP6 if skb.gso_size else 0), route=rt)
+
+
+def _ecn(skb: SkBuff, info: PktInfo) -> int:
+    b, o = skb.buf, info.l3off
+    return b[o + 1] & 0x03 if info.version == 4 else (b[o + 1] >> 4) & 0x03
+
+
+# ----------------------------------------------------------------- ICMP errors
+
+def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int, info32: int = 0,
+              local: bool = False) -> None:
+    """``icmp_send`` / ``icmp6_send``: an error about *skb* back to its source, sent from this namespace.
+
+    Never about an ICMP error or a non-first fragment.  The source address
+    is the destination for a packet addressed to us (*local*), else the
+    address of the device the route back leaves through.  The error is a
+    new packet (injected by the stack) that starts at ``ip_local_out``
+    right after the current one is done.
+    """
+    if info.is_icmp_error or not info.first or info.src.is_multicast or info.src.is_unspecified:
+        return
+    back = st.route(info.src)
+    if back.error:
+        return
+    if local:
+        src = info.dst
+    else:
+        dev = st.ns.devices.get("lo" if back.type == "local" else back.dev)
+        src = back.src if back.src is not None and back.src.version == info.version else None
+        if src is None and dev is not None:
+            src = nat_source_address(st, dev, back.nexthop(info.src), info.version)
+    if src is None:
+        return
+    offending = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
+    pkt = icmp_error(offending, info, src, icmp_type, code, info32, ident=st.next_ident())
+    tag = skb.tag
+    new = kernel.new_tag(tag.traffic if tag is not None else None,
+                         _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
+    kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
+    kernel.schedule(kernel.now, kernel.send_l3, st.name, pkt, new)
+
+
+# ----------------------------------------------------------------- reassembly
+
+def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo):
+    """``ip_defrag``: queue a fragment; (whole skb, its info) once complete, else (None, None)."""
+    key = (info.src, info.dst, info.ident, info.l4proto)
+    q = st.frags.get(key)
+    if q is None:
+        q = st.frags[key] = FragQueue(kernel.now)
+    q.skbs.append(skb)
+    whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info)
+    if whole is None:
+        return None, None
+    del st.frags[key]
+    if skb.tag is not None:
+        kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
+    out = new_skb(whole, skb.tag, skb.mark)
+    out.iif = skb.iif
+    kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
+    return out, parse_ip(out.buf, out.data)
+
+
+def ip_expire_frags(kernel, st) -> None:
+    """``ip_expire``: incomplete datagrams older than ``ipfrag_time`` are dropped."""
+    for key, q in list(st.frags.items()):
+        if kernel.now - q.created >= IPFRAG_TIME:
+            del st.frags[key]
+            for skb in q.skbs:
+                kernel.drop(skb, "reassembly-timeout", f"{st.name} defrag")

@@ -1,0 +1,285 @@
+"""Netfilter for the slow path: nft base chains in priority order around the conntrack and NAT cores.
+
+Theory of operation
+-------------------
+At an L3 hook the kernel runs one list of ``nf_hook_entries`` sorted by
+priority.  nf_tables contributes base chains (:meth:`Nftables.hook_entries`);
+conntrack and NAT contribute fixed entries.  :func:`nf_hook` merges them as
+the kernel orders them:
+
+========== ================================================================
+hook       fixed entries (priority)
+========== ================================================================
+prerouting ``ipv4_conntrack_in`` (-200), NAT core ``nf_nat_ipv4_pre_routing`` (-100)
+output     ``ipv4_conntrack_local`` (-200), NAT core (-100)
+forward    —
+input      NAT core (100), ``ipv4_confirm`` (last)
+postrouting NAT core (100), ``ipv4_confirm`` (last)
+========== ================================================================
+
+Consecutive base chains are evaluated together (one ``eval_hook`` call
+over those entries); the packet view (:class:`~flowsim.nft.ruleset.NftPacket`) is
+rebuilt after every step that can change the packet.  The NAT core runs
+the hook's ``type nat`` chains only for a connection whose NAT for this
+manipulation is not yet set up, binds what they ask for (or the null
+binding) with ``nf_nat_setup_info``, then rewrites the packet with
+``nf_nat_packet`` — an ICMP error RELATED to a NATed connection gets its
+quoted packet translated too (``nf_nat_icmp_reply_translation``).  The
+simulator rewrites NATed connections at every NAT hook whether or not the
+namespace registered a nat chain for that hook (modern kernels do the same
+once any nat chain exists).
+
+Statements' side effects are applied here: ``meta mark set`` to
+``skb.mark``, ``ip[6] dscp set`` into the header (checksum updated),
+``ct mark set`` is already on the entry.  ``flow add @ft`` calls
+``flowtable.nft_flow_offload_eval`` with the route the stack chose.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from flowsim.kernel.conntrack import (
+    IP_CT_RELATED, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT, IPS_DST_NAT, IPS_SRC_NAT_DONE, CtTuple, NatRange,
+    nf_nat_manip_pkt, nf_nat_packet,
+)
+from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
+from flowsim.nft.ruleset import NftPacket
+from flowsim.kernel.stack.pkt import PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip
+
+__all__ = ["NfCtx", "nf_hook", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
+
+_INF = float("inf")
+
+#: fixed entries per hook: (priority, rank among equal priorities, action)
+HOOK_CORE = {
+    "prerouting": ((-200, 0, "ct_in"), (-100, 2, "nat")),
+    "output": ((-200, 0, "ct_in"), (-100, 2, "nat")),
+    "forward": (),
+    "input": ((100, 2, "nat"), (_INF, 9, "confirm")),
+    "postrouting": ((100, 2, "nat"), (_INF, 9, "confirm")),
+}
+_MANIP = {"prerouting": "dst", "output": "dst", "input": "src", "postrouting": "src"}
+_DONE = {"src": IPS_SRC_NAT_DONE, "dst": IPS_DST_NAT_DONE}
+
+
+@attrs.define(slots=True)
+class NfCtx:
+    """What conntrack attached to the packet in this namespace (``skb->_nfct`` + ctinfo)."""
+
+    ct: object = None
+    dir: int | None = None
+    state: str | None = None
+    ctinfo: int | None = None
+
+
+def ct_tuple(info: PktInfo) -> CtTuple:
+    """``nf_ct_get_tuple``: addresses, ports (ICMP echo: the id), protocols; others keyed by address only."""
+    sport, dport = (info.sport or 0, info.dport or 0) if info.first else (0, 0)
+    return CtTuple(info.src, info.dst, sport, dport, info.nfproto, info.l4proto)
+
+
+def quoted_info(buf, info: PktInfo) -> PktInfo | None:
+    """The packet an ICMP error quotes (header and the first 8 bytes of its payload)."""
+    at = info.l4off + 8
+    end = info.l3off + info.tot_len
+    if at + 20 > end:
+        return None
+    return parse_ip(buf, at, end, quoted=True)
+
+
+def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
+    """``nf_conntrack_in``: attach the entry (creating an unconfirmed one) and its direction."""
+    if nfc.ct is not None:
+        return
+    if info.frag and not info.first:
+        return  # IPv6 later fragments: conntrack sees the reassembled packet in the kernel; not modelled
+    table = st.conntrack
+    related_to = None
+    if info.is_icmp_error:
+        inner = quoted_info(skb.buf, info)
+        if inner is None:
+            nfc.state = "invalid"
+            return
+        # icmp_error_message: look up the inverted quoted tuple; its direction is the error's
+        hit = table.lookup(ct_tuple(inner).invert(), kernel.now)
+        if hit is None:
+            nfc.state = "invalid"
+            return
+        ct, d = hit
+        related_to = ct.tuplehash[1 - d]  # what nf_conntrack_in inverts back to direction d
+    res = table.nf_conntrack_in(ct_tuple(info), kernel.now, tcp_flags=info.tcp_flags or 0, length=info.tot_len,
+                                icmp_type=info.icmp_type, related_to=related_to)
+    nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
+
+
+def nat_source_address(st, out_dev, nexthop, version: int):
+    """``nf_nat_masquerade_ipv4`` / ``_ipv6``: the output device's address (in the next hop's subnet first)."""
+    addrs = [a for a in out_dev.addrs if a.version == version]
+    if version == 6:
+        addrs = [a for a in addrs if not a.ip.is_link_local] or addrs
+    for a in addrs:
+        if nexthop is not None and nexthop in a.prefix:
+            return a.ip
+    return addrs[0].ip if addrs else None
+
+
+def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_dev, route) -> PktInfo:
+    """Bind NAT if the nat chains ran (``nf_nat_inet_fn``), then rewrite the packet (``nf_nat_packet``)."""
+    ct = nfc.ct
+    if ct is None:
+        return info
+    manip = _MANIP[hook]
+    if res is not None and res.nat_manip is not None and not ct.status & _DONE[manip]:
+        rng = None
+        if res.nat is not None:
+            addr = None
+            if res.nat.kind == "masquerade":
+                nexthop = route.nexthop(info.dst) if route is not None else None
+                addr = nat_source_address(st, out_dev, nexthop, info.version) if out_dev is not None else None
+                if addr is None:
+                    return info  # no address to masquerade to: the kernel drops (NF_DROP); keep it simple
+            elif res.nat.kind == "redirect" and skb is not None:
+                addr = info.dst
+            rng = NatRange.from_request(res.nat, addr=addr)
+        st.conntrack.nf_nat_setup_info(ct, manip, rng)
+        kernel.trace(skb, f"{st.name} {hook}", f"NAT {manip} bound", ct=ct.id,
+                     reply=f"{ct.tuplehash[1].src}:{ct.tuplehash[1].sport}->{ct.tuplehash[1].dst}:{ct.tuplehash[1].dport}")
+    if not ct.status & IPS_NAT_MASK:
+        return info
+    if nfc.ctinfo is not None and nfc.ctinfo % 3 == IP_CT_RELATED and info.is_icmp_error:
+        changed = nf_nat_icmp_reply_translation(ct, nfc.dir, hook, skb.buf, info)
+    else:
+        changed = nf_nat_packet(ct, nfc.dir, hook, skb.buf, info.l3off)
+    if changed:
+        info = parse_ip(skb.buf, info.l3off)
+        kernel.trace(skb, f"{st.name} {hook}", "NAT rewrite", src=info.src, dst=info.dst, sport=info.sport,
+                     dport=info.dport)
+    return info
+
+
+def nf_nat_icmp_reply_translation(ct, dir: int, hook: str, buf: bytearray, info: PktInfo) -> bool:
+    """Translate an ICMP error about a NATed connection: the quoted packet back, then the outer header.
+
+    The quoted packet gets the *opposite* manipulation towards the tuple of
+    the other direction; the outer header the hook's own; the ICMP checksum
+    is recomputed over the whole message.
+    """
+    manip = _MANIP[hook]
+    statusbit = IPS_SRC_NAT if manip == "src" else IPS_DST_NAT
+    if dir == 1:
+        statusbit ^= IPS_NAT_MASK
+    if not ct.status & statusbit:
+        return False
+    inner_off = info.l4off + 8
+    other = ct.tuplehash[1 - dir]
+    nf_nat_manip_pkt(buf, inner_off, "dst" if manip == "src" else "src", other)
+    nf_nat_manip_pkt(buf, info.l3off, manip, other.invert())
+    end = info.l3off + info.tot_len
+    at = info.l4off
+    buf[at + 2:at + 4] = b"\0\0"
+    if info.version == 4:
+        check = internet_checksum(buf[at:end])
+    else:
+        o = parse_ip(buf, info.l3off)
+        check = l4_checksum(o.src, o.dst, IPPROTO_ICMPV6, buf[at:end])
+    buf[at + 2:at + 4] = check.to_bytes(2, "big")
+    return True
+
+
+def _set_dscp(buf: bytearray, info: PktInfo, dscp: int) -> PktInfo:
+    if info.version == 4:
+        ipv4_change_dsfield(buf, info.l3off, dscp)
+    else:
+        ipv6_change_dsfield(buf, info.l3off, dscp)
+    info.dscp = dscp
+    return info
+
+
+def _packet(skb, info: PktInfo, nfc: NfCtx, in_dev, out_dev) -> NftPacket:
+    return NftPacket(
+        nfproto=info.nfproto, l4proto=info.l4proto, saddr=info.src, daddr=info.dst, sport=info.sport,
+        dport=info.dport, dscp=info.dscp, ttl=info.ttl,
+        iif=None if in_dev is None else in_dev.name, iifindex=None if in_dev is None else in_dev.ifindex,
+        oif=None if out_dev is None else out_dev.name, oifindex=None if out_dev is None else out_dev.ifindex,
+        mark=skb.mark, length=info.tot_len, tcp_flags=info.tcp_flags, icmp_type=info.icmp_type,
+        icmp_code=info.icmp_code, ct=nfc.ct, ct_state=nfc.state,
+        ct_dir=nfc.dir)
+
+
+def _steps(st, hook: str, nfproto: int) -> list:
+    """The hook's entries merged with the fixed conntrack/NAT entries, in kernel order (cached per namespace)."""
+    key = ("steps", hook, nfproto)
+    cached = st.hook_cache.get(key)
+    if cached is not None:
+        return cached
+    steps = []
+    if st.nft is not None:
+        for e in st.nft.hook_entries(hook, nfproto=nfproto):
+            nat = e.chain is not None and e.chain.hook.type == "nat"
+            steps.append((e.priority, 1 if nat else 3, "nat-chain" if nat else "chain", e))
+    if st.ct_active:
+        steps += [(p, r, a, None) for p, r, a in HOOK_CORE[hook]]
+    steps.sort(key=lambda s: (s[0], s[1]))
+    st.hook_cache[key] = steps
+    return steps
+
+
+def nf_hook(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, in_dev=None, out_dev=None,
+            route=None) -> tuple[PktInfo, str | None]:
+    """``NF_HOOK`` at an L3 hook: returns the (possibly rewritten) packet view and a drop reason or None."""
+    steps = _steps(st, hook, info.nfproto)
+    if not steps:
+        return info, None
+    i, n = 0, len(steps)
+    nat_res = None
+    while i < n:
+        prio, rank, action, entry = steps[i]
+        if action in ("chain", "nat-chain"):
+            group = [entry]
+            j = i + 1
+            while j < n and steps[j][2] == action:
+                group.append(steps[j][3])
+                j += 1
+            i = j
+            res = _eval(kernel, st, hook, skb, info, nfc, in_dev, out_dev, route, tuple(group))
+            if action == "nat-chain":
+                nat_res = res
+            if res.verdict == "drop":
+                return info, "nft-reject" if res.reject else "nft-drop"
+            if res.meta_mark != skb.mark:
+                skb.mark = res.meta_mark
+            if res.dscp is not None and res.dscp != info.dscp:
+                info = _set_dscp(skb.buf, info, res.dscp)
+            continue
+        i += 1
+        if action == "ct_in":
+            _conntrack_in(kernel, st, skb, info, nfc)
+        elif action == "nat":
+            info = _nat_core(kernel, st, hook, skb, info, nfc, nat_res, out_dev, route)
+        elif action == "confirm":
+            ct = nfc.ct
+            if ct is not None and not ct.confirmed and not st.conntrack.nf_conntrack_confirm(ct, kernel.now):
+                return info, "ct-clash"
+    return info, None
+
+
+def _eval(kernel, st, hook, skb, info, nfc, in_dev, out_dev, route, entries):
+    """``nft_do_chain`` over consecutive base chains; ``flow add`` (forward only) runs nft_flow_offload_eval."""
+    pkt = _packet(skb, info, nfc, in_dev, out_dev)
+
+    def on_flow_add(ft_model, _pkt):
+        ft = st.ft_by_key.get((ft_model.family, ft_model.table, ft_model.name))
+        if ft is None or not kernel.flowtables_enabled:
+            kernel.trace(skb, f"{st.name} forward", f"flow add @{ft_model.name}: flowtables disabled")
+            return False
+        return kernel.flowtable_mod.nft_flow_offload_eval(
+            kernel, st, ft, skb=skb, ct=nfc.ct, ctdir=nfc.dir, in_dev=in_dev, route=route,
+            tcp_flags=info.tcp_flags or 0)
+
+    res = st.nft.eval_hook(hook, pkt, on_flow_add=on_flow_add if hook == "forward" else None, entries=entries)
+    if kernel.tracing:
+        for step in res.trace:
+            kernel.trace(skb, f"{st.name} {hook}", str(step))
+    return res
+

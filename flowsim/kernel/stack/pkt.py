@@ -1,0 +1,396 @@
+"""Packet bytes for the slow path: parse, build, checksum, fragment and reassemble IP packets.
+
+Theory of operation
+-------------------
+The slow path (:mod:`flowsim.kernel.stack.core`) keeps packets as :class:`~flowsim.kernel.skb.SkBuff`
+bytes and reads what it needs from them at offsets, as the kernel's
+``ip_rcv`` / ``ipv6_rcv`` do.  :func:`parse_ip` turns the IP header at an
+offset into a :class:`PktInfo` (addresses, protocol after the IPv6
+extension headers, ports, TCP flags, ICMP type, fragment fields); it returns
+None for what ``ip_rcv_core`` would drop (bad version, header length, length
+or IPv4 header checksum).  ``PktInfo`` is re-read whenever the bytes change
+(NAT, DSCP), never patched by hand.
+
+The builders make the packets hosts and the stack originate — IPv4 / IPv6
+headers, TCP / UDP segments and ICMP / ICMPv6 errors — with complete
+checksums (RFC 1071), so scapy's recomputation always agrees.  Changes to
+forwarded packets use the incremental update of RFC 1624 instead, as the
+kernel does (:func:`ip_decrease_ttl`, :func:`ipv4_change_dsfield`).
+
+IPv4 fragmentation (:func:`ip_fragment`, ``ip_do_fragment``) and reassembly
+(:class:`FragQueue`, ``ip_defrag``) work on whole L3 packets; IPv6 packets
+are never fragmented by routers (they answer Packet Too Big), and the
+simulated hosts size their packets to the path MTU, so IPv6 reassembly is
+not modelled.
+
+    >>> pkt = build_ipv4(ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.2"), 17,
+    ...                  udp_datagram(ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.2"), 1, 2, b"x"))
+    >>> info = parse_ip(bytearray(pkt), 0)
+    >>> (str(info.src), info.l4proto, info.sport, info.dport, info.tot_len)
+    ('10.0.0.1', 17, 1, 2, 29)
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import struct
+
+import attrs
+
+from flowsim.kernel.headers import (
+    IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT, csum_replace,
+    internet_checksum, ipv6_ext_hdr,
+)
+
+__all__ = [
+    "PktInfo", "parse_ip", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
+    "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
+    "ip_fragment", "FragQueue", "mac_bytes", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
+    "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
+    "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
+    "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
+]
+
+IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
+IPV6_MIN_MTU = 1280
+IP_DEFAULT_TTL = 64  # net.ipv4.ip_default_ttl, and the IPv6 default hop limit
+
+# ICMP (RFC 792) and ICMPv6 (RFC 4443) types and codes the stack sends
+ICMP_DEST_UNREACH, ICMP_TIME_EXCEEDED = 3, 11
+ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_FRAG_NEEDED = 0, 2, 4
+ICMP_EXC_TTL = 0
+ICMPV6_DEST_UNREACH, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED = 1, 2, 3
+ICMPV6_NOROUTE = 0
+#: error types per IP version (``icmp_is_err`` / ``icmpv6_is_err``): never answered with an error
+ICMP_ERROR_TYPES = {4: frozenset({3, 4, 5, 11, 12}), 6: frozenset({1, 2, 3, 4})}
+
+_V4 = struct.Struct("!BBHHHBBH4s4s")
+_PORTS = struct.Struct("!HH")
+_V4ADDR = ipaddress.IPv4Address
+_V6ADDR = ipaddress.IPv6Address
+
+
+@functools.lru_cache(maxsize=8192)
+def _addr4(raw: bytes):
+    return _V4ADDR(raw)
+
+
+@functools.lru_cache(maxsize=8192)
+def _addr6(raw: bytes):
+    return _V6ADDR(raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def mac_bytes(mac: str | None) -> bytes:
+    """``aa:bb:…`` as 6 bytes (zeros for None)."""
+    return bytes.fromhex(mac.replace(":", "")) if mac else bytes(6)
+
+
+def eth_header(dst: bytes, src: bytes, proto: int) -> bytes:
+    """``eth_header``: destination, source, ethertype."""
+    return dst + src + proto.to_bytes(2, "big")
+
+
+@attrs.define(slots=True)
+class PktInfo:
+    """What the slow path reads of one IP packet (``iphdr``/``ipv6hdr`` + the L4 ports).
+
+    Offsets are absolute in the buffer.  ``frag`` is ``ip_is_fragment`` (or an
+    IPv6 fragment header); ``first`` says the L4 header is present.
+    """
+
+    version: int
+    l3off: int
+    tot_len: int
+    l4proto: int
+    l4off: int
+    src: object
+    dst: object
+    ttl: int
+    dscp: int = 0
+    df: bool = False
+    mf: bool = False
+    frag_off: int = 0  # in 8-byte units
+    ident: int = 0
+    frag: bool = False
+    first: bool = True
+    sport: int | None = None
+    dport: int | None = None
+    tcp_flags: int | None = None
+    icmp_type: int | None = None
+    icmp_code: int | None = None
+
+    @property
+    def nfproto(self) -> int:
+        """NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10)."""
+        return 2 if self.version == 4 else 10
+
+    @property
+    def hlen(self) -> int:
+        return self.l4off - self.l3off
+
+    @property
+    def is_icmp_error(self) -> bool:
+        proto = IPPROTO_ICMP if self.version == 4 else IPPROTO_ICMPV6
+        return self.l4proto == proto and self.icmp_type in ICMP_ERROR_TYPES[self.version]
+
+
+def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> PktInfo | None:
+    """The IP header at *off* (``ip_rcv_core`` / ``ipv6_rcv`` checks); None when the kernel would drop it.
+
+    *quoted* reads the packet an ICMP error quotes: it may be truncated, and
+    its length and header checksum are not checked.
+    """
+    if end is None:
+        end = len(buf)
+    if end - off < 1:
+        return None
+    version = buf[off] >> 4
+    if version == 4:
+        if end - off < 20:
+            return None
+        vihl, tos, tot_len, ident, frag, ttl, proto, _csum, s, d = _V4.unpack_from(buf, off)
+        ihl = (vihl & 0x0F) * 4
+        if ihl < 20 or off + ihl > end:
+            return None
+        if quoted:
+            tot_len = min(tot_len, end - off)
+        elif tot_len < ihl or off + tot_len > end or internet_checksum(buf[off:off + ihl]) != 0:
+            return None
+        info = PktInfo(4, off, tot_len, proto, off + ihl, _addr4(bytes(s)), _addr4(bytes(d)), ttl, tos >> 2,
+                       bool(frag & IP_DF), bool(frag & IP_MF), frag & IP_OFFSET, ident)
+        info.frag = bool(frag & (IP_MF | IP_OFFSET))
+        info.first = not frag & IP_OFFSET
+    elif version == 6:
+        if end - off < 40:
+            return None
+        plen = (buf[off + 4] << 8) | buf[off + 5]
+        tot_len = 40 + plen
+        if off + tot_len > end:
+            if not quoted:
+                return None
+            tot_len = end - off
+        tclass = ((buf[off] & 0x0F) << 4) | (buf[off + 1] >> 4)
+        info = PktInfo(6, off, tot_len, buf[off + 6], off + 40, _addr6(bytes(buf[off + 8:off + 24])),
+                       _addr6(bytes(buf[off + 24:off + 40])), buf[off + 7], tclass >> 2)
+        nh, pos, stop = buf[off + 6], off + 40, off + tot_len
+        while ipv6_ext_hdr(nh):  # ipv6_skip_exthdr, remembering the fragment header
+            if nh == 59 or pos + 8 > stop:
+                info.l4proto, info.l4off = 59, stop
+                return info
+            if nh == NEXTHDR_FRAGMENT:
+                fo = (buf[pos + 2] << 8) | buf[pos + 3]
+                info.frag, info.frag_off, info.mf = True, fo >> 3, bool(fo & 1)
+                info.ident = int.from_bytes(buf[pos + 4:pos + 8], "big")
+                info.first = not fo >> 3
+                hdrlen = 8
+            elif nh == 51:
+                hdrlen = (buf[pos + 1] + 2) << 2
+            else:
+                hdrlen = (buf[pos + 1] + 1) << 3
+            nh, pos = buf[pos], pos + hdrlen
+            if not info.first:
+                break
+        info.l4proto, info.l4off = nh, pos
+    else:
+        return None
+    if info.first:
+        _parse_l4(info, buf, min(end, off + info.tot_len))
+    return info
+
+
+def _parse_l4(info: PktInfo, buf, end: int) -> None:
+    p, at = info.l4proto, info.l4off
+    if p in (IPPROTO_TCP, IPPROTO_UDP) and at + 4 <= end:
+        info.sport, info.dport = _PORTS.unpack_from(buf, at)
+        if p == IPPROTO_TCP and at + 14 <= end:
+            info.tcp_flags = buf[at + 13]
+    elif p in (IPPROTO_ICMP, IPPROTO_ICMPV6) and at + 2 <= end:
+        info.icmp_type, info.icmp_code = buf[at], buf[at + 1]
+        if at + 6 <= end:
+            info.sport, info.dport = (buf[at + 4] << 8) | buf[at + 5], 0  # echo id, as conntrack keys it
+
+
+# ----------------------------------------------------------------- building
+
+def build_ipv4(src, dst, proto: int, payload: bytes, *, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
+               ident: int = 0, df: bool = True, frag: int = 0) -> bytes:
+    """An IPv4 header (no options, checksum computed) followed by *payload*."""
+    fo = (IP_DF if df else 0) | frag
+    hdr = bytearray(_V4.pack(0x45, tos, 20 + len(payload), ident & 0xFFFF, fo, ttl, proto, 0, src.packed, dst.packed))
+    struct.pack_into("!H", hdr, 10, internet_checksum(hdr))
+    return bytes(hdr) + payload
+
+
+def build_ipv6(src, dst, nexthdr: int, payload: bytes, *, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
+               flowlabel: int = 0) -> bytes:
+    """An IPv6 header followed by *payload* (which may start with extension headers)."""
+    first = (6 << 28) | (tclass << 20) | (flowlabel & 0xFFFFF)
+    return struct.pack("!IHBB", first, len(payload), nexthdr, hlim) + src.packed + dst.packed + payload
+
+
+def _pseudo_sum(src, dst, proto: int, length: int) -> int:
+    """The unfolded sum of the pseudo-header (``csum_tcpudp_nofold`` / ``csum_ipv6_magic``)."""
+    raw = src.packed + dst.packed
+    total = sum(struct.unpack(f"!{len(raw) // 2}H", raw))
+    return total + proto + (length >> 16) + (length & 0xFFFF)
+
+
+def l4_checksum(src, dst, proto: int, segment: bytes | bytearray) -> int:
+    """TCP / UDP / ICMPv6 checksum over the pseudo-header and *segment* (whose checksum field is zero)."""
+    return internet_checksum(segment, _pseudo_sum(src, dst, proto, len(segment)))
+
+
+def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
+                window: int = 65535) -> bytes:
+    """A TCP header (20 bytes, no options) and *payload*, checksum included."""
+    seg = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
+                                window, 0, 0) + payload)
+    struct.pack_into("!H", seg, 16, l4_checksum(src, dst, IPPROTO_TCP, seg))
+    return bytes(seg)
+
+
+def udp_datagram(src, dst, sport: int, dport: int, payload: bytes = b"") -> bytes:
+    """A UDP header and *payload*, checksum included (0 is sent as 0xFFFF)."""
+    seg = bytearray(struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
+    check = l4_checksum(src, dst, IPPROTO_UDP, seg) or 0xFFFF
+    struct.pack_into("!H", seg, 6, check)
+    return bytes(seg)
+
+
+def fix_l4_checksum(buf: bytearray, info: PktInfo) -> None:
+    """Recompute the L4 checksum of a whole (unfragmented) packet in place."""
+    at, end = info.l4off, info.l3off + info.tot_len
+    pos = {IPPROTO_TCP: 16, IPPROTO_UDP: 6, IPPROTO_ICMP: 2, IPPROTO_ICMPV6: 2}.get(info.l4proto)
+    if pos is None or info.frag or at + pos + 2 > end:
+        return
+    buf[at + pos:at + pos + 2] = b"\0\0"
+    if info.l4proto == IPPROTO_ICMP:
+        check = internet_checksum(buf[at:end])
+    else:
+        check = l4_checksum(info.src, info.dst, info.l4proto, buf[at:end])
+        if info.l4proto == IPPROTO_UDP and check == 0:
+            check = 0xFFFF
+    buf[at + pos:at + pos + 2] = check.to_bytes(2, "big")
+
+
+def icmp_error(offending: bytes, info: PktInfo, src, icmp_type: int, code: int, info32: int = 0,
+               ident: int = 0) -> bytes:
+    """The L3 packet ``icmp_send`` / ``icmp6_send`` would send back to the offender's source.
+
+    IPv4: TOS = the offender's TOS bits with precedence INTERNETCONTROL, DF
+    clear (the ICMP socket is IP_PMTUDISC_DONT), the quote truncated so the
+    error fits 576 bytes.  IPv6: quote truncated to fit the minimum MTU (1280).
+    *info32* is the 4 bytes after type/code/checksum: the next-hop MTU for
+    FRAG_NEEDED (low 16 bits) and PKT_TOOBIG.
+    """
+    if info.version == 4:
+        quote = offending[:576 - 20 - 8]
+        msg = bytearray(struct.pack("!BBHI", icmp_type, code, 0, info32) + quote)
+        struct.pack_into("!H", msg, 2, internet_checksum(msg))
+        tos = ((info.dscp << 2) & 0x1E) | 0xC0
+        return build_ipv4(src, info.src, IPPROTO_ICMP, bytes(msg), tos=tos, ident=ident, df=False)
+    quote = offending[:IPV6_MIN_MTU - 40 - 8]
+    msg = bytearray(struct.pack("!BBHI", icmp_type, code, 0, info32) + quote)
+    struct.pack_into("!H", msg, 2, l4_checksum(src, info.src, IPPROTO_ICMPV6, msg))
+    return build_ipv6(src, info.src, IPPROTO_ICMPV6, bytes(msg))
+
+
+# ----------------------------------------------------------------- in-place changes
+
+def ip_decrease_ttl(buf: bytearray, off: int) -> None:
+    """``ip_decrease_ttl``: TTL - 1 with the incremental header checksum update."""
+    old = bytes(buf[off + 8:off + 10])
+    buf[off + 8] -= 1
+    check = (buf[off + 10] << 8) | buf[off + 11]
+    buf[off + 10:off + 12] = csum_replace(check, old, bytes(buf[off + 8:off + 10])).to_bytes(2, "big")
+
+
+def ipv6_decrease_hoplimit(buf: bytearray, off: int) -> None:
+    """``hdr->hop_limit--`` (IPv6 has no header checksum)."""
+    buf[off + 7] -= 1
+
+
+def ipv4_change_dsfield(buf: bytearray, off: int, dscp: int) -> None:
+    """``ipv4_change_dsfield``: new DSCP, ECN kept, checksum updated incrementally."""
+    old = bytes(buf[off:off + 2])
+    buf[off + 1] = (dscp << 2) | (buf[off + 1] & 0x03)
+    check = (buf[off + 10] << 8) | buf[off + 11]
+    buf[off + 10:off + 12] = csum_replace(check, old, bytes(buf[off:off + 2])).to_bytes(2, "big")
+
+
+def ipv6_change_dsfield(buf: bytearray, off: int, dscp: int) -> None:
+    """``ipv6_change_dsfield``: the DSCP bits of the traffic class."""
+    tclass = (dscp << 2) | ((((buf[off] & 0x0F) << 4) | (buf[off + 1] >> 4)) & 0x03)
+    buf[off] = 0x60 | (tclass >> 4)
+    buf[off + 1] = ((tclass & 0x0F) << 4) | (buf[off + 1] & 0x0F)
+
+
+# ----------------------------------------------------------------- fragmentation
+
+def ip_fragment(pkt: bytes, mtu: int) -> list[bytes]:
+    """``ip_do_fragment`` (slow path): split an IPv4 packet into fragments of at most *mtu* bytes.
+
+    Data per fragment is a multiple of 8; every fragment gets the header
+    (no options are used by the simulator), its offset, MF on all but the
+    last (kept on the last when the packet was itself a non-last fragment)
+    and a fresh header checksum.
+    """
+    ihl = (pkt[0] & 0x0F) * 4
+    hdr, data = pkt[:ihl], pkt[ihl:]
+    frag = int.from_bytes(hdr[6:8], "big")
+    base, more = frag & IP_OFFSET, bool(frag & IP_MF)
+    step = (mtu - ihl) & ~7
+    out = []
+    for start in range(0, len(data), step):
+        chunk = data[start:start + step]
+        last = start + step >= len(data)
+        h = bytearray(hdr)
+        fo = (base + start // 8) | (IP_MF if (not last or more) else 0)
+        struct.pack_into("!HHH", h, 2, ihl + len(chunk), int.from_bytes(hdr[4:6], "big"), fo)
+        h[10:12] = b"\0\0"
+        struct.pack_into("!H", h, 10, internet_checksum(h))
+        out.append(bytes(h) + chunk)
+    return out
+
+
+class FragQueue:
+    """``struct ipq``: the fragments of one IPv4 datagram (``ip_defrag``), keyed by (src, dst, id, protocol)."""
+
+    __slots__ = ("header", "parts", "total", "created", "skbs")
+
+    def __init__(self, created: float):
+        self.header: bytes | None = None
+        self.parts: dict[int, bytes] = {}  # byte offset -> data
+        self.total: int | None = None
+        self.created = created
+        self.skbs: list = []
+
+    def add(self, pkt: bytes, info: PktInfo) -> bytes | None:
+        """``ip_frag_queue`` + ``ip_frag_reasm``: the whole datagram once every byte is here."""
+        data = pkt[info.l4off - info.l3off:info.tot_len]
+        start = info.frag_off * 8
+        if start == 0:
+            self.header = pkt[:info.l4off - info.l3off]
+        if not info.mf:
+            self.total = start + len(data)
+        self.parts[start] = data
+        if self.header is None or self.total is None:
+            return None
+        have, body = 0, bytearray()
+        for off in sorted(self.parts):
+            if off > have:
+                return None
+            body += self.parts[off][have - off:]
+            have = max(have, off + len(self.parts[off]))
+        if have < self.total:
+            return None
+        h = bytearray(self.header)
+        ihl = len(h)
+        struct.pack_into("!HH", h, 2, ihl + self.total, int.from_bytes(h[4:6], "big"))
+        struct.pack_into("!H", h, 6, int.from_bytes(h[6:8], "big") & IP_DF)
+        h[10:12] = b"\0\0"
+        struct.pack_into("!H", h, 10, internet_checksum(h))
+        return bytes(h) + bytes(body[:self.total])
+

@@ -1,0 +1,455 @@
+"""Compile nft rules: type each expression, then validate as the kernel does.
+
+Part of :mod:`flowsim.nft.parse`'s builder (a mixin, :class:`RuleCompiler`):
+rules are compiled once every chain, set and counter of their table exists.
+Each expression becomes a :mod:`flowsim.nft.model` value; right-hand sides
+are typed by the selector (:mod:`flowsim.nft.types`).  Validation follows
+``nft_chain_validate``: jump/goto targets exist and are regular chains, no
+loops (ELOOP), ``flow add``/``flow offload`` only under a forward hook
+(``nft_flow_offload_validate``), NAT only in nat chains at their hooks
+(``nft_nat_validate``), a device in at most one flowtable (EBUSY).
+"""
+
+from __future__ import annotations
+
+import lark
+
+from flowsim.nft.model import (
+    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, Chain, CounterStmt, FlowAdd, Flowtable, LogStmt,
+    Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table, Verdict, VerdictMap,
+)
+from flowsim.nft.types import (
+    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom,
+)
+
+__all__ = ["RuleCompiler"]
+
+_NAT_HOOKS = {"dnat": ("prerouting", "output"), "redirect": ("prerouting", "output"),
+              "snat": ("postrouting", "input"), "masquerade": ("postrouting",)}
+_NAT_FLAGS = frozenset({"random", "fully-random", "persistent"})
+#: statements after which nothing more may follow in a rule (STMT_F_TERMINAL in nft)
+_TERMINAL = (Verdict, NatStmt, RejectStmt, VerdictMap)
+
+
+class RuleCompiler:
+    """Mixin of the ruleset builder: raw values, rule expressions, validation.
+
+    Expects ``err``, ``loc``, ``tokens``, ``trees``, ``anonymous_chain`` and
+    ``devices`` from the builder.
+    """
+
+    # --- raw values (variables substituted)
+    def var(self, tok, defines, flatten=False):
+        name = tok.value[1:]
+        if name not in defines:
+            raise self.err(f"undefined variable ${name}", tok, tok.value, "a name set with 'define'")
+        v = defines[name]
+        if flatten:
+            return list(v.elems) if isinstance(v, RawSet) else list(v)
+        return v
+
+    def raw_atom(self, node, defines):
+        tok = node.children[0]
+        if tok.type == "VAR":
+            return self.var(tok, defines)
+        text = tok.value[1:-1] if tok.type == "STRING" else tok.value
+        return RawAtom(TOKEN_KIND[tok.type], text, self.loc(tok))
+
+    def raw_value(self, node, defines):
+        """value -> list of raw values (a $variable may expand to several)."""
+        if node.data == "value":
+            a = self.raw_atom(node.children[0], defines)
+            if isinstance(a, RawSet):
+                return list(a.elems)
+            return list(a) if isinstance(a, tuple) else [a]
+        lo, hi = (self.raw_atom(c, defines) for c in self.trees(node, "atom"))
+        for x in (lo, hi):
+            if not isinstance(x, RawAtom):
+                raise self.err("a variable holding a list cannot be a range bound", node, None, "a value")
+        cls = RawRange if node.data == "range" else RawSlash
+        return [cls(lo, hi, self.loc(node))]
+
+    def raw_list(self, node, defines) -> tuple:
+        out = []
+        for v in node.children:
+            out += self.raw_value(v, defines)
+        return tuple(out)
+
+    def raw_set(self, node, defines) -> RawSet:
+        elems = []
+        for el in node.children:
+            if el.data == "map_elem":
+                key = self.raw_value(el.children[0], defines)
+                valnode = el.children[1]
+                if valnode.data == "value":
+                    val = self.raw_value(valnode, defines)[0]
+                else:
+                    val = self.verdict(None, valnode, defines)
+                elems.append((key[0], val))
+            else:
+                elems += self.raw_value(el.children[0], defines)
+        return RawSet(tuple(elems), self.loc(node))
+
+    # --- selectors and rules
+    def selector(self, node) -> Selector:
+        if node.data == "sel_meta_short":
+            tok = node.children[0].children[0]
+            return Selector("meta", tok.value)
+        if node.data == "sel_ct_dir":
+            d = self.trees(node, "ct_dir")[0].children[0]
+            key = self.tokens(node, "IDENT")[0]
+            if key.value not in CT_DIR_KEYS:
+                raise self.err(f"unknown ct {d.value} key {key.value!r}", key, key.value, ", ".join(sorted(CT_DIR_KEYS)))
+            return Selector("ct", key.value, 0 if d.value == "original" else 1)
+        if node.data == "sel_payload":
+            kind = node.children[0].children[0].value
+            key = node.children[1]
+        else:
+            kind = {"sel_meta": "meta", "sel_ct": "ct"}[node.data]
+            key = self.tokens(node, "IDENT")[0]
+        if (kind, key.value) not in SELECTORS:
+            keys = sorted(k for (kd, k) in SELECTORS if kd == kind)
+            raise self.err(f"unknown {kind} key {key.value!r}", key, key.value, ", ".join(keys))
+        if kind == "ct" and key.value in CT_DIR_KEYS:
+            raise self.err(f"ct {key.value} needs a direction", key, key.value, "ct original|reply " + key.value)
+        return Selector(kind, key.value)
+
+    def compile_rule(self, tb, entry) -> Rule:
+        node, text, loc, defines = entry
+        exprs = []
+        comment = None
+        for el in node.children:
+            if el.data == "rule_comment":
+                comment = el.children[0].value[1:-1]
+                continue
+            if exprs and isinstance(exprs[-1], _TERMINAL):
+                raise self.err("statement after terminal statement has no effect", el, None,
+                               "the verdict at the end of the rule")
+            exprs.append(getattr(self, "x_" + el.data)(tb, el, defines))
+        for e in exprs:
+            if isinstance(e, NatStmt) and e.port_min is not None and not _has_l4_match(exprs):
+                raise self.err("transport protocol mapping is only valid after a transport protocol match",
+                               e.loc, None, "e.g. 'tcp dport …' or 'meta l4proto tcp' before it")
+        return Rule(tuple(exprs), text, loc, comment=comment)
+
+    def x_match(self, tb, node, defines) -> Match:
+        sel = self.selector(node.children[0])
+        dtype = sel.spec.dtype
+        mask = None
+        op = "implicit"
+        rhs = node.children[-1]
+        for c in node.children[1:-1]:
+            if isinstance(c, lark.Token):
+                op = c.value
+            else:  # mask
+                bits = 0
+                for a in self.trees(c, "atom"):
+                    raw = self.raw_atom(a, defines)
+                    bits |= coerce_atom(dtype if dtype in BITMASK_DTYPES else "integer", raw, self.err)
+                mask = bits
+        first = rhs.children[0]
+        mloc = self.loc(node)
+        if isinstance(first, lark.Token):  # @set
+            nset = self.lookup_set(tb, first, dtype)
+            return Match(sel, self._set_op(op, first), nset.elements, True, nset.name, False, mask, mloc)
+        if first.data == "set_expr":
+            raw = self.raw_set(first, defines)
+            vals = tuple(self.set_element(dtype, e, False, None) for e in raw.elems)
+            return Match(sel, self._set_op(op, first), vals, True, None, False, mask, mloc)
+        whole = self.whole_var(first, defines)
+        if isinstance(whole, RawSet):  # `iifname $lan_ifs` with `define lan_ifs = { … }`
+            vals = tuple(self.set_element(dtype, e, False, None) for e in whole.elems)
+            return Match(sel, self._set_op(op, first), vals, True, None, False, mask, mloc)
+        raw = self.raw_list(first, defines)
+        if sel.key in ("iif", "oif", "iifname", "oifname"):
+            self.devices += [(a.text, a.loc) for a in raw if isinstance(a, RawAtom) and "*" not in a.text]
+        if dtype in BITMASK_DTYPES:
+            return self._flag_match(sel, op, raw, mask, mloc)
+        if len(raw) > 1:
+            raise self.err("a comma-separated list is only valid for flag types (ct state, ct status, tcp flags)",
+                           raw[1].loc, None, "a set in braces: { a, b }")
+        if op not in ("implicit", "==", "!=") and (dtype in ("ifname",) or isinstance(raw[0], (RawRange, RawSlash))):
+            raise self.err(f"operator {op} needs a single number", raw[0].loc, op, "== or !=")
+        return Match(sel, op, (coerce(dtype, raw[0], self.err),), False, None, False, mask, mloc)
+
+    def whole_var(self, value_list, defines):
+        """The value of a rhs that is exactly one ``$variable``, else None."""
+        if len(value_list.children) != 1 or value_list.children[0].data != "value":
+            return None
+        tok = value_list.children[0].children[0].children[0]
+        return self.var(tok, defines) if tok.type == "VAR" else None
+
+    def _set_op(self, op, where):
+        if op not in ("implicit", "==", "!="):
+            raise self.err(f"operator {op} with a set", where, op, "== or !=")
+        return op
+
+    def _flag_match(self, sel, op, raw, mask, mloc) -> Match:
+        dtype = sel.spec.dtype
+        slash = [i for i, v in enumerate(raw) if isinstance(v, RawSlash)]
+        if slash:  # `tcp flags syn / fin,syn,rst,ack`: value list / mask list
+            i = slash[0]
+            left = list(raw[:i]) + [raw[i].left]
+            right = [raw[i].right] + list(raw[i + 1:])
+            value = 0
+            for a in left:
+                value |= coerce(dtype, a, self.err)
+            m = 0
+            for a in right:
+                m |= coerce(dtype, a, self.err)
+            return Match(sel, "!=" if op == "!=" else "==", (value,), False, None, False, m, mloc)
+        bits = 0
+        for a in raw:
+            bits |= coerce(dtype, a, self.err)
+        if op in ("implicit", "!=") and mask is None:
+            return Match(sel, op, (bits,), False, None, True, None, mloc)
+        return Match(sel, op, (bits,), False, None, False, mask, mloc)
+
+    def lookup_set(self, tb, tok, dtype, want_map=False) -> NamedSet:
+        name = tok.value[1:]
+        nset = tb.sets.get(name)
+        if nset is None:
+            raise self.err(f"no set {name!r} in table {tb.family} {tb.name}", tok, tok.value, "a defined set")
+        if nset.dtype != dtype:
+            raise self.err(f"set {name!r} holds {nset.dtype}, not {dtype}", tok, tok.value, f"a set of {dtype}")
+        if nset.is_map != want_map:
+            raise self.err(f"@{name} is a {'map' if nset.is_map else 'set'}", tok, tok.value,
+                           "a map" if want_map else "a set")
+        return nset
+
+    def x_vmap(self, tb, node, defines) -> VerdictMap:
+        sel = self.selector(node.children[0])
+        dtype = sel.spec.dtype
+        src = node.children[1]
+        if isinstance(src, lark.Token):
+            nset = self.lookup_set(tb, src, dtype, want_map=True)
+            if nset.map_dtype != "verdict":
+                raise self.err(f"@{nset.name} is not a verdict map", src, src.value, "type … : verdict")
+            return VerdictMap(sel, nset.elements, nset.name, self.loc(node))
+        raw = self.raw_set(src, defines)
+        return VerdictMap(sel, tuple(self.set_element(dtype, e, True, "verdict") for e in raw.elems), None,
+                          self.loc(node))
+
+    def verdict(self, tb, node, defines) -> Verdict:
+        kw = node.children[0].children[0]
+        if node.data == "verdict_plain":
+            return Verdict(kw.value, None, self.loc(kw))
+        if node.data == "verdict_jump":
+            target = node.children[1]
+            name = target.value[1:-1] if target.type == "STRING" else target.value
+            return Verdict(kw.value, name, self.loc(target))
+        if tb is None:
+            raise self.err("anonymous chain not allowed here", kw, kw.value, "jump CHAIN")
+        ch = self.anonymous_chain(tb, node.children[1], defines)
+        return Verdict(kw.value, ch.name, self.loc(kw))
+
+    def x_verdict_plain(self, tb, node, defines):
+        return self.verdict(tb, node, defines)
+
+    x_verdict_jump = x_verdict_anon = x_verdict_plain
+
+    def x_counter_anon(self, tb, node, defines):
+        return CounterStmt(loc=self.loc(node))
+
+    def x_counter_anon_init(self, tb, node, defines):
+        p, b = (int(t.value, 0) for t in self.tokens(node, "NUMBER"))
+        return CounterStmt(packets=p, bytes=b, loc=self.loc(node))
+
+    def x_counter_named(self, tb, node, defines):
+        tok = self.tokens(node)[-1]
+        if tok.type == "VAR":
+            v = self.var(tok, defines)
+            if not isinstance(v, tuple) or len(v) != 1:
+                raise self.err("counter name variable must hold one name", tok, tok.value, "a name")
+            name = v[0].text
+        else:
+            name = tok.value[1:-1] if tok.type == "STRING" else tok.value
+        if name not in tb.counters:
+            raise self.err(f"no counter {name!r} in table {tb.family} {tb.name}", tok, name, "a named counter")
+        return CounterStmt(name=name, loc=self.loc(node))
+
+    def x_counter_map(self, tb, node, defines):
+        sel = self.selector(self.trees(node, "sel_meta", "sel_meta_short", "sel_payload", "sel_ct",
+                                       "sel_ct_dir")[0])
+        src = node.children[-1]
+        if isinstance(src, lark.Token):
+            raise self.err("named maps of counters are not supported", src, src.value, "an anonymous map")
+        entries = []
+        for e in self.raw_set(src, defines).elems:
+            if not isinstance(e, tuple) or not isinstance(e[1], RawAtom):
+                loc = e[0].loc if isinstance(e, tuple) else e.loc
+                raise self.err("counter map element needs 'key : counter'", loc, None, "KEY : COUNTER")
+            key, val = e
+            if val.text not in tb.counters:
+                raise self.err(f"no counter {val.text!r} in table {tb.family} {tb.name}", val.loc, val.text,
+                               "a named counter")
+            entries.append((coerce(sel.spec.dtype, key, self.err), val.text))
+        return CounterStmt(map_selector=sel, map_entries=tuple(entries), loc=self.loc(node))
+
+    def x_flow_stmt(self, tb, node, defines):
+        op = node.children[0].children[0].value
+        ref = node.children[1]
+        return FlowAdd(ref.value[1:], op, self.loc(node))
+
+    def x_set_stmt(self, tb, node, defines):
+        sel = self.selector(node.children[0])
+        if not sel.spec.settable:
+            raise self.err(f"{sel} cannot be set", node.children[0], str(sel),
+                           "meta mark, ct mark, ip dscp, ip6 dscp or meta nftrace")
+        src = node.children[1]
+        if src.data == "atom":
+            raw = self.raw_atom(src, defines)
+            if isinstance(raw, tuple):
+                raw = raw[0]
+            value = coerce(sel.spec.dtype, raw, self.err)
+        else:
+            value = self.selector(src)
+            if value.spec.dtype != sel.spec.dtype:
+                raise self.err(f"cannot set {sel} from {value}", src, str(value), f"a {sel.spec.dtype} value")
+        return SetStmt(sel, value, self.loc(node))
+
+    def x_nat_stmt(self, tb, node, defines):
+        kind = node.children[0].children[0].value
+        fam_nodes = self.trees(node, "ip_family")
+        family = None
+        if fam_nodes:
+            family = NFPROTO_IPV4 if fam_nodes[0].children[0].value == "ip" else NFPROTO_IPV6
+        target = self.trees(node, "nat_target")[0]
+        amin = amax = None
+        for an in self.trees(target, "nat_addr"):
+            toks = self.tokens(an)
+            if toks[0].type == "VAR":
+                v = self.var(toks[0], defines, flatten=True)
+                if len(v) != 1 or not isinstance(v[0], (RawAtom, RawRange)):
+                    raise self.err("NAT address variable must hold one address", toks[0], toks[0].value, "an address")
+                v = v[0]
+                addrs = [v.lo, v.hi] if isinstance(v, RawRange) else [v]
+            else:
+                addrs = [RawAtom(TOKEN_KIND[t.type], t.value, self.loc(t)) for t in toks]
+            typed = [coerce_atom("ct_addr", a, self.err) for a in addrs]
+            afam = NFPROTO_IPV4 if typed[0].version == 4 else NFPROTO_IPV6
+            if family is None:
+                family = afam
+            elif family != afam or any(t.version != typed[0].version for t in typed):
+                raise self.err("address family does not match the NAT family", addrs[0].loc, addrs[0].text,
+                               "an IPv4 address after 'ip', IPv6 after 'ip6'")
+            amin, amax = typed[0], typed[-1]
+            if amin > amax:
+                raise self.err("bad address range", addrs[0].loc, None, "LOW-HIGH with LOW <= HIGH")
+        pmin, pmax = self.nat_ports(self.trees(target, "nat_ports"))
+        return NatStmt(kind, self.table_nat_family(tb, family, node), amin, amax, pmin, pmax,
+                       self.nat_flags(node), self.loc(node))
+
+    def table_nat_family(self, tb, family, node):
+        tfam = FAMILIES[tb.family]
+        if tfam in (NFPROTO_IPV4, NFPROTO_IPV6) and family not in (None, tfam):
+            raise self.err(f"NAT family does not match the {tb.family} table", node, None,
+                           f"an {'IPv4' if tfam == NFPROTO_IPV4 else 'IPv6'} address")
+        return family if family is not None else (tfam if tfam in (NFPROTO_IPV4, NFPROTO_IPV6) else None)
+
+    def nat_ports(self, nodes):
+        if not nodes:
+            return None, None
+        toks = self.tokens(nodes[0], "NUMBER")
+        lo, hi = int(toks[0].value, 0), int(toks[-1].value, 0)
+        if not 0 < lo <= hi <= 65535:
+            raise self.err("bad port range", toks[0], toks[0].value, "ports 1..65535, LOW <= HIGH")
+        return lo, hi
+
+    def nat_flags(self, node) -> frozenset:
+        flags = set()
+        for fl in self.trees(node, "nat_flags"):
+            for t in self.tokens(fl, "IDENT"):
+                if t.value not in _NAT_FLAGS:
+                    raise self.err(f"unknown NAT flag {t.value!r}", t, t.value, ", ".join(sorted(_NAT_FLAGS)))
+                flags.add(t.value)
+        return frozenset(flags)
+
+    def x_masq_stmt(self, tb, node, defines):
+        pmin, pmax = self.nat_ports(self.trees(node, "nat_ports"))
+        return NatStmt("masquerade", self.table_nat_family(tb, None, node), None, None, pmin, pmax,
+                       self.nat_flags(node), self.loc(node))
+
+    def x_redirect_stmt(self, tb, node, defines):
+        pmin, pmax = self.nat_ports(self.trees(node, "nat_ports"))
+        return NatStmt("redirect", self.table_nat_family(tb, None, node), None, None, pmin, pmax,
+                       self.nat_flags(node), self.loc(node))
+
+    def x_log_stmt(self, tb, node, defines):
+        opts = []
+        for o in self.trees(node, "log_opt"):
+            k, v = o.children
+            if k.value not in ("prefix", "level", "group", "snaplen", "queue-threshold", "flags"):
+                raise self.err(f"unknown log option {k.value!r}", k, k.value, "prefix, level, group, flags")
+            opts.append((k.value, v.value[1:-1] if v.type == "STRING" else v.value))
+        return LogStmt(tuple(opts), self.loc(node))
+
+    def x_reject_stmt(self, tb, node, defines):
+        toks = self.tokens(node, "IDENT")
+        return RejectStmt(" ".join(t.value for t in toks) or None, self.loc(node))
+
+    def validate(self, rs: Ruleset):
+        seen_dev: dict[str, Flowtable] = {}
+        for ft in rs.flowtables:
+            for d in ft.devices:
+                if d in seen_dev:
+                    raise self.err(f"device {d!r} is already in flowtable {seen_dev[d].name!r}", ft.loc, d,
+                                   "each device in at most one flowtable (EBUSY)")
+                seen_dev[d] = ft
+        for t in rs.tables:
+            for ch in t.chains.values():
+                for rule in ch.rules:
+                    for e in rule.exprs:
+                        self.check_expr(t, e)
+            for ch in t.chains.values():
+                if ch.is_base:
+                    self.walk(t, ch, ch, [])
+
+    def check_expr(self, t: Table, e):
+        verdicts = [e] if isinstance(e, Verdict) else [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
+        for v in verdicts:
+            if v.chain is None:
+                continue
+            target = t.chains.get(v.chain)
+            if target is None:
+                raise self.err(f"{v.kind} to undefined chain {v.chain!r}", v.loc, v.chain,
+                               f"a chain of table {t.family} {t.name}")
+            if target.is_base:
+                raise self.err(f"cannot {v.kind} to base chain {v.chain!r}", v.loc, v.chain, "a regular chain")
+        if isinstance(e, FlowAdd) and e.flowtable not in t.flowtables:
+            raise self.err(f"flow {e.spelling} to undefined flowtable {e.flowtable!r}", e.loc, e.flowtable,
+                           f"a flowtable of table {t.family} {t.name}")
+
+    def walk(self, t: Table, base: Chain, ch: Chain, path: list, done: set | None = None):
+        """Depth-first from a base chain: loops, and statements valid only at some hooks."""
+        done = set() if done is None else done
+        if ch.name in path:
+            raise self.err(f"jump loop: {' -> '.join(path + [ch.name])}", ch.loc, ch.name, "no loops (ELOOP)")
+        if ch.name in done:
+            return  # already explored from this base chain (diamond-shaped jumps)
+        hook = base.hook
+        for rule in ch.rules:
+            for e in rule.exprs:
+                if isinstance(e, FlowAdd) and hook.hook != "forward":
+                    raise self.err(f"flow {e.spelling} is only valid in chains hooked at forward "
+                                   f"(reached from {base.name}, hook {hook.hook})", e.loc, e.flowtable,
+                                   "a chain of hook forward")
+                if isinstance(e, NatStmt):
+                    if hook.type != "nat" or hook.hook not in _NAT_HOOKS[e.kind]:
+                        raise self.err(f"{e.kind} is only valid in nat chains at "
+                                       f"{' or '.join(_NAT_HOOKS[e.kind])} (reached from {base.name}: "
+                                       f"type {hook.type} hook {hook.hook})", e.loc, e.kind,
+                                       f"type nat hook {_NAT_HOOKS[e.kind][0]}")
+                verdicts = [e] if isinstance(e, Verdict) else \
+                    [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
+                for v in verdicts:
+                    if v.chain is not None:
+                        self.walk(t, base, t.chains[v.chain], path + [ch.name], done)
+        done.add(ch.name)
+
+
+def _has_l4_match(exprs) -> bool:
+    for e in exprs:
+        if isinstance(e, Match) and (e.selector.spec.l4proto or e.selector.key in ("l4proto", "protocol", "nexthdr")):
+            return True
+    return False

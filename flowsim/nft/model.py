@@ -1,0 +1,450 @@
+"""The parsed nftables ruleset: frozen values the evaluator walks.
+
+A :class:`Ruleset` is what ``nft -f`` would leave in the kernel after the
+batch commits: tables (``struct nft_table``) holding chains
+(``struct nft_chain``, base chains carry a :class:`BaseHook`), rules
+(``struct nft_rule``: an ordered tuple of expressions), flowtables
+(``struct nft_flowtable``), named counters and sets.  Everything here is a
+value: the evaluator (:mod:`flowsim.nft.eval`) keeps counters and other run
+state apart, so one ruleset can be evaluated by several simulations.
+
+Rule expressions are of two sorts, in the order written:
+
+* :class:`Match` / :class:`VerdictMap` — read a *selector* (``meta
+  l4proto``, ``ip saddr``, ``ct state`` …) from the packet; a miss ends the
+  rule (``NFT_BREAK``);
+* statements — :class:`Verdict`, :class:`CounterStmt`, :class:`FlowAdd`,
+  :class:`SetStmt`, :class:`NatStmt`, :class:`LogStmt`,
+  :class:`RejectStmt`.
+
+Selectors and their data types are one table, :data:`SELECTORS`, keyed by
+``(kind, key)``; each row says what the selector reads, which network and
+transport protocol it depends on (nft adds the implicit ``meta nfproto`` /
+``meta l4proto`` dependency matches), and whether ``set`` may write it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from types import MappingProxyType
+from typing import Mapping
+
+import attrs
+
+__all__ = [
+    "Loc", "NFPROTO_IPV4", "NFPROTO_IPV6", "NFPROTO_INET", "NFPROTO_NETDEV",
+    "FAMILIES", "HOOKS_BY_FAMILY", "CHAIN_PRIORITIES", "SelectorSpec", "SELECTORS",
+    "Selector", "Range", "Match", "VerdictMap", "Verdict", "CounterStmt", "FlowAdd",
+    "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "Rule", "BaseHook", "Chain",
+    "Flowtable", "CounterDef", "NamedSet", "Table", "Ruleset", "Statement",
+    "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER",
+]
+
+NFPROTO_INET = 1
+NFPROTO_IPV4 = 2
+NFPROTO_NETDEV = 5
+NFPROTO_IPV6 = 10
+
+#: nft family keyword -> NFPROTO_* (bridge/arp are parsed only to be refused).
+FAMILIES = {"ip": NFPROTO_IPV4, "ip6": NFPROTO_IPV6, "inet": NFPROTO_INET, "netdev": NFPROTO_NETDEV}
+
+#: hooks a base chain may use per family (nf_tables_api.c, nft_chain_parse_hook).
+HOOKS_BY_FAMILY = {
+    "ip": ("prerouting", "input", "forward", "output", "postrouting"),
+    "ip6": ("prerouting", "input", "forward", "output", "postrouting"),
+    "inet": ("prerouting", "input", "forward", "output", "postrouting", "ingress"),
+    "netdev": ("ingress", "egress"),
+}
+
+#: named chain priorities of the ip/ip6/inet/netdev families (nft(8) "PRIORITY").
+CHAIN_PRIORITIES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
+
+NF_FLOWTABLE_HW_OFFLOAD = 0x1
+NF_FLOWTABLE_COUNTER = 0x2
+
+
+@attrs.frozen
+class Loc:
+    """Where something was written: file, 1-based line and column."""
+
+    file: str | None
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file or '<ruleset>'}:{self.line}:{self.column}"
+
+
+# ----------------------------------------------------------------- selectors
+
+@attrs.frozen
+class SelectorSpec:
+    """One row of the selector table.
+
+    ``dtype`` names the data type (see :mod:`flowsim.nft.parse` coercions);
+    ``nfproto``/``l4proto`` are the implicit dependencies (None: none);
+    ``settable`` says whether ``<selector> set <value>`` is supported.
+    """
+
+    dtype: str
+    nfproto: int | None = None
+    l4proto: tuple[int, ...] | None = None
+    settable: bool = False
+
+
+_TCP, _UDP, _ICMP, _ICMPV6 = 6, 17, 1, 58
+
+SELECTORS: Mapping[tuple[str, str], SelectorSpec] = MappingProxyType({
+    ("meta", "l4proto"): SelectorSpec("inet_proto"),
+    ("meta", "nfproto"): SelectorSpec("nf_proto"),
+    ("meta", "protocol"): SelectorSpec("ether_type"),
+    ("meta", "iif"): SelectorSpec("iface_index"),
+    ("meta", "oif"): SelectorSpec("iface_index"),
+    ("meta", "iifname"): SelectorSpec("ifname"),
+    ("meta", "oifname"): SelectorSpec("ifname"),
+    ("meta", "mark"): SelectorSpec("mark", settable=True),
+    ("meta", "length"): SelectorSpec("integer"),
+    ("meta", "nftrace"): SelectorSpec("integer", settable=True),
+    ("ip", "saddr"): SelectorSpec("ipv4_addr", NFPROTO_IPV4),
+    ("ip", "daddr"): SelectorSpec("ipv4_addr", NFPROTO_IPV4),
+    ("ip", "protocol"): SelectorSpec("inet_proto", NFPROTO_IPV4),
+    ("ip", "dscp"): SelectorSpec("dscp", NFPROTO_IPV4, settable=True),
+    ("ip", "ttl"): SelectorSpec("integer", NFPROTO_IPV4),
+    ("ip", "length"): SelectorSpec("integer", NFPROTO_IPV4),
+    ("ip6", "saddr"): SelectorSpec("ipv6_addr", NFPROTO_IPV6),
+    ("ip6", "daddr"): SelectorSpec("ipv6_addr", NFPROTO_IPV6),
+    ("ip6", "nexthdr"): SelectorSpec("inet_proto", NFPROTO_IPV6),
+    ("ip6", "dscp"): SelectorSpec("dscp", NFPROTO_IPV6, settable=True),
+    ("ip6", "hoplimit"): SelectorSpec("integer", NFPROTO_IPV6),
+    ("ip6", "length"): SelectorSpec("integer", NFPROTO_IPV6),
+    ("tcp", "sport"): SelectorSpec("inet_service", l4proto=(_TCP,)),
+    ("tcp", "dport"): SelectorSpec("inet_service", l4proto=(_TCP,)),
+    ("tcp", "flags"): SelectorSpec("tcp_flag", l4proto=(_TCP,)),
+    ("udp", "sport"): SelectorSpec("inet_service", l4proto=(_UDP,)),
+    ("udp", "dport"): SelectorSpec("inet_service", l4proto=(_UDP,)),
+    ("th", "sport"): SelectorSpec("inet_service", l4proto=(_TCP, _UDP)),
+    ("th", "dport"): SelectorSpec("inet_service", l4proto=(_TCP, _UDP)),
+    ("icmp", "type"): SelectorSpec("icmp_type", NFPROTO_IPV4, (_ICMP,)),
+    ("icmp", "code"): SelectorSpec("integer", NFPROTO_IPV4, (_ICMP,)),
+    ("icmpv6", "type"): SelectorSpec("icmpv6_type", NFPROTO_IPV6, (_ICMPV6,)),
+    ("icmpv6", "code"): SelectorSpec("integer", NFPROTO_IPV6, (_ICMPV6,)),
+    ("ct", "state"): SelectorSpec("ct_state"),
+    ("ct", "direction"): SelectorSpec("ct_dir"),
+    ("ct", "status"): SelectorSpec("ct_status"),
+    ("ct", "mark"): SelectorSpec("mark", settable=True),
+    ("ct", "l3proto"): SelectorSpec("nf_proto"),
+    ("ct", "protocol"): SelectorSpec("inet_proto"),
+    # `ct original saddr` & co.: the key is prefixed with the direction at parse time
+    ("ct", "saddr"): SelectorSpec("ct_addr"),
+    ("ct", "daddr"): SelectorSpec("ct_addr"),
+    ("ct", "proto-src"): SelectorSpec("inet_service"),
+    ("ct", "proto-dst"): SelectorSpec("inet_service"),
+})
+
+#: ct keys that need a direction (`ct original saddr`), and those that refuse one.
+CT_DIR_KEYS = frozenset({"saddr", "daddr", "proto-src", "proto-dst"})
+
+
+@attrs.frozen
+class Selector:
+    """``kind key`` as written (``meta l4proto``); ``dir`` for ``ct original …``."""
+
+    kind: str
+    key: str
+    dir: int | None = None
+
+    @property
+    def spec(self) -> SelectorSpec:
+        return SELECTORS[(self.kind, self.key)]
+
+    def __str__(self) -> str:
+        if self.dir is not None:
+            return f"ct {('original', 'reply')[self.dir]} {self.key}"
+        return f"{self.kind} {self.key}"
+
+
+@attrs.frozen
+class Range:
+    """An inclusive range ``lo-hi`` of ints or addresses."""
+
+    lo: object
+    hi: object
+
+    def __contains__(self, x) -> bool:
+        try:
+            return self.lo <= x <= self.hi
+        except TypeError:  # IPv4 value against an IPv6 range: no match
+            return False
+
+
+# ----------------------------------------------------------------- expressions
+
+@attrs.frozen
+class Match:
+    """``selector [& mask] [op] values`` (nft_cmp / nft_lookup / nft_range / nft_bitwise).
+
+    ``values`` are typed elements (ints, addresses, networks, :class:`Range`,
+    strings); ``is_set`` means membership in an anonymous or named set
+    (``set_name``); ``flagcmp`` means a bitmask test ``(x & v) != 0``, what
+    nft makes of ``ct state established,related``; ``mask`` is a bitwise and
+    applied first (``tcp flags syn / syn,ack`` or ``ct mark & 0xff == 1``).
+    """
+
+    selector: Selector
+    op: str
+    values: tuple
+    is_set: bool = False
+    set_name: str | None = None
+    flagcmp: bool = False
+    mask: int | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class Verdict:
+    """``accept | drop | return | continue | jump C | goto C`` (nft_immediate)."""
+
+    kind: str
+    chain: str | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind != "continue"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.chain}" if self.chain else self.kind
+
+
+@attrs.frozen
+class VerdictMap:
+    """``selector vmap { key : verdict, … }`` (nft_lookup into a verdict map)."""
+
+    selector: Selector
+    entries: tuple  # of (element, Verdict)
+    set_name: str | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class CounterStmt:
+    """``counter`` (anonymous, per rule), ``counter name X``, or ``counter name SEL map {…}``."""
+
+    name: str | None = None
+    map_selector: Selector | None = None
+    map_entries: tuple = ()  # of (element, counter name)
+    packets: int = 0
+    bytes: int = 0
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class FlowAdd:
+    """``flow add @ft`` (``flow offload @ft`` is the old spelling): nft_flow_offload_eval."""
+
+    flowtable: str
+    spelling: str = "add"
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class SetStmt:
+    """``meta mark set V``, ``ct mark set V``, ``ip[6] dscp set V``, ``meta nftrace set V``.
+
+    ``value`` is an int, or a :class:`Selector` to copy from (``ct mark set meta mark``).
+    """
+
+    selector: Selector
+    value: object
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class NatStmt:
+    """``snat|dnat [ip|ip6] to ADDR[-ADDR][:PORT[-PORT]]``, ``masquerade``, ``redirect``.
+
+    ``family`` is the NFPROTO the statement applies to (None: the packet's own,
+    for masquerade/redirect in inet tables).  Terminal, like the kernel's
+    nft_nat_eval which sets the verdict from nf_nat_setup_info.
+    """
+
+    kind: str
+    family: int | None = None
+    addr_min: object = None
+    addr_max: object = None
+    port_min: int | None = None
+    port_max: int | None = None
+    flags: frozenset = frozenset()
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class LogStmt:
+    """``log [prefix …] [level …]``: parsed, no effect on the packet."""
+
+    options: tuple = ()
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class RejectStmt:
+    """``reject [with …]``: terminal; the packet is dropped and an error is due."""
+
+    with_: str | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+Statement = Verdict | CounterStmt | FlowAdd | SetStmt | NatStmt | LogStmt | RejectStmt
+
+
+@attrs.frozen
+class Rule:
+    """One rule: its expressions in order, the source text and location."""
+
+    exprs: tuple
+    text: str
+    loc: Loc
+    index: int = 0  # position in its chain (0-based), set when the chain is frozen
+    comment: str | None = None
+
+    @property
+    def terminal_verdict(self) -> str | None:
+        for e in self.exprs:
+            if isinstance(e, Verdict) and e.terminal:
+                return str(e)
+        return None
+
+
+@attrs.frozen
+class BaseHook:
+    """``type T hook H [device D] priority P; policy V;`` of a base chain."""
+
+    type: str
+    hook: str
+    priority: int
+    policy: str = "accept"
+    devices: tuple[str, ...] = ()
+    priority_text: str = ""
+
+
+@attrs.frozen
+class Chain:
+    """A chain; ``hook`` is set for base chains.  ``order`` = registration order."""
+
+    family: str
+    table: str
+    name: str
+    rules: tuple[Rule, ...]
+    hook: BaseHook | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+    order: int = 0
+    anonymous: bool = False
+
+    @property
+    def is_base(self) -> bool:
+        return self.hook is not None
+
+
+@attrs.frozen
+class Flowtable:
+    """``flowtable NAME { hook ingress priority P; devices = {…}; [flags offload;] [counter;] }``."""
+
+    family: str
+    table: str
+    name: str
+    hook: str
+    priority: int
+    devices: tuple[str, ...]
+    flags: frozenset = frozenset()
+    counter: bool = False
+    loc: Loc | None = attrs.field(default=None, eq=False)
+    order: int = 0
+
+    @property
+    def nf_flowtable_flags(self) -> int:
+        """NF_FLOWTABLE_HW_OFFLOAD | NF_FLOWTABLE_COUNTER as the kernel stores them."""
+        return (NF_FLOWTABLE_HW_OFFLOAD if "offload" in self.flags else 0) | (
+            NF_FLOWTABLE_COUNTER if self.counter else 0)
+
+
+@attrs.frozen
+class CounterDef:
+    """A named counter object with its initial values."""
+
+    name: str
+    packets: int = 0
+    bytes: int = 0
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class NamedSet:
+    """A named set or map; for maps ``elements`` are (key, value) pairs."""
+
+    name: str
+    dtype: str
+    elements: tuple
+    flags: frozenset = frozenset()
+    is_map: bool = False
+    map_dtype: str | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class Table:
+    """``table FAMILY NAME { … }``."""
+
+    family: str
+    name: str
+    chains: Mapping[str, Chain]
+    flowtables: Mapping[str, Flowtable]
+    counters: Mapping[str, CounterDef]
+    sets: Mapping[str, NamedSet]
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+    @property
+    def nfproto(self) -> int:
+        return FAMILIES[self.family]
+
+
+@attrs.frozen
+class Ruleset:
+    """All tables of one namespace, in creation order."""
+
+    tables: tuple[Table, ...]
+    file: str | None = None
+    #: interface names the rules and flowtables refer to, with where (for topology checks)
+    devices_referenced: tuple[tuple[str, Loc], ...] = ()
+
+    def table(self, family: str, name: str) -> Table:
+        for t in self.tables:
+            if t.family == family and t.name == name:
+                return t
+        raise KeyError(f"no table {family} {name}")
+
+    def chain(self, family: str, table: str, name: str) -> Chain:
+        return self.table(family, table).chains[name]
+
+    @property
+    def flowtables(self) -> tuple[Flowtable, ...]:
+        return tuple(ft for t in self.tables for ft in t.flowtables.values())
+
+    def flowtable(self, name: str, family: str | None = None, table: str | None = None) -> Flowtable:
+        """The flowtable called *name* (optionally in one table); KeyError if absent or ambiguous."""
+        found = [ft for ft in self.flowtables
+                 if ft.name == name and (family is None or ft.family == family)
+                 and (table is None or ft.table == table)]
+        if len(found) != 1:
+            raise KeyError(f"flowtable {name!r}: {len(found)} matches")
+        return found[0]
+
+    @property
+    def base_chains(self) -> tuple[Chain, ...]:
+        return tuple(c for t in self.tables for c in t.chains.values() if c.is_base)
+
+
+def ip_value(text: str):
+    """An address or network from its text (``10.0.0.0/8`` → IPv4Network)."""
+    if "/" in text:
+        return ipaddress.ip_network(text, strict=False)
+    return ipaddress.ip_address(text)

@@ -1,0 +1,100 @@
+"""Progress bars for long runs: tqdm on stderr, never a byte on stdout.
+
+Theory of operation
+-------------------
+The commands print their result on stdout (a report, JSON, CSV), so a bar
+may only ever write to stderr, and only when someone is watching: it is
+drawn when it is not switched off (``--quiet``) *and* stderr is a terminal
+(:func:`progress_enabled`).  Piped, redirected or captured by a test or a
+notebook, stderr is not a terminal and nothing is drawn.
+
+Two bars, both context managers that close themselves:
+
+:class:`SimProgress`
+    one :class:`~flowsim.sim.simulation.Simulation` run, measured in seconds of
+    *virtual* time.  It is the ``progress`` hook of
+    :meth:`Simulation.run() <flowsim.sim.simulation.Simulation.run>`, which calls it
+    with the clock every few hundred events, at each idle GC tick and at
+    the end.  Its total is the run's ``duration`` or, without one, the
+    traffic's expected end (:func:`expected_end`: the last table's start
+    plus the span of its packets); it grows if the run goes past it (the
+    handshake, teardown and link delays add a little).
+:func:`count_bar`
+    runs of a sweep, counted as their results come back.
+
+    >>> with SimProgress(10.0, enabled=False) as hook:
+    ...     hook(2.5)
+    ...     hook.n
+    2.5
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Iterable
+
+from tqdm import tqdm
+
+__all__ = ["progress_enabled", "expected_end", "SimProgress", "count_bar", "VIRTUAL_FORMAT"]
+
+VIRTUAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.3f}/{total:.3f} s virtual [{elapsed}<{remaining}]"
+
+
+def progress_enabled(quiet: bool = False, stream: IO | None = None) -> bool:
+    """True when a bar should be drawn: not *quiet* and *stream* (default stderr) is a terminal."""
+    if quiet:
+        return False
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # a closed stream
+        return False
+
+
+def expected_end(specs: Iterable, duration: float | None = None) -> float:
+    """Virtual time a run should end at: *duration*, else the latest ``start + packets × gap`` of *specs*."""
+    if duration is not None:
+        return float(duration)
+    return max((s.start + s.packets * s.gap for s in specs), default=0.0)
+
+
+class SimProgress:
+    """A bar over virtual seconds; call it with the clock (the ``progress`` hook of ``Simulation.run``)."""
+
+    def __init__(self, total: float, *, enabled: bool | None = None, stream: IO | None = None,
+                 desc: str = "simulating"):
+        stream = sys.stderr if stream is None else stream
+        on = progress_enabled(stream=stream) if enabled is None else enabled
+        self.bar = tqdm(total=max(float(total), 1e-9), file=stream, disable=not on, leave=False,
+                        desc=desc, bar_format=VIRTUAL_FORMAT, dynamic_ncols=True)
+        self.n = 0.0
+
+    @classmethod
+    def for_simulation(cls, sim, duration: float | None = None, **kwargs) -> "SimProgress":
+        """A bar sized for *sim*'s traffic (or *duration*)."""
+        return cls(expected_end(sim.specs, duration), **kwargs)
+
+    def __call__(self, now: float) -> None:
+        if now > self.bar.total:
+            self.bar.total = now
+        if now > self.n:
+            self.bar.update(now - self.n)
+            self.n = now
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> "SimProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def count_bar(total: int, *, desc: str = "runs", enabled: bool | None = None, stream: IO | None = None) -> tqdm:
+    """A bar counting *total* items (``bar.update(1)`` per finished one); a no-op bar when disabled."""
+    stream = sys.stderr if stream is None else stream
+    on = progress_enabled(stream=stream) if enabled is None else enabled
+    return tqdm(total=total, file=stream, disable=not on, leave=False, desc=desc, unit="run",
+                dynamic_ncols=True)

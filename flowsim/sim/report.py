@@ -1,0 +1,207 @@
+"""The report of a run: one JSON-ready dict, and the same as readable tables.
+
+Theory of operation
+-------------------
+:func:`build_report` reads a finished :class:`~flowsim.sim.simulation.Simulation` and
+returns plain data (``json.dumps`` works on it as is):
+
+``profile``, ``kernel``, ``topology``, ``flowtables_enabled``, ``time``
+    the run's settings and the virtual time it ended at;
+``packets``
+    ``injected`` / ``delivered`` / ``dropped`` / ``in_flight`` (they add
+    up: packet conservation), and the same per origin (``host`` endpoints,
+    ``stack`` — ICMP errors the simulated kernels sent);
+``drops``
+    reason id (:mod:`flowsim.reasons`) → packets; ``drop_samples`` the first
+    drops with time, packet, reason and where;
+``flowtables``
+    one ``Flowtable.report()`` per flowtable (netns, name, fastpath,
+    slowpath, reasons, flows with both tuples and their counters);
+``traffic``
+    per table: ``directions.original`` / ``.reply`` with ``sent``,
+    ``delivered``, ``dropped``, ``in_flight`` and the flowtable verdicts
+    ``fastpath`` / ``slowpath`` (one per flowtable hook the packets met),
+    ``icmp_errors`` the stack sent about it, and each flow's endpoints;
+``conntrack``
+    netns → entries: protocol, TCP state (UDP: UNREPLIED/REPLIED), status
+    flags (IPS_* names, OFFLOAD included), both tuples, mark, per-direction
+    packet/byte counters, seconds left;
+``counters``
+    netns → nft named counters (``family table name`` → packets, bytes).
+
+:func:`format_report` prints the same as aligned tables.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from flowsim.kernel import conntrack as ctmod
+from flowsim.kernel.stack.core import ORIGIN_HOST, ORIGIN_STACK
+
+__all__ = ["build_report", "format_report", "ct_status_names", "STATUS_BITS"]
+
+#: IPS_* bits in report order
+STATUS_BITS = (
+    ("EXPECTED", ctmod.IPS_EXPECTED), ("SEEN_REPLY", ctmod.IPS_SEEN_REPLY), ("ASSURED", ctmod.IPS_ASSURED),
+    ("CONFIRMED", ctmod.IPS_CONFIRMED), ("SRC_NAT", ctmod.IPS_SRC_NAT), ("DST_NAT", ctmod.IPS_DST_NAT),
+    ("SEQ_ADJUST", ctmod.IPS_SEQ_ADJUST), ("SRC_NAT_DONE", ctmod.IPS_SRC_NAT_DONE),
+    ("DST_NAT_DONE", ctmod.IPS_DST_NAT_DONE), ("DYING", ctmod.IPS_DYING),
+    ("FIXED_TIMEOUT", ctmod.IPS_FIXED_TIMEOUT), ("NAT_CLASH", ctmod.IPS_NAT_CLASH), ("HELPER", ctmod.IPS_HELPER),
+    ("OFFLOAD", ctmod.IPS_OFFLOAD), ("HW_OFFLOAD", ctmod.IPS_HW_OFFLOAD),
+)
+_L4 = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 4: "ipip", 41: "ipv6", 47: "gre"}
+_DIRS = ("original", "reply")
+
+
+def ct_status_names(status: int) -> list[str]:
+    """The IPS_* flag names set in *status*."""
+    return [name for name, bit in STATUS_BITS if status & bit]
+
+
+def _addr(a) -> str:
+    return f"[{a}]" if a.version == 6 else str(a)
+
+
+def _tuple(t) -> str:
+    if t.l4proto in (6, 17):
+        return f"{_addr(t.src)}:{t.sport} -> {_addr(t.dst)}:{t.dport}"
+    return f"{t.src} -> {t.dst}"
+
+
+def _ct_entry(ct, now: float) -> dict:
+    l4 = ct.l4proto
+    if l4 == 6:
+        state = ct.tcp_state.name
+    else:
+        state = "REPLIED" if ct.status & ctmod.IPS_SEEN_REPLY else "UNREPLIED"
+    return {
+        "id": ct.id, "proto": _L4.get(l4, str(l4)), "state": state, "status": ct_status_names(ct.status),
+        "original": _tuple(ct.tuplehash[0]), "reply": _tuple(ct.tuplehash[1]), "mark": ct.mark,
+        "timeout": round(ct.expires(now), 3),
+        "counters": {d: {"packets": ct.acct[i].packets, "bytes": ct.acct[i].bytes} for i, d in enumerate(_DIRS)},
+    }
+
+
+def _flowtable_report(ft, ns) -> dict:
+    try:
+        return ft.report(ns)
+    except TypeError:  # a flowtable whose report() takes no namespace
+        return ft.report()
+
+
+def build_report(sim) -> dict:
+    """Everything a run produced, as JSON-ready data (see the module docstring)."""
+    k = sim.kernel
+    ledger = k.ledger
+    now = k.now
+    totals = ledger.totals()
+    by_origin = {
+        origin: {"injected": ledger.injected[origin], "delivered": ledger.delivered[origin]}
+        for origin in (ORIGIN_HOST, ORIGIN_STACK)
+    }
+    per = ledger.per_traffic
+    traffic = []
+    for spec in sim.specs:
+        dirs = {}
+        for d in _DIRS:
+            c = per.get((spec.name, d, ORIGIN_HOST), collections.Counter())
+            acct = k.accounting.get((spec.name, d, ORIGIN_HOST), collections.Counter())
+            sent, delivered, dropped = c["sent"], c["delivered"], c["dropped"]
+            dirs[d] = {"sent": sent, "delivered": delivered, "dropped": dropped,
+                       "in_flight": sent - delivered - dropped,
+                       "fastpath": acct["fastpath"], "slowpath": acct["slowpath"]}
+        icmp = collections.Counter()
+        for d in _DIRS:
+            icmp.update(per.get((spec.name, d, ORIGIN_STACK), collections.Counter()))
+        traffic.append({
+            "name": spec.name, "proto": spec.proto, "from": spec.netns, "src": str(spec.src), "to": str(spec.dst),
+            "dport": spec.dport, "directions": dirs,
+            "icmp_errors": {"sent": icmp["sent"], "delivered": icmp["delivered"], "dropped": icmp["dropped"]},
+            "flows": [c.report() for c in sim.conversations if c.spec is spec],
+        })
+    flowtables, conntrack, counters = [], {}, {}
+    for st in k.netns.values():
+        for ft in st.flowtables.values():
+            flowtables.append(_flowtable_report(ft, st.ns))
+        if st.ct_active:
+            conntrack[st.name] = [_ct_entry(ct, now) for ct in st.conntrack.entries()]
+        if st.nft is not None and st.nft.named_counters:
+            counters[st.name] = {f"{f} {t} {n}": {"packets": c.packets, "bytes": c.bytes}
+                                 for (f, t, n), c in st.nft.named_counters.items()}
+    return {
+        "topology": sim.topo.file, "description": sim.topo.description,
+        "profile": k.profile.name, "kernel": k.profile.kernel, "flowtables_enabled": k.flowtables_enabled,
+        "time": round(sim.end, 9), "duration": sim.duration,
+        "packets": {**totals, "by_origin": by_origin},
+        "drops": dict(sorted(ledger.dropped.items())),
+        "drop_samples": [{"time": round(t, 9), "packet": p, "reason": r, "where": w}
+                         for t, p, r, w in ledger.drop_log[:20]],
+        "flowtables": flowtables, "traffic": traffic, "conntrack": conntrack, "counters": counters,
+        "events": [{"at": e.at, "netns": e.netns, "command": e.command.text} for e in sim.events_run],
+    }
+
+
+# ----------------------------------------------------------------- text
+
+def _table(headers: list[str], rows: list[list], indent: str = "  ") -> list[str]:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    out = []
+    for n, r in enumerate(cells):
+        line = "  ".join(c.ljust(w) if i == 0 or not c.replace(".", "").isdigit() else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths)))
+        out.append(indent + line.rstrip())
+        if n == 0:
+            out.append(indent + "  ".join("-" * w for w in widths))
+    return out
+
+
+def format_report(r: dict) -> str:
+    """The report as readable tables."""
+    p = r["packets"]
+    lines = [
+        f"flowsim run {r['topology']}",
+        f"  profile {r['profile']} (kernel {r['kernel']}), flowtables {'on' if r['flowtables_enabled'] else 'off'}, "
+        f"virtual time {r['time'] * 1e3:.3f} ms",
+        f"  packets: injected {p['injected']} (hosts {p['by_origin']['host']['injected']}, "
+        f"ICMP errors {p['by_origin']['stack']['injected']}), delivered {p['delivered']}, dropped {p['dropped']}, "
+        f"in flight {p['in_flight']}",
+        "",
+        "traffic",
+    ]
+    rows = []
+    for t in r["traffic"]:
+        for d in _DIRS:
+            x = t["directions"][d]
+            rows.append([t["name"] if d == "original" else "", d, x["sent"], x["delivered"], x["dropped"],
+                         x["in_flight"], x["fastpath"], x["slowpath"]])
+    lines += _table(["name", "direction", "sent", "delivered", "dropped", "in flight", "fastpath", "slowpath"], rows)
+    if r["flowtables"]:
+        lines += ["", "flowtables"]
+        rows = [[f["netns"], f["name"], f["fastpath"], f["slowpath"], f.get("drops", 0), len(f.get("flows", [])),
+                 ", ".join(f"{k} {v}" for k, v in f.get("reasons", {}).items()) or "-"] for f in r["flowtables"]]
+        lines += _table(["netns", "flowtable", "fastpath", "slowpath", "drops", "flows", "slow-path reasons"], rows)
+        for f in r["flowtables"]:
+            if f.get("gso", {}).get("segmented"):
+                lines.append(f"  {f['netns']} @{f['name']}: {f['gso']['segmented']} GSO skbs segmented in software "
+                             f"into {f['gso']['segments']} before the encap push (needs_gso_segment)")
+    if r.get("events"):
+        lines += ["", "events"]
+        lines += [f"  {e['at'] * 1e3:9.3f} ms  {e['netns']}: {e['command']}" for e in r["events"]]
+    if r["drops"]:
+        lines += ["", "drops"]
+        lines += _table(["reason", "packets"], [[k, v] for k, v in r["drops"].items()])
+        for s in r["drop_samples"][:5]:
+            lines.append(f"    e.g. {s['packet']} at {s['time'] * 1e3:.3f} ms in {s['where']}: {s['reason']}")
+    for netns, entries in r["conntrack"].items():
+        if not entries:
+            continue
+        lines += ["", f"conntrack ({netns})"]
+        rows = [[e["proto"], e["original"], e["reply"], e["state"], ",".join(e["status"]) or "-",
+                 e["counters"]["original"]["packets"], e["counters"]["reply"]["packets"]] for e in entries]
+        lines += _table(["proto", "original", "reply", "state", "status", "pkts orig", "pkts reply"], rows)
+    for netns, cs in r["counters"].items():
+        lines += ["", f"nft counters ({netns})"]
+        lines += _table(["counter", "packets", "bytes"], [[k, v["packets"], v["bytes"]] for k, v in cs.items()])
+    return "\n".join(lines) + "\n"

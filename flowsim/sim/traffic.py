@@ -1,0 +1,395 @@
+"""Traffic: the ``[[traffic]]`` tables as deterministic endpoints on the virtual clock.
+
+Theory of operation
+-------------------
+A :class:`TrafficSpec` is one traffic table (:class:`flowsim.config.topology.Traffic`
+plus what only the API sets: RST close, several flows).  Each flow is a
+:class:`Conversation` between two :class:`Endpoint` objects:
+
+* the **client** lives in the ``from`` namespace and is bound from the
+  start to ``(src, sport) → (to, dport)``;
+* the **server** does not exist until the first packet is delivered
+  somewhere: whichever namespace owns the address the packet finally
+  reaches (after any DNAT) *accepts* it (``Kernel.accept``) and binds the
+  server to the 4-tuple *as it arrived*.  Replies go to that tuple, so a
+  reply only reaches the client when every NAT on the way was undone
+  correctly — the client's socket is bound to exactly what it sent.
+
+Timing.  ``start`` is when the client begins; the original direction sends
+``packets`` packets ``1/rate`` apart (back to back, :data:`DEFAULT_GAP`
+apart, when ``rate`` is 0); the reply direction spreads its
+``reply_packets`` over the same time span, starting when the server is
+established.  ``size`` / ``reply_size`` are **IP packet lengths** (L3
+bytes, as the flowtable's MTU check counts them); the payload is what is
+left after the IP and TCP/UDP headers.
+
+TCP (no congestion control, no retransmission, every segment in window):
+SYN → SYN/ACK → ACK (unless ``handshake = false``: data from the first
+packet, which conntrack picks up mid-stream), data segments with PSH/ACK
+and correct sequence/acknowledgement numbers — data is not answered by
+extra pure ACKs: a table models its ACK stream as ``reply_packets`` of
+ACK size (``reply_size = 60``, as ``ip6ip6-rx.toml`` does) — then, once both sides have
+sent everything — FIN/ACK, FIN/ACK, ACK (conntrack ends in TIME_WAIT) or a
+single RST (CLOSE).  Segments are sized to the path MTU the endpoint
+knows, which ICMP fragmentation-needed / Packet-Too-Big lower (path MTU
+discovery).  UDP: the client's datagrams, the server's replies once the
+first datagram arrived; IPv4 datagrams larger than the path MTU are sent
+without DF (fragmented by the sending host), like ``IP_PMTUDISC_WANT``.
+
+GSO (``gso_size``): data packets leave the endpoint as one GSO skb of
+``size`` bytes (at most :data:`GSO_MAX_SKB`, TCP's ``tcp_tso_autosize``
+bound) whose segments carry ``gso_size`` payload bytes, lowered to what fits
+the path MTU — TSO for TCP, ``UDP_SEGMENT`` for UDP.  veth, VLAN, bridge,
+loopback and tunnel devices take the GSO skb whole (a capture on a veth
+shows the large frame, as tcpdump does); a ppp device cannot, so the stack
+cuts it in software first (``validate_xmit_skb``).  The receiving endpoint
+takes a GSO skb as one large segment, as after GRO.
+
+Every packet carries a :class:`~flowsim.kernel.stack.core.PacketTag` naming the
+traffic, the direction (``original`` from the client, ``reply`` from the
+server), a sequence number, its kind and the flow index.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+
+import attrs
+
+from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
+from flowsim.models.gso import GSO_LEGACY_MAX_SIZE
+from flowsim.kernel.headers import IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.gso import gso_type_of
+from flowsim.kernel.stack.core import ORIGIN_HOST
+from flowsim.kernel.stack.pkt import IP_DEFAULT_TTL, IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
+
+__all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
+
+DEFAULT_GAP = 10e-6  # seconds between back-to-back packets (rate = 0)
+EPHEMERAL_BASE = 40000  # first client port when the table gives none (ip_local_port_range is 32768-60999)
+_HDR = {4: 20, 6: 40}
+_L4HDR = {"tcp": 20, "udp": 8}
+MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
+GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the largest GSO skb TCP builds
+
+
+@attrs.frozen
+class TrafficSpec:
+    """One traffic table, as the generator uses it."""
+
+    name: str
+    proto: str  # tcp | udp
+    netns: str
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dport: int
+    sport: int | None = None
+    packets: int = 10
+    size: int = 1000
+    reply_packets: int = 0
+    reply_size: int | None = None
+    handshake: bool = True
+    close: str | None = "fin"  # "fin", "rst" or None (TCP only)
+    rate: float = 0.0
+    start: float = 0.0
+    flows: int = 1  # several flows: client ports sport, sport+1, …
+    ttl: int = IP_DEFAULT_TTL  # TTL / hop limit the endpoints send with
+    df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
+    gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
+
+    @classmethod
+    def from_topology(cls, t, index: int = 0) -> "TrafficSpec":
+        """From a :class:`flowsim.config.topology.Traffic`: every field the two share is copied; the client port
+        defaults to 40000 + 100 × index, and the table's ``close`` flag becomes a FIN close (TCP only)."""
+        tcp = t.proto == "tcp"
+        shared = {a.name for a in attrs.fields(cls)} & {a.name for a in attrs.fields(type(t))}
+        values = {name: getattr(t, name) for name in shared}
+        values.update(sport=t.sport if t.sport is not None else EPHEMERAL_BASE + 100 * index,
+                      handshake=t.handshake and tcp, close=("fin" if t.close else None) if tcp else None)
+        return cls(**values)
+
+    @property
+    def gap(self) -> float:
+        return 1.0 / self.rate if self.rate > 0 else DEFAULT_GAP
+
+    @property
+    def reply_gap(self) -> float:
+        return self.gap * self.packets / self.reply_packets if self.reply_packets else self.gap
+
+
+class Endpoint:
+    """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
+
+    def __init__(self, conv: "Conversation", role: str, netns: str, laddr, lport: int, raddr, rport: int):
+        self.conv = conv
+        self.role = role  # client | server
+        self.direction = "original" if role == "client" else "reply"
+        self.netns = netns
+        self.laddr, self.lport, self.raddr, self.rport = laddr, lport, raddr, rport
+        self.state = "closed"
+        seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
+        self.isn = seed & 0x7FFFFFFF
+        self.snd_nxt = self.isn
+        self.rcv_nxt = 0
+        self.ident = seed & 0xFFFF
+        self.pmtu: int | None = None
+        self.sent = 0  # data packets sent
+        self.received = 0  # packets delivered to this endpoint
+        self.bytes_received = 0
+        self.done = False  # all data sent
+        self.icmp_errors: list[tuple[int, int, int]] = []  # (type, code, mtu/info)
+
+    @property
+    def key(self) -> tuple:
+        proto = IPPROTO_TCP if self.conv.spec.proto == "tcp" else IPPROTO_UDP
+        return (proto, self.laddr, self.lport, self.raddr, self.rport)
+
+    def bind(self, kernel) -> None:
+        st = kernel.netns[self.netns]
+        st.sockets[self.key] = self
+        if self.pmtu is None:
+            rt = st.route(self.raddr)
+            self.pmtu = st.route_mtu(rt) if not rt.error else 1500
+
+    # --- sending
+    def _l3_size(self, size: int) -> int:
+        return min(size, self.pmtu or size)
+
+    def send(self, kernel, kind: str, flags: int = 0, size: int | None = None) -> None:
+        """Build one packet of *kind* (*size* = IP length for data) and hand it to ``ip_local_out``."""
+        spec = self.conv.spec
+        v = self.laddr.version
+        l4 = _L4HDR[spec.proto]
+        gso_size = 0
+        if size is None:
+            payload_len = 0
+            l3 = _HDR[v] + l4
+        elif spec.gso_size:
+            # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
+            mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - _HDR[v] - l4))
+            l3 = min(size, GSO_MAX_SKB)
+            payload_len = max(l3 - _HDR[v] - l4, 0)
+            if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
+                gso_size = mss
+        else:
+            # TCP segments and IPv6 datagrams fit the path MTU; IPv4 UDP may be fragmented by this host
+            clamp = v == 6 or (spec.proto == "tcp" and spec.df is not False)
+            l3 = self._l3_size(size) if clamp else size
+            payload_len = max(l3 - _HDR[v] - l4, 0)
+        payload = bytes(payload_len)
+        if spec.proto == "tcp":
+            seg = tcp_segment(self.laddr, self.raddr, self.lport, self.rport, self.snd_nxt,
+                              self.rcv_nxt if flags & TCP_ACK else 0, flags, payload)
+            self.snd_nxt += payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
+            proto = IPPROTO_TCP
+            df = spec.df is not False
+        else:
+            seg = udp_datagram(self.laddr, self.raddr, self.lport, self.rport, payload)
+            proto = IPPROTO_UDP
+            seglen = _HDR[v] + 8 + gso_size if gso_size else len(seg) + _HDR[v]
+            df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
+        self.ident = (self.ident + 1) & 0xFFFF
+        if v == 4:
+            pkt = build_ipv4(self.laddr, self.raddr, proto, seg, ttl=spec.ttl, ident=self.ident, df=df)
+        else:
+            pkt = build_ipv6(self.laddr, self.raddr, proto, seg, hlim=spec.ttl)
+        self.conv.seq += 1
+        tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, seq=self.conv.seq, flow=self.conv.flow)
+        kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
+
+    def stream(self, kernel, count: int, size: int, gap: float) -> None:
+        """Send the next data packet now and schedule the rest *gap* apart."""
+        if self.state not in ("established", "open"):
+            return
+        flags = TCP_ACK | TCP_PSH if self.conv.spec.proto == "tcp" else 0
+        self.send(kernel, "data", flags, size)
+        self.sent += 1
+        if self.sent < count:
+            kernel.schedule(kernel.now + gap, self.stream, kernel, count, size, gap)
+        else:
+            self.done = True
+            self.conv.maybe_close(kernel)
+
+    # --- receiving (called by the stack after local delivery)
+    def rx(self, kernel, st, info, skb) -> None:
+        self.received += 1
+        self.bytes_received += info.tot_len
+        if self.conv.spec.proto == "udp":
+            return
+        flags = info.tcp_flags or 0
+        seq = int.from_bytes(skb.buf[info.l4off + 4:info.l4off + 8], "big")
+        doff = (skb.buf[info.l4off + 12] >> 4) * 4
+        datalen = info.l3off + info.tot_len - info.l4off - doff
+        _TCP_RX[self.state](self, kernel, flags, seq, datalen)
+
+    def _advance(self, seq: int, datalen: int, flags: int) -> None:
+        end = seq + datalen + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
+        if ((end - self.rcv_nxt) & 0xFFFFFFFF) < 0x80000000:
+            self.rcv_nxt = end & 0xFFFFFFFF
+
+    def _rx_syn_sent(self, kernel, flags, seq, datalen) -> None:
+        if flags & TCP_RST:
+            self.state = "closed"
+        elif flags & TCP_SYN and flags & TCP_ACK:
+            self.rcv_nxt = (seq + 1) & 0xFFFFFFFF
+            self.state = "established"
+            self.send(kernel, "ack", TCP_ACK)
+            self.conv.client_established(kernel)
+
+    def _rx_syn_rcvd(self, kernel, flags, seq, datalen) -> None:
+        if flags & TCP_RST:
+            self.state = "closed"
+        elif flags & TCP_SYN and not flags & TCP_ACK:
+            self.rcv_nxt = (seq + 1) & 0xFFFFFFFF
+        elif flags & TCP_ACK:
+            self._advance(seq, datalen, flags)
+            self.state = "established"
+            self.conv.server_established(kernel)
+
+    def _rx_established(self, kernel, flags, seq, datalen) -> None:
+        if flags & TCP_RST:
+            self.state = "closed"
+            return
+        self._advance(seq, datalen, flags)
+        if flags & TCP_FIN:  # passive close: our FIN goes with the ACK
+            self.state = "last_ack"
+            self.send(kernel, "fin", TCP_FIN | TCP_ACK)
+
+    def _rx_fin_wait(self, kernel, flags, seq, datalen) -> None:
+        if flags & TCP_RST:
+            self.state = "closed"
+            return
+        self._advance(seq, datalen, flags)
+        if flags & TCP_FIN:
+            self.state = "time_wait"
+            self.send(kernel, "ack", TCP_ACK)
+
+    def _rx_last_ack(self, kernel, flags, seq, datalen) -> None:
+        if flags & (TCP_ACK | TCP_RST):
+            self.state = "closed"
+
+    def _rx_closed(self, kernel, flags, seq, datalen) -> None:
+        pass
+
+    # --- ICMP errors about our packets
+    def icmp_error(self, kernel, st, info, inner, skb) -> None:
+        at = info.l4off
+        value = int.from_bytes(skb.buf[at + 4:at + 8], "big")
+        self.icmp_errors.append((info.icmp_type, info.icmp_code, value))
+        frag_needed = (info.l4proto == IPPROTO_ICMP and info.icmp_type == 3 and info.icmp_code == 4)
+        too_big = info.l4proto != IPPROTO_ICMP and info.icmp_type == 2
+        if frag_needed or too_big:
+            mtu = value & 0xFFFF if frag_needed else value
+            floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
+            if mtu >= floor and (self.pmtu is None or mtu < self.pmtu):
+                self.pmtu = mtu  # path MTU discovery; the lost segment is not retransmitted
+
+    def report(self) -> dict:
+        return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
+                "remote": f"{_fmt(self.raddr)}:{self.rport}", "state": self.state, "sent": self.sent,
+                "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors)}
+
+
+_TCP_RX = {
+    "syn_sent": Endpoint._rx_syn_sent,
+    "syn_rcvd": Endpoint._rx_syn_rcvd,
+    "established": Endpoint._rx_established,
+    "open": Endpoint._rx_established,
+    "fin_wait": Endpoint._rx_fin_wait,
+    "time_wait": Endpoint._rx_fin_wait,
+    "last_ack": Endpoint._rx_last_ack,
+    "closed": Endpoint._rx_closed,
+}
+
+
+def _fmt(addr) -> str:
+    return f"[{addr}]" if addr.version == 6 else str(addr)
+
+
+class Conversation:
+    """One flow of a traffic table: a client, and the server it finds."""
+
+    def __init__(self, spec: TrafficSpec, flow: int = 0):
+        self.spec = spec
+        self.flow = flow
+        self.seq = 0
+        sport = (spec.sport or EPHEMERAL_BASE) + flow
+        self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, spec.dport)
+        self.server: Endpoint | None = None
+        self.closing = False
+
+    def start(self, kernel) -> None:
+        """The client opens the conversation (at ``spec.start``)."""
+        c = self.client
+        c.bind(kernel)
+        if self.spec.proto == "tcp" and self.spec.handshake:
+            c.state = "syn_sent"
+            c.send(kernel, "syn", TCP_SYN)
+        else:
+            c.state = "established" if self.spec.proto == "tcp" else "open"
+            if self.spec.proto == "tcp":
+                c.rcv_nxt = zlib.crc32(f"{self.spec.name}/{self.flow}/server".encode()) & 0x7FFFFFFF
+            self.client_established(kernel)
+
+    def client_established(self, kernel) -> None:
+        self.client.stream(kernel, self.spec.packets, self.spec.size, self.spec.gap)
+
+    def accept(self, kernel, st, info) -> Endpoint | None:
+        """A packet of this conversation reached namespace *st* with no socket: bind the server to it."""
+        if self.server is not None:
+            return None
+        tcp = self.spec.proto == "tcp"
+        flags = info.tcp_flags or 0
+        if tcp and self.spec.handshake and not (flags & TCP_SYN and not flags & TCP_ACK):
+            return None  # only a SYN opens a listening socket's connection
+        s = Endpoint(self, "server", st.name, info.dst, info.dport, info.src, info.sport)
+        self.server = s
+        s.bind(kernel)
+        if tcp and self.spec.handshake:
+            s.state = "syn_rcvd"
+            kernel.schedule(kernel.now, self._synack, kernel)
+        elif tcp:
+            s.state = "established"
+            kernel.schedule(kernel.now, self.server_established, kernel)
+        else:
+            s.state = "open"
+            kernel.schedule(kernel.now, self.server_established, kernel)
+        return s
+
+    def _synack(self, kernel) -> None:
+        s = self.server
+        s.send(kernel, "synack", TCP_SYN | TCP_ACK)
+
+    def server_established(self, kernel) -> None:
+        s = self.server
+        n = self.spec.reply_packets
+        if n:
+            s.stream(kernel, n, self.spec.reply_size or self.spec.size, self.spec.reply_gap)
+        else:
+            s.done = True
+            self.maybe_close(kernel)
+
+    def maybe_close(self, kernel) -> None:
+        """Once both sides sent everything, the client closes (FIN or RST) one gap later."""
+        if self.closing or self.spec.close is None or not self.client.done:
+            return
+        if self.server is None or not self.server.done:
+            return
+        self.closing = True
+        kernel.schedule(kernel.now + self.spec.gap, self._close, kernel)
+
+    def _close(self, kernel) -> None:
+        c = self.client
+        if c.state != "established":
+            return
+        if self.spec.close == "rst":
+            c.state = "closed"
+            c.send(kernel, "rst", TCP_RST | TCP_ACK)
+        else:
+            c.state = "fin_wait"
+            c.send(kernel, "fin", TCP_FIN | TCP_ACK)
+
+    def report(self) -> dict:
+        return {"flow": self.flow, "client": self.client.report(),
+                "server": self.server.report() if self.server is not None else None}
