@@ -36,12 +36,12 @@ from scapy.layers.inet import TCP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
+from flowsim.config.topology import load_topology
 from flowsim.kernel.conntrack import TCP_ACK, TCP_SYN, CtTuple
 from flowsim.kernel.flowtable.core import flow_offload_alloc, flow_offload_route_init, nft_flow_offload_eval
 from flowsim.kernel.flowtable.path import nft_flow_route
-from flowsim.profiles import get_profile
 from flowsim.kernel.stack.core import Kernel
-from flowsim.config.topology import load_topology
+from flowsim.profiles import get_profile
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "ip6ip6-rx.toml"
 FLOWS = 10_000

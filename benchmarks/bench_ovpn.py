@@ -17,8 +17,7 @@ import json
 import sys
 import time
 
-from flowsim.models.ovpn import OvpnReceiver, build_inner_skb, compare_paths, ovpn_net_xmit
-from flowsim.models.ovpn import make_peer
+from flowsim.models.ovpn import OvpnReceiver, build_inner_skb, compare_paths, make_peer, ovpn_net_xmit
 from flowsim.models.xfrm import simulate as xfrm_simulate
 
 TARGET_RECORDS = 5_000

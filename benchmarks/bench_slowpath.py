@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology
+from flowsim.sim.simulation import Simulation
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 TARGET_SECONDS = 2.0

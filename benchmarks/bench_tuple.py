@@ -21,9 +21,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 
-from flowsim.profiles import get_profile
-from flowsim.kernel.skb import skb_from_frame
 from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
+from flowsim.profiles import get_profile
 
 FLOWS = 4096
 TARGET_FPS = 250_000

@@ -17,7 +17,7 @@ known bugs) and ``linux-7.1.5`` (June-2026 fixes; the default).
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import attrs
 
@@ -94,7 +94,7 @@ class Profile:
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
         ("closing", "teardown"))
 
-    def derive(self, **overrides) -> "Profile":
+    def derive(self, **overrides) -> Profile:
         """A copy with some switches changed; values may be given as text."""
         fields = attrs.fields_dict(Profile)
         changes = {}

@@ -9,7 +9,11 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from scapy.layers.inet import GRE, ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import (
-    IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
 )
 from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 from scapy.layers.ppp import PPP, PPPoE

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import attrs
 
+from flowsim.config.topology import load_topology
 from flowsim.kernel.conntrack import TCP_ACK, TCP_SYN, ConntrackTable, CtTuple
 from flowsim.kernel.flowtable.core import Flowtable, nft_flow_offload_eval
 from flowsim.nft.ruleset import parse_ruleset
 from flowsim.profiles import get_profile
-from flowsim.config.topology import load_topology
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
@@ -81,12 +81,13 @@ def established_ct(state: NsState, src, dst, sport, dport, l4proto=6, now=0.0):
 
 def add_flow(kernel, state, ft_name, ct, ctdir, in_dev, skb=None):
     """Run `flow add @ft` for a packet of direction *ctdir* that came in on *in_dev*."""
-    from flowsim.kernel.skb import skb_from_frame
-    from scapy.layers.l2 import Ether
     from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from flowsim.kernel.skb import skb_from_frame
 
     ns = state.ns
-    t = ct.tuplehash[ctdir]
+    ct.tuplehash[ctdir]
     route = ns.fib.lookup(ct.tuplehash[1 - ctdir].src)
     if skb is None:
         skb = skb_from_frame(bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP() / TCP()))

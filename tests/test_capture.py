@@ -7,8 +7,8 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
 from scapy.utils import PcapNgWriter, wrpcap
 
-from flowsim.kernel.capture import PcapWriter, read_capture
 from flowsim.errors import CaptureError
+from flowsim.kernel.capture import PcapWriter, read_capture
 
 PKT = IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2)
 

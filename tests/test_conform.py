@@ -18,16 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from flowsim.cli import main
+from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.conform import compare as cc
 from flowsim.conform import kernel as ck
-from flowsim.cli import main
+from flowsim.conform.guest import _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive
 from flowsim.conform.harness import run_conformance, update_doc
-from flowsim.conform.guest import (_sysctl_path, plan_scenario, probe_ruleset, render_command, render_init,
-                                   run_archive)
 from flowsim.conform.parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
-from flowsim.kernel.devices.base import Command
 from flowsim.errors import ConfigError, TopologyError
-from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.kernel.devices.base import Command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "conform"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.conform.harness import ConformSetupError, run_conformance
 from flowsim.conform.compare import format_facts
+from flowsim.conform.harness import ConformSetupError, run_conformance
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBSET = ["conform-forward", "conform-ipip", "conform-fin", "conform-nat"]

@@ -11,11 +11,34 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
 from flowsim.kernel.conntrack import (
-    IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY, IP_CT_TCP_FLAG_BE_LIBERAL, IP_CT_TCP_FLAG_CLOSE_INIT, IPS_ASSURED,
-    IPS_CONFIRMED, IPS_DST_NAT, IPS_DYING, IPS_OFFLOAD, IPS_SEEN_REPLY, IPS_SRC_NAT,
-    IPS_SRC_NAT_DONE, NF_CT_DAY, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, ConntrackTable, CtTimeouts, CtTuple,
-    NatRange, TcpConntrack, csum_replace2, flow_offload_ct_tcp, nf_conntrack_tcp_established, nf_ct_acct_update,
-    nf_nat_packet, nft_ct_state,
+    IP_CT_DIR_ORIGINAL,
+    IP_CT_DIR_REPLY,
+    IP_CT_TCP_FLAG_BE_LIBERAL,
+    IP_CT_TCP_FLAG_CLOSE_INIT,
+    IPS_ASSURED,
+    IPS_CONFIRMED,
+    IPS_DST_NAT,
+    IPS_DYING,
+    IPS_OFFLOAD,
+    IPS_SEEN_REPLY,
+    IPS_SRC_NAT,
+    IPS_SRC_NAT_DONE,
+    NF_CT_DAY,
+    TCP_ACK,
+    TCP_FIN,
+    TCP_RST,
+    TCP_SYN,
+    ConntrackTable,
+    CtTimeouts,
+    CtTuple,
+    NatRange,
+    TcpConntrack,
+    csum_replace2,
+    flow_offload_ct_tcp,
+    nf_conntrack_tcp_established,
+    nf_ct_acct_update,
+    nf_nat_packet,
+    nft_ct_state,
 )
 from flowsim.kernel.headers import internet_checksum as inet_checksum
 
@@ -126,7 +149,7 @@ def test_tcp_reopen_after_close():
     """A SYN on a closed connection whose close was initiated (CLOSE_INIT) kills it and starts a new one."""
     table = ConntrackTable()
     old = open_conn(table)
-    for i, (d, f) in enumerate(HANDSHAKE_AND_CLOSE[1:]):
+    for i, (d, _f) in enumerate(HANDSHAKE_AND_CLOSE[1:]):
         table.nf_conntrack_in(tup() if d[0] == 0 else tup().invert(), i + 1, tcp_flags=d[1])
     assert old.tcp_state == S.TIME_WAIT
     r = table.nf_conntrack_in(tup(), 20, tcp_flags=TCP_SYN)
@@ -481,7 +504,7 @@ def test_extend_ct_timeout(proto, state, offloaded, left, new_left):
 
 def test_nat_range_from_nft_request():
     """An nft NatRequest becomes a NatRange; masquerade takes the device address the caller supplies."""
-    from flowsim.nft.ruleset import NftPacket, Nftables, parse_ruleset
+    from flowsim.nft.ruleset import Nftables, NftPacket, parse_ruleset
     n = Nftables(parse_ruleset("table ip nat { chain p { type nat hook postrouting priority srcnat; "
                                "meta l4proto tcp masquerade to :1024-2047 random } }"))
     ct = ConntrackTable().create(tup(), 0)

@@ -10,9 +10,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.utils import rdpcap
 
 from flowsim.kernel.capture import read_capture
-from flowsim.profiles import get_profile
-from flowsim.kernel.skb import skb_from_frame
 from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
+from flowsim.profiles import get_profile
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "suricata-verify"
 

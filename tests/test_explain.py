@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
-from flowsim.sim.explain import explain
-from flowsim.profiles import get_profile
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology
+from flowsim.profiles import get_profile
+from flowsim.sim.explain import explain
+from flowsim.sim.simulation import Simulation
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from ftkit import add_flow, established_ct, setup
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
-from scapy.layers.l2 import Dot1Q, Ether
+from scapy.layers.l2 import Ether
 from scapy.layers.ppp import PPP, PPPoE  # registers the 0x8864 binding for dissection
 
-from ftkit import add_flow, established_ct, setup
 from flowsim.kernel.conntrack import IPS_OFFLOAD
-from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
 from flowsim.kernel.flowtable.core import NF_FLOW_CLOSING, NF_FLOW_TEARDOWN
+from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
 from flowsim.kernel.skb import skb_from_frame
 
 CLIENT, SERVER = "2001:db8:1::1", "2001:db8:3::2"
@@ -192,6 +192,7 @@ def test_flow_created_by_either_direction(ctdir, in_dev):
 def test_flow_add_refusals_are_recorded(why, prepare, rid):
     """Each refused `flow add` records the §3 condition that stopped it, for explain."""
     import ipaddress
+
     from flowsim.kernel.conntrack import TCP_SYN, CtTuple
 
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")

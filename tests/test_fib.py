@@ -7,9 +7,9 @@ import ipaddress
 
 import pytest
 
+from flowsim.config.topology import load_topology_text
 from flowsim.errors import TopologyError
 from flowsim.kernel.fib import Route
-from flowsim.config.topology import load_topology_text
 
 ip = ipaddress.ip_address
 net = ipaddress.ip_network

@@ -6,9 +6,9 @@ import ipaddress
 
 import pytest
 
+from flowsim.config.topology import load_topology_text
 from flowsim.errors import TopologyError
 from flowsim.kernel.neigh import NUD_VALID, NeighEntry, NeighTable, NudState
-from flowsim.config.topology import load_topology_text
 
 ip = ipaddress.ip_address
 

@@ -11,10 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowsim.kernel.conntrack import IPS_DST_NAT_DONE, IPS_SRC_NAT_DONE, CtEntry, CtTuple
-from flowsim.nft.ruleset import (
-    DscpSet, MarkSet, NftPacket, Nftables, NftraceSet, NF_IP_PRI_CONNTRACK, parse_ruleset,
-)
 from flowsim.nft.parse import SYMBOLS
+from flowsim.nft.ruleset import (
+    NF_IP_PRI_CONNTRACK,
+    DscpSet,
+    MarkSet,
+    Nftables,
+    NftPacket,
+    NftraceSet,
+    parse_ruleset,
+)
 
 RULESETS = Path(__file__).parent / "data" / "rulesets"
 A1, A2 = ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99")
@@ -185,7 +191,7 @@ def test_nat_request_for_new_connection():
 
 def test_selftest_nat_end_to_end():
     """§8 scenario 4 with §3's keys: DNAT at prerouting, masquerade at postrouting, the REPLY tuple the flow will use."""
-    from flowsim.kernel.conntrack import ConntrackTable, CtTuple, NatRange, TCP_SYN
+    from flowsim.kernel.conntrack import TCP_SYN, ConntrackTable, CtTuple, NatRange
     n, table = load("selftest-nsr1-nat.nft"), ConntrackTable()
     vip, masq = ipaddress.ip_address("10.6.6.6"), ipaddress.ip_address("192.168.10.1")
     r = table.nf_conntrack_in(CtTuple(A1, vip, 40000, 1666, 2, 6), 0.0, tcp_flags=TCP_SYN, length=60)

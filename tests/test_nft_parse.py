@@ -11,10 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowsim.errors import RulesetError
-from flowsim.nft.ruleset import (
-    CounterStmt, FlowAdd, LogStmt, Match, NatStmt, RejectStmt, SetStmt, Verdict, VerdictMap, parse_ruleset,
-)
 from flowsim.nft.model import Range
+from flowsim.nft.ruleset import (
+    CounterStmt,
+    FlowAdd,
+    LogStmt,
+    Match,
+    NatStmt,
+    RejectStmt,
+    SetStmt,
+    Verdict,
+    VerdictMap,
+    parse_ruleset,
+)
 
 RULESETS = Path(__file__).parent / "data" / "rulesets"
 GOOD = sorted(p.name for p in RULESETS.glob("*.nft") if not p.name.startswith("bad-"))

@@ -13,15 +13,30 @@ import subprocess
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from flowsim.errors import ConfigError
 from flowsim.models.ovpn import (
-    COVER_LETTER, DEFAULT_KEYS, DEFAULT_NONCE_TAIL, OVPN_DEFAULT_MTU, OVPN_HEAD_ROOM, OVPN_RECORD_OVERHEAD,
-    OvpnKeySlot, OvpnPeer, OvpnReceiver, build_inner_skb, check_invariants, compare_paths, ovpn_net_xmit,
-    ovpn_opcode_compose, ovpn_udp_gso_max_records, ovpn_udp_gso_refusal, simulate,
+    COVER_LETTER,
+    DEFAULT_KEYS,
+    DEFAULT_NONCE_TAIL,
+    OVPN_DEFAULT_MTU,
+    OVPN_HEAD_ROOM,
+    OVPN_RECORD_OVERHEAD,
+    OvpnKeySlot,
+    OvpnPeer,
+    OvpnReceiver,
+    build_inner_skb,
+    check_invariants,
+    compare_paths,
+    ovpn_net_xmit,
+    ovpn_opcode_compose,
+    ovpn_udp_gso_max_records,
+    ovpn_udp_gso_refusal,
+    simulate,
 )
 from flowsim.models.ovpn_pktid import EINVAL, ERANGE, PKTID_MAX, REPLAY_WINDOW_SIZE, PktidRecv, PktidXmit
 

@@ -17,18 +17,27 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.kernel.devices.base import ETH_P_8021Q, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, Encap, PathTun
-from flowsim.kernel.flowtable.path import (CtTuple, DirPath, FlowtableRef, XmitType, dev_fill_forward_path, nft_dev_path_info,
-                          nft_flow_route, resolve_path, ruleset_flowtables)
-from flowsim.profiles import get_profile
 from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.kernel.devices.base import ETH_P_8021Q, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, Encap, PathTun
+from flowsim.kernel.flowtable.path import (
+    CtTuple,
+    DirPath,
+    FlowtableRef,
+    XmitType,
+    dev_fill_forward_path,
+    nft_dev_path_info,
+    nft_flow_route,
+    resolve_path,
+    ruleset_flowtables,
+)
+from flowsim.profiles import get_profile
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 PROFILES = ("linux-6.18", "linux-6.19", "linux-7.0", "linux-7.1.5")
 ip = ipaddress.ip_address
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def topology(name: str):
     return load_topology(TOPOLOGIES / f"{name}.toml")
 

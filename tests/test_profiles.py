@@ -57,6 +57,7 @@ def test_unknown_profile():
 def test_every_switch_is_documented():
     """Each switch says what it models."""
     import attrs
+
     from flowsim.profiles import Profile
 
     for f in attrs.fields(Profile):

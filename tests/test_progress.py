@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
+from flowsim.config.topology import load_topology
 from flowsim.sim.progress import SimProgress, count_bar, expected_end, progress_enabled
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology
 from flowsim.sim.traffic import DEFAULT_GAP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_run_hook_ticks_while_idle():
     """With a duration the hook also sees every idle GC tick."""
     seen = []
     Simulation(load_topology(TOPO)).run(3.0, progress=seen.append)
-    assert [1.0, 2.0, 3.0] == [t for t in seen if t >= 1.0][:3] and seen[-1] == 3.0
+    assert [t for t in seen if t >= 1.0][:3] == [1.0, 2.0, 3.0] and seen[-1] == 3.0
 
 
 def test_run_without_terminal_writes_nothing_on_stderr(capsys):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from flowsim.config.topology import load_topology
 from flowsim.sim.report import build_report, ct_status_names, format_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
@@ -63,8 +63,9 @@ def test_named_counters_in_the_report(bridge_vlan):
 
 def test_drops_and_samples_in_the_report():
     """drops: reason → count, with the first drops sampled (time, packet, reason, where)."""
-    from flowsim.sim.traffic import TrafficSpec
     import ipaddress
+
+    from flowsim.sim.traffic import TrafficSpec
 
     t = load_topology(TOPOLOGIES / "selftest.toml")
     spec = TrafficSpec("x", "tcp", "ns1", ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99"), 12345,

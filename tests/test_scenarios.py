@@ -8,10 +8,10 @@ from pathlib import Path
 import attrs
 import pytest
 
+from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.profiles import get_profile
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology, load_topology_text
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 FAST, SLOW = "fast", "slow"

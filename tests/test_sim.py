@@ -8,10 +8,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from flowsim.errors import ConfigError
-from flowsim.sim.simulation import Simulation
-from flowsim.kernel.stack.core import Kernel
 from flowsim.config.topology import load_topology
+from flowsim.errors import ConfigError
+from flowsim.kernel.stack.core import Kernel
+from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

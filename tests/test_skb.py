@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from frames import eth, ip
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 
-from frames import eth, ip
 from flowsim.errors import SkbPullBug
 from flowsim.kernel.skb import skb_from_frame
 

@@ -10,8 +10,8 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

@@ -12,8 +12,8 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.ppp import PPP, PPPoE
 from scapy.utils import rdpcap
 
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology
+from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

@@ -11,8 +11,17 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment
 
 from flowsim.kernel.stack.pkt import (
-    FragQueue, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment, ipv4_change_dsfield,
-    ipv6_change_dsfield, parse_ip, tcp_segment, udp_datagram,
+    FragQueue,
+    build_ipv4,
+    build_ipv6,
+    icmp_error,
+    ip_decrease_ttl,
+    ip_fragment,
+    ipv4_change_dsfield,
+    ipv6_change_dsfield,
+    parse_ip,
+    tcp_segment,
+    udp_datagram,
 )
 
 A4, B4 = ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99")

@@ -8,9 +8,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from flowsim.kernel.devices.base import ETH_P_8021AD, mac_for
-from flowsim.errors import TopologyError
 from flowsim.config.topology import UPPER_EDGES, load_topology, load_topology_text
+from flowsim.errors import TopologyError
+from flowsim.kernel.devices.base import ETH_P_8021AD, mac_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES = ROOT / "topologies"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.errors import TopologyError
 from flowsim.config.topology import load_topology_text
+from flowsim.errors import TopologyError
 
 SELFTEST = (Path(__file__).resolve().parent.parent / "topologies" / "selftest.toml").read_text()
 BASE_LINES = SELFTEST.count("\n")

@@ -12,8 +12,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology
+from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import DEFAULT_GAP, EPHEMERAL_BASE, TrafficSpec
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from scapy.layers.inet import GRE, ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop, HBHOptUnknown
-from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
-
 from frames import L4, OUTER_V4, OUTER_V6, V4, V6, eth, ip, outer, pppoe
+from scapy.layers.inet import GRE, ICMP, IP, TCP
+from scapy.layers.inet6 import HBHOptUnknown, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q
+
+from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel, flow_tuple_from_skb
 from flowsim.kernel.headers import addr_bytes
+from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import get_profile
 from flowsim.reasons import REASONS
-from flowsim.kernel.skb import skb_from_frame
-from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel, flow_tuple_from_skb
 
 NEW, OLD = "linux-7.1.5", "linux-7.0"
 PPP = {4: 0x0021, 6: 0x0057}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from frames import frames
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import GRE, IP, TCP, UDP
@@ -9,12 +10,11 @@ from scapy.layers.inet6 import IPv6, _IPv6ExtHdr
 from scapy.layers.l2 import Ether
 from scapy.layers.ppp import PPP, PPPoE
 
-from frames import frames
+from flowsim.kernel.flowtable.tuple import HOOKS, Encap, FlowTuple, Tunnel, flow_tuple_from_skb
 from flowsim.kernel.headers import addr_bytes
+from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import PROFILES, get_profile
 from flowsim.reasons import REASONS
-from flowsim.kernel.skb import skb_from_frame
-from flowsim.kernel.flowtable.tuple import HOOKS, Encap, FlowTuple, Tunnel, flow_tuple_from_skb
 
 KNOWN_BUG = object()
 

@@ -14,7 +14,8 @@ import struct
 import subprocess
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.contrib.geneve import GENEVE  # noqa: F401  (binds UDP 6081)
 from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
@@ -26,7 +27,14 @@ from flowsim.errors import ConfigError
 from flowsim.kernel.esp import DEFAULT_KEY, XfrmReceiver, XfrmState, build_gso_skb
 from flowsim.models.gso import TCP_FLAG_PSH, skb_gso_segment
 from flowsim.models.xfrm import (
-    OUTCOMES, VARIANTS, XfrmInputs, decision_table_row, esp_layout, get_variant, malformed_filter, simulate,
+    OUTCOMES,
+    VARIANTS,
+    XfrmInputs,
+    decision_table_row,
+    esp_layout,
+    get_variant,
+    malformed_filter,
+    simulate,
     xfrm_output,
 )
 

@@ -10,13 +10,13 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.layers.l2 import Ether
 
-from flowsim.kernel import esp
+from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.errors import TopologyError
+from flowsim.kernel import esp
 from flowsim.kernel.flowtable.path import XmitType
+from flowsim.kernel.stack.xfrm import XfrmRoute, esp4_get_mtu
 from flowsim.profiles import get_profile
 from flowsim.sim.simulation import Simulation
-from flowsim.kernel.stack.xfrm import XfrmRoute, esp4_get_mtu
-from flowsim.config.topology import load_topology, load_topology_text
 
 TOPO = Path(__file__).resolve().parent.parent / "topologies"
 FILE = TOPO / "ipsec-tunnel.toml"
@@ -231,7 +231,6 @@ def test_xfrm_line_errors(line, message):
 
 def test_decrypted_packets_never_create_flows():
     """`flow add` refuses a packet with a sec_path (reference §3 condition 1)."""
-    import ipaddress
 
     from ftkit import add_flow, established_ct, setup
     from scapy.layers.inet import IP, TCP

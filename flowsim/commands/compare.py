@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.sim.compare import compare
 from flowsim.errors import ConfigError
+from flowsim.sim.compare import compare
 
 __all__ = ["register", "run"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.sim.explain import explain
-from flowsim.profiles import profile_from_cli
-from flowsim.sim.simulation import Simulation
 from flowsim.config.topology import load_topology
+from flowsim.profiles import profile_from_cli
+from flowsim.sim.explain import explain
+from flowsim.sim.simulation import Simulation
 
 __all__ = ["register", "run"]
 

@@ -136,7 +136,7 @@ def render_text(r: OvpnRun) -> str:
     lines.append("invariants")
     for name, ok in r.invariants.items():
         lines.append(f"  {'ok  ' if ok else 'FAIL'} {name}")
-    lines.append(f"cost of the same input per path          per-record    udp-gso")
+    lines.append("cost of the same input per path          per-record    udp-gso")
     for key, label in _COST_ROWS:
         a, b = d["cost_comparison"]["per-record"][key], d["cost_comparison"]["udp-gso"][key]
         lines.append(f"  {label:<38} {a:>10} {b:>10}")

@@ -19,11 +19,19 @@ import ipaddress
 import json
 
 import flowsim.cli
-from flowsim.errors import ConfigError
-from flowsim.kernel.flowtable.path import (CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path,
-                          ruleset_flowtables)
-from flowsim.profiles import profile_from_cli
 from flowsim.config.topology import load_topology
+from flowsim.errors import ConfigError
+from flowsim.kernel.flowtable.path import (
+    CtTuple,
+    DirPath,
+    FlowRoute,
+    FlowtableRef,
+    PathInfo,
+    nft_flow_route,
+    resolve_path,
+    ruleset_flowtables,
+)
+from flowsim.profiles import profile_from_cli
 
 __all__ = ["register", "run"]
 

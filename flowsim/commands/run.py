@@ -19,12 +19,12 @@ import json
 
 import flowsim.cli
 from flowsim.commands._args import number_type
+from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.progress import SimProgress, progress_enabled
 from flowsim.sim.report import build_report, format_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology
 
 __all__ = ["register", "run"]
 

@@ -21,11 +21,11 @@ import json
 
 import attrs
 
-from flowsim.sim.compare import hexdump_frame
+from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
+from flowsim.sim.compare import hexdump_frame
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology
 
 __all__ = ["register", "run", "select"]
 

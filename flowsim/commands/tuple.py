@@ -11,12 +11,12 @@ import argparse
 import json
 import sys
 
-from flowsim.kernel.capture import read_capture
 from flowsim.errors import CaptureError, ConfigError, KernelBugError
+from flowsim.kernel.capture import read_capture
+from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import profile_from_cli
 from flowsim.reasons import reason
-from flowsim.kernel.skb import skb_from_frame
-from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb
 
 __all__ = ["register", "run", "frame_result"]
 

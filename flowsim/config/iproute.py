@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
-from typing import Callable
+from collections.abc import Callable
 
+from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
+from flowsim.config.topology import LinkRequest, Topology, shell_split
 from flowsim.kernel.devices import KIND_MODULES
 from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_mac
-from flowsim.kernel.devices.bridge import BridgeDevice, change as bridge_change
+from flowsim.kernel.devices.bridge import BridgeDevice
+from flowsim.kernel.devices.bridge import change as bridge_change
 from flowsim.kernel.fib import Route
-from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
 from flowsim.kernel.neigh import NUD_NAMES, NUD_VALID, NeighEntry, NudState
-from flowsim.config.topology import LinkRequest, Topology, shell_split
 
 __all__ = ["run", "Command"]
 

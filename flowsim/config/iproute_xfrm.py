@@ -185,5 +185,5 @@ def _xfrm_tmpl(ctx: _Ip, args: Args) -> XfrmTmpl:
             args.next(f"a value after {word!r}")
     for need in ("src", "dst"):
         if need not in opts:
-            raise ctx.cmd.error(f"template without '{need}'", expected=f"'tmpl src A dst B proto esp …'")
+            raise ctx.cmd.error(f"template without '{need}'", expected="'tmpl src A dst B proto esp …'")
     return XfrmTmpl(**opts)

@@ -82,22 +82,22 @@ import ipaddress
 import re
 import shlex
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import attrs
 import networkx as nx
 
+from flowsim.config.events import Event, _events
+from flowsim.config.traffic import Traffic, _traffic
+from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import Command, Encap, IfAddr, NetDevice, mac_for
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
 from flowsim.kernel.devices.ethernet import LoopbackDevice
 from flowsim.kernel.devices.vlan import VlanDevice
-from flowsim.errors import TopologyError
 from flowsim.kernel.fib import Fib
 from flowsim.kernel.neigh import NeighTable, discover
-from flowsim.config.traffic import Traffic, _traffic
-from flowsim.config.events import Event, _events
 
 __all__ = ["Topology", "Namespace", "NftText", "Traffic", "Event", "LinkRequest", "UPPER_EDGES",
            "load_topology", "load_topology_text"]
@@ -130,7 +130,7 @@ class LinkRequest:
 class Namespace:
     """One network namespace (``struct net``)."""
 
-    def __init__(self, topo: "Topology", name: str):
+    def __init__(self, topo: Topology, name: str):
         self.topo = topo
         self.name = name
         self.devices: dict[str, NetDevice] = {}

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from flowsim.kernel.devices.base import IPAddress
 from flowsim.errors import TopologyError
+from flowsim.kernel.devices.base import IPAddress
 
 if TYPE_CHECKING:
     from flowsim.config.topology import Topology, _RawToml

@@ -113,10 +113,10 @@ KNOWN_DIFFERENCES: dict[tuple[str, str, str], str] = {}
 def simulate(topology_path: str, profile: str) -> dict:
     """The simulator's report for *topology_path* under *profile*, plus ``rule_counters``."""
     try:
+        from flowsim.config.topology import load_topology
         from flowsim.profiles import get_profile
         from flowsim.sim.report import build_report
         from flowsim.sim.simulation import Simulation
-        from flowsim.config.topology import load_topology
     except ImportError:  # no simulator in this tree: ask the command line
         res = subprocess.run([sys.executable, "-m", "flowsim", "run", topology_path, "--profile", profile, "--json"],
                              capture_output=True, text=True)

@@ -62,10 +62,10 @@ from pathlib import Path
 
 import attrs
 
+from flowsim.config.topology import Topology, Traffic, shell_split
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
-from flowsim.config.topology import Topology, Traffic, shell_split
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
            "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT"]

@@ -46,14 +46,22 @@ from pathlib import Path
 
 import attrs
 
+from flowsim.config.topology import Topology, load_topology
 from flowsim.conform.compare import Fact, compare, format_facts, simulate, summarize
 from flowsim.conform.guest import ScenarioPlan, boot_guest, plan_scenario, render_init
-from flowsim.conform.kernel import (KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir,
-                                    ensure_tools, fetch_kernel)
+from flowsim.conform.kernel import (
+    KERNELS,
+    ConformSetupError,
+    KernelKit,
+    Timer,
+    build_base_initramfs,
+    cache_dir,
+    ensure_tools,
+    fetch_kernel,
+)
 from flowsim.conform.observe import ScenarioObservation, observe
 from flowsim.conform.parse import split_sections
 from flowsim.errors import ConfigError
-from flowsim.config.topology import Topology, load_topology
 
 __all__ = ["ConformResult", "ScenarioResult", "run_conformance", "load_scenarios", "DOC_BEGIN", "DOC_END",
            "update_doc", "markdown_table", "ConformSetupError", "KERNELS"]

@@ -46,8 +46,8 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import attrs
 

@@ -25,11 +25,20 @@ over two equal structures.
 
 from __future__ import annotations
 
+import contextlib
+
 import attrs
 
 from flowsim.conform.guest import PROBE_TABLE, ScenarioPlan, TrafficPlan
-from flowsim.conform.parse import (CtLine, Section, canonical_addr, parse_bytes, parse_conntrack,
-                                   parse_links, parse_nft_json)
+from flowsim.conform.parse import (
+    CtLine,
+    Section,
+    canonical_addr,
+    parse_bytes,
+    parse_conntrack,
+    parse_links,
+    parse_nft_json,
+)
 
 __all__ = ["ConnObservation", "ScenarioObservation", "observe", "find_ct", "describe"]
 
@@ -85,10 +94,8 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
     begin = next((s for s in mine if s.kind == "begin"), None)
     finish = next((s for s in mine if s.kind == "finish"), None)
     if begin and finish and begin.phase:
-        try:
+        with contextlib.suppress(ValueError):
             obs.seconds = round(float(finish.text.strip()) - float(begin.phase), 2)
-        except ValueError:
-            pass
     received = parse_bytes(by[("bytes", None, None)].text) if ("bytes", None, None) in by else {}
     nft_end = {ns: parse_nft_json(by[("nft", ns, "end")].text) for ns in plan.namespaces
                if ("nft", ns, "end") in by}

@@ -16,8 +16,9 @@ Wireshark and scapy all read.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import attrs
 
@@ -197,7 +198,7 @@ class PcapWriter:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "PcapWriter":
+    def __enter__(self) -> PcapWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -41,12 +41,18 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-from typing import Iterator
+from collections.abc import Iterator
 
 import attrs
 
 from flowsim.kernel.nat import (
-    _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
+    _ICMP_ECHO,
+    NatRange,
+    csum_replace2,
+    csum_replace4,
+    get_unique_tuple,
+    ipv6_l4_offset,
+    nf_nat_manip_pkt,
 )
 
 __all__ = [
@@ -187,7 +193,7 @@ class CtTuple:
     l3proto: int  # NFPROTO_IPV4 (2) / NFPROTO_IPV6 (10)
     l4proto: int
 
-    def invert(self) -> "CtTuple":
+    def invert(self) -> CtTuple:
         """nf_ct_invert_tuple: the tuple of the other direction (ICMP keeps its id)."""
         if self.l4proto in _ICMP_ECHO:
             return CtTuple(self.dst, self.src, self.sport, self.dport, self.l3proto, self.l4proto)
@@ -382,7 +388,7 @@ class ConntrackTable:
 
     def entries(self) -> Iterator[CtEntry]:
         """Confirmed entries, each once."""
-        for t, (ct, d) in list(self._hash.items()):
+        for _t, (ct, d) in list(self._hash.items()):
             if d == IP_CT_DIR_ORIGINAL:
                 yield ct
 
@@ -555,9 +561,7 @@ class ConntrackTable:
         min_timeout = 300.0
         if ct.expires(now) >= min_timeout or not (ct.confirmed and ct.test(IPS_OFFLOAD)):
             return
-        if ct.l4proto == 17:
-            new = NF_CT_DAY
-        elif ct.l4proto == 6 and ct.tcp_state == _S.ESTABLISHED:
+        if ct.l4proto == 17 or ct.l4proto == 6 and ct.tcp_state == _S.ESTABLISHED:
             new = NF_CT_DAY
         elif ct.l4proto == 6 and ct.tcp_state in (_S.FIN_WAIT, _S.CLOSE_WAIT, _S.LAST_ACK, _S.TIME_WAIT):
             new = min_timeout

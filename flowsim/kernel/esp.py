@@ -49,11 +49,27 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from flowsim.errors import ConfigError
-from flowsim.models.gso import (
-    ETH_P_TEB, EspSlot, EthHdr, GeneveHdr, GsoSkb, IPv4Hdr, IPv6Hdr, Segment, TcpHdr, UdpHdr, VxlanHdr,
-    GENEVE_PORT, VXLAN_PORT, _proto_of, ether_frame, pack_ipv4, pack_ipv6, skb_gso_segment,
-)
 from flowsim.kernel.headers import IPPROTO_ESP, IPPROTO_IPIP, IPPROTO_IPV6, internet_checksum
+from flowsim.models.gso import (
+    ETH_P_TEB,
+    GENEVE_PORT,
+    VXLAN_PORT,
+    EspSlot,
+    EthHdr,
+    GeneveHdr,
+    GsoSkb,
+    IPv4Hdr,
+    IPv6Hdr,
+    Segment,
+    TcpHdr,
+    UdpHdr,
+    VxlanHdr,
+    _proto_of,
+    ether_frame,
+    pack_ipv4,
+    pack_ipv6,
+    skb_gso_segment,
+)
 
 __all__ = [
     "XfrmState", "EspFrame", "XfrmReceiver", "RxResult", "INNER_KINDS", "ESP_HEADER_LEN",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from typing import Iterable
+from collections.abc import Iterable
 
 import attrs
 

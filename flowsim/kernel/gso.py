@@ -52,11 +52,17 @@ import struct
 import attrs
 
 from flowsim.errors import FlowsimError
-from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
 from flowsim.kernel.headers import (
-    IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_DEST, NEXTHDR_HOP, NEXTHDR_ROUTING,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    NEXTHDR_DEST,
+    NEXTHDR_HOP,
+    NEXTHDR_ROUTING,
     internet_checksum,
 )
+from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
 
 __all__ = [
     "SKB_GSO_TCPV4", "SKB_GSO_DODGY", "SKB_GSO_TCP_ECN", "SKB_GSO_TCP_FIXEDID", "SKB_GSO_TCPV6",

@@ -53,7 +53,7 @@ class NatRange:
     flags: frozenset = frozenset()  # random, fully-random, persistent
 
     @classmethod
-    def from_request(cls, req, *, addr=None) -> "NatRange":
+    def from_request(cls, req, *, addr=None) -> NatRange:
         """From an nft NatRequest (duck-typed); *addr* is the masquerade/redirect address."""
         amin = req.addr_min if addr is None else addr
         amax = req.addr_max if addr is None else addr

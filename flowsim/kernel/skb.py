@@ -51,7 +51,7 @@ class SkbCost:
     bytes_copied: int = 0
     pull_bugs: int = 0
 
-    def add(self, other: "SkbCost") -> None:
+    def add(self, other: SkbCost) -> None:
         self.copies += other.copies
         self.reallocs += other.reallocs
         self.bytes_copied += other.bytes_copied
@@ -241,7 +241,6 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     buf += frame  # one copy of the frame behind the headroom
     skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
                  (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size, gso_type)
-    if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
-        if not skb_vlan_untag(skb):
-            return None
+    if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD) and not skb_vlan_untag(skb):
+        return None
     return skb

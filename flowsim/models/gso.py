@@ -41,14 +41,20 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import attrs
 
 from flowsim.errors import ConfigError
 from flowsim.kernel.headers import (
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    IPPROTO_ESP,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
     internet_checksum,
 )
 
@@ -183,7 +189,8 @@ class GsoSkb:
 
     def __len__(self) -> int:
         """``skb->len``: headers once plus the whole payload (computed without serialising)."""
-        return sum(_HDR_LEN[type(h)] if type(h) in _HDR_LEN else h.size for h in self.headers) + len(self.payload)
+        # fixed-size headers have no .size: look it up only for the variable ones
+        return sum(_HDR_LEN[type(h)] if type(h) in _HDR_LEN else h.size for h in self.headers) + len(self.payload)  # noqa: SIM401
 
     def packet(self) -> bytes:
         """The unsegmented packet as it would sit in the skb (lengths of the whole)."""

@@ -60,12 +60,30 @@ from pathlib import Path
 import attrs
 
 from flowsim.errors import ConfigError
-from flowsim.models.gso import GsoSkb, IPv4Hdr, TcpHdr, UdpHdr, ether_frame, pack_ipv4, pack_udp, skb_gso_segment, write_pcap
 from flowsim.kernel.headers import IPPROTO_UDP
+from flowsim.models.gso import (
+    GsoSkb,
+    IPv4Hdr,
+    TcpHdr,
+    UdpHdr,
+    ether_frame,
+    pack_ipv4,
+    pack_udp,
+    skb_gso_segment,
+    write_pcap,
+)
 from flowsim.models.ovpn_pktid import ERANGE, PKTID_MAX, PktidXmit
 from flowsim.models.ovpn_proto import (
-    CIPHERS, OVPN_DATA_V2, OVPN_DEFAULT_MTU, OVPN_HEAD_ROOM, OVPN_OPCODE_PEERID_MASK, OVPN_RECORD_OVERHEAD,
-    OvpnKeySlot, OvpnReceiver, ovpn_aead_encrypt, ovpn_opcode_compose,
+    CIPHERS,
+    OVPN_DATA_V2,
+    OVPN_DEFAULT_MTU,
+    OVPN_HEAD_ROOM,
+    OVPN_OPCODE_PEERID_MASK,
+    OVPN_RECORD_OVERHEAD,
+    OvpnKeySlot,
+    OvpnReceiver,
+    ovpn_aead_encrypt,
+    ovpn_opcode_compose,
 )
 
 __all__ = [

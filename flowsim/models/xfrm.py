@@ -46,8 +46,16 @@ import attrs
 
 from flowsim.errors import ConfigError
 from flowsim.kernel.esp import (
-    DEFAULT_KEY, INNER_KINDS, EspFrame, XfrmReceiver, XfrmState, build_gso_skb, esp_output_segmented,
-    esp_output_skb_gso_esp, outer_header_len, ESP_HEADER_LEN,
+    DEFAULT_KEY,
+    ESP_HEADER_LEN,
+    INNER_KINDS,
+    EspFrame,
+    XfrmReceiver,
+    XfrmState,
+    build_gso_skb,
+    esp_output_segmented,
+    esp_output_skb_gso_esp,
+    outer_header_len,
 )
 from flowsim.models.gso import write_pcap
 

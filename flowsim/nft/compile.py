@@ -15,11 +15,37 @@ from __future__ import annotations
 import lark
 
 from flowsim.nft.model import (
-    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, Chain, CounterStmt, FlowAdd, Flowtable, LogStmt,
-    Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table, Verdict, VerdictMap,
+    CT_DIR_KEYS,
+    FAMILIES,
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    SELECTORS,
+    Chain,
+    CounterStmt,
+    FlowAdd,
+    Flowtable,
+    LogStmt,
+    Match,
+    NamedSet,
+    NatStmt,
+    RejectStmt,
+    Rule,
+    Ruleset,
+    Selector,
+    SetStmt,
+    Table,
+    Verdict,
+    VerdictMap,
 )
 from flowsim.nft.types import (
-    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom,
+    BITMASK_DTYPES,
+    TOKEN_KIND,
+    RawAtom,
+    RawRange,
+    RawSet,
+    RawSlash,
+    coerce,
+    coerce_atom,
 )
 
 __all__ = ["RuleCompiler"]
@@ -434,12 +460,11 @@ class RuleCompiler:
                     raise self.err(f"flow {e.spelling} is only valid in chains hooked at forward "
                                    f"(reached from {base.name}, hook {hook.hook})", e.loc, e.flowtable,
                                    "a chain of hook forward")
-                if isinstance(e, NatStmt):
-                    if hook.type != "nat" or hook.hook not in _NAT_HOOKS[e.kind]:
-                        raise self.err(f"{e.kind} is only valid in nat chains at "
-                                       f"{' or '.join(_NAT_HOOKS[e.kind])} (reached from {base.name}: "
-                                       f"type {hook.type} hook {hook.hook})", e.loc, e.kind,
-                                       f"type nat hook {_NAT_HOOKS[e.kind][0]}")
+                if isinstance(e, NatStmt) and (hook.type != "nat" or hook.hook not in _NAT_HOOKS[e.kind]):
+                    raise self.err(f"{e.kind} is only valid in nat chains at "
+                                   f"{' or '.join(_NAT_HOOKS[e.kind])} (reached from {base.name}: "
+                                   f"type {hook.type} hook {hook.hook})", e.loc, e.kind,
+                                   f"type nat hook {_NAT_HOOKS[e.kind][0]}")
                 verdicts = [e] if isinstance(e, Verdict) else \
                     [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
                 for v in verdicts:

@@ -37,16 +37,38 @@ l3proto/l4proto``, and writes ``ct.mark``.
 from __future__ import annotations
 
 import ipaddress
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 
-from flowsim.nft.model import (
-    NFPROTO_IPV4, NFPROTO_IPV6, Chain, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt,
-    Range, RejectStmt, Rule, Ruleset, Selector, SetStmt, Verdict, VerdictMap,
-)
 from flowsim.nft.hooks import (
-    L3_HOOKS, NAT_MANIP, NF_IP_PRI_CONNTRACK, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, HookEntry, nf_hook_entries,
+    L3_HOOKS,
+    NAT_MANIP,
+    NF_IP_PRI_CONNTRACK,
+    NF_IP_PRI_NAT_DST,
+    NF_IP_PRI_NAT_SRC,
+    HookEntry,
+    nf_hook_entries,
+)
+from flowsim.nft.model import (
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    Chain,
+    CounterStmt,
+    FlowAdd,
+    Flowtable,
+    Loc,
+    LogStmt,
+    Match,
+    NatStmt,
+    Range,
+    RejectStmt,
+    Rule,
+    Ruleset,
+    Selector,
+    SetStmt,
+    Verdict,
+    VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
 

@@ -26,8 +26,8 @@ transport protocol it depends on (nft adds the implicit ``meta nfproto`` /
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 import attrs
 

@@ -41,8 +41,20 @@ from lark.lark import PostLex
 
 from flowsim.errors import RulesetError
 from flowsim.nft.compile import RuleCompiler
-from flowsim.nft.model import CHAIN_PRIORITIES, FAMILIES, HOOKS_BY_FAMILY, BaseHook, Chain, CounterDef, Flowtable, \
-    Loc, NamedSet, Ruleset, Table, Verdict
+from flowsim.nft.model import (
+    CHAIN_PRIORITIES,
+    FAMILIES,
+    HOOKS_BY_FAMILY,
+    BaseHook,
+    Chain,
+    CounterDef,
+    Flowtable,
+    Loc,
+    NamedSet,
+    Ruleset,
+    Table,
+    Verdict,
+)
 from flowsim.nft.types import BITMASK_DTYPES, DTYPES, SET_TYPES, SYMBOLS, coerce
 
 __all__ = ["parse_ruleset", "DTYPES", "SYMBOLS", "BITMASK_DTYPES"]

@@ -149,5 +149,5 @@ def coerce(dtype: str, v, err):
     raise err(f"'/' is not valid for {dtype.replace('_', ' ')}", v.loc, None, "a value")
 
 
-DTYPES = tuple(sorted(set(s.dtype for s in SELECTORS.values())))
+DTYPES = tuple(sorted({s.dtype for s in SELECTORS.values()}))
 

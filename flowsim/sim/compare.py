@@ -27,10 +27,10 @@ import collections
 
 import attrs
 
+from flowsim.config.topology import load_topology
 from flowsim.profiles import Profile, profile_from_cli
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology
 
 __all__ = ["Side", "Comparison", "compare", "hexdump_frame"]
 

@@ -31,7 +31,8 @@ Two bars, both context managers that close themselves:
 from __future__ import annotations
 
 import sys
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO
 
 from tqdm import tqdm
 
@@ -71,7 +72,7 @@ class SimProgress:
         self.n = 0.0
 
     @classmethod
-    def for_simulation(cls, sim, duration: float | None = None, **kwargs) -> "SimProgress":
+    def for_simulation(cls, sim, duration: float | None = None, **kwargs) -> SimProgress:
         """A bar sized for *sim*'s traffic (or *duration*)."""
         return cls(expected_end(sim.specs, duration), **kwargs)
 
@@ -85,7 +86,7 @@ class SimProgress:
     def close(self) -> None:
         self.bar.close()
 
-    def __enter__(self) -> "SimProgress":
+    def __enter__(self) -> SimProgress:
         return self
 
     def __exit__(self, *exc) -> None:

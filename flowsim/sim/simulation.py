@@ -40,8 +40,8 @@ import collections
 import heapq
 from pathlib import Path
 
-from flowsim.kernel.capture import PcapWriter
 from flowsim.errors import ConfigError
+from flowsim.kernel.capture import PcapWriter
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
 from flowsim.sim.traffic import Conversation, TrafficSpec
 
@@ -128,7 +128,7 @@ class Simulation:
         return None if self.pcap_dir is None else self.pcap_dir / f"{netns}-{dev}.pcap"
 
     # ------------------------------------------------------------------ the loop
-    def run(self, duration: float | None = None, progress=None) -> "Simulation":
+    def run(self, duration: float | None = None, progress=None) -> Simulation:
         """Run the traffic until no event is left, or until *duration* seconds of virtual time.
 
         *progress*, when given, is called with the virtual clock every

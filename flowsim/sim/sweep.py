@@ -76,18 +76,19 @@ import itertools
 import math
 import multiprocessing
 import os
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
+from flowsim.config.topology import load_topology_text
 from flowsim.errors import ConfigError, FlowsimError, ProfileError
 from flowsim.profiles import DEFAULT_PROFILE, SWITCHES, get_profile
 from flowsim.sim.progress import count_bar
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
-from flowsim.config.topology import load_topology_text
 from flowsim.sim.traffic import TrafficSpec
 
 __all__ = [
@@ -232,7 +233,7 @@ class KeySpec:
     convert: Callable = attrs.field(eq=False, repr=False)
     target: tuple = ()
 
-    def setting(self, raw) -> "Setting":
+    def setting(self, raw) -> Setting:
         """The checked :class:`Setting` of *raw*, or a ConfigError naming the key and what it expected."""
         try:
             value = self.convert(raw)

@@ -58,11 +58,11 @@ import zlib
 import attrs
 
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
-from flowsim.models.gso import GSO_LEGACY_MAX_SIZE
-from flowsim.kernel.headers import IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.gso import gso_type_of
+from flowsim.kernel.headers import IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.stack.core import ORIGIN_HOST
 from flowsim.kernel.stack.pkt import IP_DEFAULT_TTL, IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
+from flowsim.models.gso import GSO_LEGACY_MAX_SIZE
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
 
@@ -99,7 +99,7 @@ class TrafficSpec:
     gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
 
     @classmethod
-    def from_topology(cls, t, index: int = 0) -> "TrafficSpec":
+    def from_topology(cls, t, index: int = 0) -> TrafficSpec:
         """From a :class:`flowsim.config.topology.Traffic`: every field the two share is copied; the client port
         defaults to 40000 + 100 × index, and the table's ``close`` flag becomes a FIN close (TCP only)."""
         tcp = t.proto == "tcp"
@@ -121,7 +121,7 @@ class TrafficSpec:
 class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
-    def __init__(self, conv: "Conversation", role: str, netns: str, laddr, lport: int, raddr, rport: int):
+    def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
         self.conv = conv
         self.role = role  # client | server
         self.direction = "original" if role == "client" else "reply"

@@ -6,10 +6,10 @@ import errno
 
 import pytest
 
+from flowsim.config.topology import load_topology_text
 from flowsim.kernel.devices import bridge
 from flowsim.kernel.devices.base import ETH_P_8021AD, ETH_P_8021Q, BrVlanMode, DevPathType, Encap, PathCtx, PathError
 from flowsim.profiles import get_profile
-from flowsim.config.topology import load_topology_text
 
 HOST = "02:00:00:00:00:aa"
 TEXT = """[netns.r]

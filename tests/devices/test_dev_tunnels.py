@@ -7,10 +7,10 @@ import ipaddress
 
 import pytest
 
+from flowsim.config.topology import load_topology_text
 from flowsim.kernel.devices import ip6tnl, ipip, ndo_fill_forward_path
 from flowsim.kernel.devices.base import IPPROTO_IPIP, IPPROTO_IPV6, DevPathType, PathCtx, PathError
 from flowsim.profiles import get_profile
-from flowsim.config.topology import load_topology_text
 
 ip = ipaddress.ip_address
 TEXT = """[netns.r]

@@ -6,10 +6,10 @@ import errno
 
 import pytest
 
+from flowsim.config.topology import load_topology_text
 from flowsim.kernel.devices import vlan
 from flowsim.kernel.devices.base import ETH_P_8021AD, ETH_P_8021Q, DevPathType, Encap, PathCtx, PathError
 from flowsim.profiles import get_profile
-from flowsim.config.topology import load_topology_text
 
 TEXT = """[netns.r]
 commands = '''

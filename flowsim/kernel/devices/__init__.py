@@ -19,8 +19,8 @@ under one profile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable
 
 from flowsim.kernel.devices import bridge, dsa, ethernet, gre, ip6tnl, ipip, macvlan, pppoe, vlan, vxlan, wireguard
 from flowsim.kernel.devices.base import NetDevice

@@ -27,7 +27,8 @@ import enum
 import errno as _errno
 import hashlib
 import ipaddress
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import attrs
 

@@ -24,8 +24,17 @@ from typing import ClassVar
 
 import attrs
 
-from flowsim.kernel.devices.base import (IPPROTO_IPV6, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError,
-                                  PathTun, parse_kind_args)
+from flowsim.kernel.devices.base import (
+    IPPROTO_IPV6,
+    Args,
+    DevPathType,
+    NetDevice,
+    PathCtx,
+    PathEntry,
+    PathError,
+    PathTun,
+    parse_kind_args,
+)
 from flowsim.kernel.devices.ipip import tunnel_args, underlay_mtu
 
 __all__ = ["Ip6tnlDevice", "KINDS", "parse_args", "create", "fill_forward_path", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]

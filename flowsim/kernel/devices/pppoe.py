@@ -27,8 +27,17 @@ from typing import ClassVar
 
 import attrs
 
-from flowsim.kernel.devices.base import (ETH_P_PPP_SES, Args, DevPathType, NetDevice, PathCtx, PathEncap, PathEntry,
-                                  PathError, parse_kind_args)
+from flowsim.kernel.devices.base import (
+    ETH_P_PPP_SES,
+    Args,
+    DevPathType,
+    NetDevice,
+    PathCtx,
+    PathEncap,
+    PathEntry,
+    PathError,
+    parse_kind_args,
+)
 
 __all__ = ["PppDevice", "KINDS", "parse_args", "create", "fill_forward_path", "PPPOE_SES_HLEN"]
 

@@ -34,15 +34,27 @@ import ipaddress
 import attrs
 
 from flowsim.kernel.conntrack import (
-    IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY, IPS_CONFIRMED, IPS_DST_NAT, IPS_NAT_CLASH, IPS_NAT_MASK, IPS_OFFLOAD,
-    IPS_SEQ_ADJUST, IPS_SRC_NAT, NF_CT_DAY, TCP_FIN, TCP_RST, CtEntry, flow_offload_ct_tcp,
+    IP_CT_DIR_ORIGINAL,
+    IP_CT_DIR_REPLY,
+    IPS_CONFIRMED,
+    IPS_DST_NAT,
+    IPS_NAT_CLASH,
+    IPS_NAT_MASK,
+    IPS_OFFLOAD,
+    IPS_SEQ_ADJUST,
+    IPS_SRC_NAT,
+    NF_CT_DAY,
+    TCP_FIN,
+    TCP_RST,
+    CtEntry,
+    flow_offload_ct_tcp,
     nf_conntrack_tcp_established,
 )
-from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
-from flowsim.reasons import reason
-from flowsim.kernel.skb import SkbCost
 from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
+from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.skb import SkbCost
+from flowsim.reasons import reason
 
 __all__ = [
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NF_FLOW_SNAT", "NF_FLOW_DNAT", "NF_FLOW_CLOSING",
@@ -94,7 +106,7 @@ class FlowOffloadTuple:
     h_dest: str = "00:00:00:00:00:00"
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
-    flow: "FlowOffload | None" = None
+    flow: FlowOffload | None = None
     l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
@@ -255,7 +267,7 @@ class Flowtable:
         return self._ip_ident
 
     @classmethod
-    def from_nft(cls, netns: str, ft) -> "Flowtable":
+    def from_nft(cls, netns: str, ft) -> Flowtable:
         """One per ``flowtable`` object of a namespace's ruleset (:class:`flowsim.nft.model.Flowtable`)."""
         return cls(netns=netns, name=ft.name, family=ft.family, devices=tuple(ft.devices),
                    priority=ft.priority, flags=ft.nf_flowtable_flags)

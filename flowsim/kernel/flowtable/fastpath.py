@@ -28,19 +28,38 @@ import functools
 import ipaddress
 import struct
 
-from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
 from flowsim.errors import KernelBugError
+from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
 from flowsim.kernel.flowtable.core import (
-    NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffloadTuple,
-    Flowtable, _addr_key,
-)
-from flowsim.kernel.headers import (
-    ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP,
-    IPPROTO_UDP, NEXTHDR_DEST, PPP_IP, PPP_IPV6, csum_replace, internet_checksum, pppoe_proto_to_ethertype,
+    NF_FLOW_CLOSING,
+    NF_FLOW_DNAT,
+    NF_FLOW_SNAT,
+    NF_FLOW_TEARDOWN,
+    NF_FLOWTABLE_COUNTER,
+    FlowOffloadTuple,
+    Flowtable,
+    _addr_key,
 )
 from flowsim.kernel.flowtable.path import XmitType
-from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.flowtable.tuple import nf_flow_offload_lookup
+from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
+from flowsim.kernel.headers import (
+    ETH_P_8021AD,
+    ETH_P_8021Q,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    ETH_P_PPP_SES,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    NEXTHDR_DEST,
+    PPP_IP,
+    PPP_IPV6,
+    csum_replace,
+    internet_checksum,
+    pppoe_proto_to_ethertype,
+)
 
 __all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "nf_flow_tunnel_ipip_push",
            "nf_flow_tunnel_ip6ip6_push", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
@@ -494,7 +513,6 @@ def nf_flow_encap_push(skb, other: FlowOffloadTuple, order: str) -> bool:
     for e in seq:
         if e.proto in (ETH_P_8021Q, ETH_P_8021AD):
             nf_flow_vlan_push(skb, e.proto, e.id)
-        elif e.proto == ETH_P_PPP_SES:
-            if not nf_flow_pppoe_push(skb, e.id):
-                return False
+        elif e.proto == ETH_P_PPP_SES and not nf_flow_pppoe_push(skb, e.id):
+            return False
     return True

@@ -52,13 +52,24 @@ import enum
 import errno
 import ipaddress
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import attrs
 
 from flowsim.kernel.devices import ndo_fill_forward_path
-from flowsim.kernel.devices.base import (NET_DEVICE_PATH_STACK_MAX, BrVlanMode, DevPathType, Encap, NetDevice, PathCtx,
-                                  PathEntry, PathError, PathTun, ZERO_MAC, is_zero_mac)
+from flowsim.kernel.devices.base import (
+    NET_DEVICE_PATH_STACK_MAX,
+    ZERO_MAC,
+    BrVlanMode,
+    DevPathType,
+    Encap,
+    NetDevice,
+    PathCtx,
+    PathEntry,
+    PathError,
+    PathTun,
+    is_zero_mac,
+)
 from flowsim.kernel.fib import Route
 from flowsim.kernel.neigh import NudState
 from flowsim.profiles import Profile, get_profile

@@ -46,12 +46,30 @@ from typing import NamedTuple
 import attrs
 
 from flowsim.kernel.headers import (
-    AF_INET, AF_INET6, ETH_HLEN, ETH_P_8021Q, ETH_P_8021AD, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES,
-    IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPPOE_SES_HLEN,
-    VLAN_HLEN, addr_bytes, addr_text, ipv6_ext_hdr, ipv6_skip_exthdr, pppoe_proto_to_ethertype,
+    AF_INET,
+    AF_INET6,
+    ETH_HLEN,
+    ETH_P_8021AD,
+    ETH_P_8021Q,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    ETH_P_PPP_SES,
+    IPPROTO_GRE,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    IPV4_HLEN,
+    IPV6_HLEN,
+    L4_HDRSIZE,
+    PPPOE_SES_HLEN,
+    VLAN_HLEN,
+    addr_bytes,
+    addr_text,
+    ipv6_ext_hdr,
+    ipv6_skip_exthdr,
+    pppoe_proto_to_ethertype,
 )
-from flowsim.profiles import Profile, get_profile
 from flowsim.kernel.skb import SkBuff
+from flowsim.profiles import Profile, get_profile
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
@@ -120,7 +138,7 @@ class FlowTuple(NamedTuple):
 
     @classmethod
     def make(cls, src: str, dst: str, sport: int, dport: int, *, iifidx: int, l4proto: int,
-             encap=(), tun: tuple[str, str, int] | None = None) -> "FlowTuple":
+             encap=(), tun: tuple[str, str, int] | None = None) -> FlowTuple:
         """Build a tuple from text addresses (handy in tests and notebooks)."""
         sb = addr_bytes(src)
         l3 = AF_INET6 if ":" in src else AF_INET
@@ -145,7 +163,7 @@ class FlowTuple(NamedTuple):
             "tun": None if self.tun is None else self.tun.to_dict(),
         }
 
-    def differences(self, other: "FlowTuple") -> list[str]:
+    def differences(self, other: FlowTuple) -> list[str]:
         """The key fields whose values differ (for "why did this packet miss its flow?")."""
         return [name for name, a, b in zip(self._fields, self, other) if a != b]
 
@@ -451,7 +469,7 @@ def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
         if mapped is None:
             return "header-truncated", "PPPoE session header truncated"
         proto = mapped
-    if proto == ETH_P_IP or proto == ETH_P_IPV6:
+    if proto in (ETH_P_IP, ETH_P_IPV6):
         return proto
     if skb.protocol == ETH_P_PPP_SES:
         return "encap-unsupported", _pppoe_detail(skb)

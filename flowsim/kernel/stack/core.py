@@ -47,16 +47,15 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
-from flowsim.kernel.stack import ip as stack_ip
-
-from flowsim.kernel.stack import l2 as stack_l2
-
-from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.kernel.stack import ip as stack_ip
+from flowsim.kernel.stack import l2 as stack_l2
+from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.nft.ruleset import Nftables, parse_ruleset
 from flowsim.profiles import get_profile
 from flowsim.reasons import reason

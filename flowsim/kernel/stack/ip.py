@@ -48,23 +48,46 @@ from __future__ import annotations
 
 import zlib
 
-from flowsim.kernel.stack import l2 as stack_l2
-
-from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
+from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    IPPROTO_ESP,
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    IPPROTO_TCP,
     IPPROTO_UDP,
     internet_checksum,
 )
 from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
-from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
+from flowsim.kernel.stack import l2 as stack_l2
+from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
 from flowsim.kernel.stack.pkt import (
-    ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED,
-    ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragQueue, PktInfo,
-    build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment, ipv6_decrease_hoplimit, l4_checksum,
+    ICMP_DEST_UNREACH,
+    ICMP_EXC_TTL,
+    ICMP_FRAG_NEEDED,
+    ICMP_NET_UNREACH,
+    ICMP_PROT_UNREACH,
+    ICMP_TIME_EXCEEDED,
+    ICMPV6_DEST_UNREACH,
+    ICMPV6_NOROUTE,
+    ICMPV6_PKT_TOOBIG,
+    ICMPV6_TIME_EXCEED,
+    IPV6_MIN_MTU,
+    FragQueue,
+    PktInfo,
+    build_ipv4,
+    build_ipv6,
+    icmp_error,
+    ip_decrease_ttl,
+    ip_fragment,
+    ipv6_decrease_hoplimit,
+    l4_checksum,
     parse_ip,
 )
 
@@ -282,9 +305,9 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         ip_tunnel_rcv(kernel, st, skb, info)
     elif proto == IPPROTO_ESP and info.version == 4:
         stack_xfrm.xfrm4_rcv(kernel, st, in_dev, skb, info)
-    elif proto == IPPROTO_TCP or proto == IPPROTO_UDP:
+    elif proto in (IPPROTO_TCP, IPPROTO_UDP):
         _socket_rcv(kernel, st, skb, info, where)
-    elif proto == IPPROTO_ICMP or proto == IPPROTO_ICMPV6:
+    elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6):
         _icmp_rcv(kernel, st, skb, info, where)
     else:
         if info.version == 4:

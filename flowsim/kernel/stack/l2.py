@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import struct
 
-from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.devices.base import Encap
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
@@ -52,11 +51,12 @@ from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
 from flowsim.kernel.devices.pppoe import PppDevice
 from flowsim.kernel.devices.vlan import VlanDevice
-from flowsim.kernel.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES
-from flowsim.nft.ruleset import NftPacket
-from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag
 from flowsim.kernel.gso import GsoError, skb_gso_segment
+from flowsim.kernel.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES
+from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag
+from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, mac_bytes, parse_ip
+from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["netif_receive_frame", "netif_receive_skb", "dev_queue_xmit", "neigh_output", "br_handle_frame",
            "pppoe_rcv", "XMIT", "XMIT_RECURSION_LIMIT", "rx_frame", "tx_frame"]
@@ -125,10 +125,9 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
             kernel.drop(skb, "dev-down", f"{dev.netns} {dev.name} rx")
             return
         skb.iif = dev.ifindex
-        if not skb.vlan_present and skb.protocol in _VLAN_PROTOS:
-            if not skb_vlan_untag(skb):
-                kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name} rx")
-                return
+        if not skb.vlan_present and skb.protocol in _VLAN_PROTOS and not skb_vlan_untag(skb):
+            kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name} rx")
+            return
         if kernel.capture is not None:
             _capture(kernel, dev, rx_frame(skb, dev.link_type in _L3_LINK_TYPES))
         if kernel.tracing:
@@ -151,7 +150,7 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
         return
     proto = skb.protocol
     l3 = dev.link_type in _L3_LINK_TYPES
-    if proto == ETH_P_IP or proto == ETH_P_IPV6:
+    if proto in (ETH_P_IP, ETH_P_IPV6):
         host = l3 or local or _to_host(skb, dev)
         stack_ip.ip_rcv(kernel, st, dev, skb, host)
     elif proto == ETH_P_PPP_SES and not l3:

@@ -40,12 +40,20 @@ from __future__ import annotations
 import attrs
 
 from flowsim.kernel.conntrack import (
-    IP_CT_RELATED, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT, IPS_DST_NAT, IPS_SRC_NAT_DONE, CtTuple, NatRange,
-    nf_nat_manip_pkt, nf_nat_packet,
+    IP_CT_RELATED,
+    IPS_DST_NAT,
+    IPS_DST_NAT_DONE,
+    IPS_NAT_MASK,
+    IPS_SRC_NAT,
+    IPS_SRC_NAT_DONE,
+    CtTuple,
+    NatRange,
+    nf_nat_manip_pkt,
+    nf_nat_packet,
 )
 from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
-from flowsim.nft.ruleset import NftPacket
 from flowsim.kernel.stack.pkt import PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip
+from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["NfCtx", "nf_hook", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
 

@@ -39,8 +39,14 @@ import struct
 import attrs
 
 from flowsim.kernel.headers import (
-    IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT, csum_replace,
-    internet_checksum, ipv6_ext_hdr,
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    NEXTHDR_FRAGMENT,
+    csum_replace,
+    internet_checksum,
+    ipv6_ext_hdr,
 )
 
 __all__ = [

@@ -269,8 +269,8 @@ def xfrm_output_fast(kernel, st, skb, dst: XfrmRoute) -> None:
 
 def xfrm4_rcv(kernel, st, in_dev, skb, info) -> None:
     """``xfrm4_rcv`` → ``xfrm_input`` → ``esp_input``; tunnel mode re-receives the inner packet on *in_dev*."""
-    from flowsim.kernel.stack import l2 as stack_l2
     from flowsim.kernel.stack import ip as stack_ip
+    from flowsim.kernel.stack import l2 as stack_l2
 
     where = f"{st.name} xfrm input"
     db = st.ns.xfrm
