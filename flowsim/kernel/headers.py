@@ -10,6 +10,7 @@ IPv6 extension-header walk ``ipv6_skip_exthdr``.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 
@@ -22,7 +23,8 @@ __all__ = [
     "AF_INET", "AF_INET6", "L4_HDRSIZE",
     "ipv6_ext_hdr", "ipv6_skip_exthdr", "pppoe_proto_to_ethertype",
     "csum_fold", "internet_checksum", "csum_replace", "ip_send_check",
-    "addr_bytes", "addr_text",
+    "addr_bytes", "addr_text", "ETHERTYPE_TO_PPP", "PPP_TO_ETHERTYPE", "mac_aton", "mac_ntoa",
+    "GSO_LEGACY_MAX_SIZE",
 ]
 
 ETH_HLEN = 14
@@ -64,12 +66,29 @@ AF_INET6 = 10
 # Bytes of L4 header the flowtable pulls (sizeof tcphdr / udphdr / gre_base_hdr).
 L4_HDRSIZE = {IPPROTO_TCP: 20, IPPROTO_UDP: 8, IPPROTO_GRE: 4}
 
-_PPP_TO_ETH = {PPP_IP: ETH_P_IP, PPP_IPV6: ETH_P_IPV6}
+# The PPP protocol numbers that carry IP, and back (``__nf_flow_pppoe_proto``, ``ppp_start_xmit``'s npindex).
+PPP_TO_ETHERTYPE = {PPP_IP: ETH_P_IP, PPP_IPV6: ETH_P_IPV6}
+ETHERTYPE_TO_PPP = {ETH_P_IP: PPP_IP, ETH_P_IPV6: PPP_IPV6}
+
+# <linux/netdevice.h>: the largest GSO skb a device takes unless it says more (16-bit IPv4 total length).
+GSO_LEGACY_MAX_SIZE = 65536
 
 
 def pppoe_proto_to_ethertype(ppp_proto: int) -> int:
     """Mirror ``__nf_flow_pppoe_proto``: PPP_IP → IPv4, PPP_IPV6 → IPv6, else 0."""
-    return _PPP_TO_ETH.get(ppp_proto, 0)
+    return PPP_TO_ETHERTYPE.get(ppp_proto, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def mac_aton(text: str | None) -> bytes:
+    """``aa:bb:cc:dd:ee:ff`` as 6 bytes; None gives the zero address (``eth_zero_addr``)."""
+    return bytes.fromhex(text.replace(":", "")) if text else bytes(6)
+
+
+@functools.lru_cache(maxsize=4096)
+def mac_ntoa(raw: bytes) -> str:
+    """The first 6 bytes of *raw* (zero padded) as ``aa:bb:cc:dd:ee:ff`` (``%pM``)."""
+    return ":".join(f"{b:02x}" for b in (bytes(raw) + bytes(6))[:6])
 
 
 def ipv6_ext_hdr(nexthdr: int) -> bool:
