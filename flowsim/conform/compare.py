@@ -6,8 +6,7 @@ Theory of operation
 :class:`flowsim.sim.simulation.Simulation` under the profile matching the booted kernel
 (``linux-6.12`` for ``debian-6.12``, ``linux-6.1`` for ``debian-6.1``) and
 returns the ``flowsim run --json`` report, plus ``rule_counters`` (the
-anonymous ``counter`` of each rule, which the report leaves out).  Without
-an importable simulator it falls back to ``python -m flowsim run --json``.
+anonymous ``counter`` of each rule, which the report leaves out).
 
 :func:`compare` walks the connections of a :class:`ScenarioObservation`
 (:mod:`flowsim.conform.observe`) and states, for each, the facts both sides
@@ -50,15 +49,16 @@ A disagreement listed in :data:`KNOWN_DIFFERENCES` is reported as
 from __future__ import annotations
 
 import fnmatch
-import json
-import subprocess
-import sys
 
 import attrs
 
+from flowsim.config.topology import load_topology
 from flowsim.conform.guest import IP_HEADER, ScenarioPlan, TrafficPlan
 from flowsim.conform.observe import DIRS, ConnObservation, ScenarioObservation
 from flowsim.conform.parse import canonical_addr
+from flowsim.profiles import get_profile
+from flowsim.sim.report import build_report
+from flowsim.sim.simulation import Simulation
 
 __all__ = ["Fact", "simulate", "compare", "KNOWN_DIFFERENCES", "summarize", "format_facts", "Tolerance"]
 
@@ -112,17 +112,6 @@ KNOWN_DIFFERENCES: dict[tuple[str, str, str], str] = {}
 
 def simulate(topology_path: str, profile: str) -> dict:
     """The simulator's report for *topology_path* under *profile*, plus ``rule_counters``."""
-    try:
-        from flowsim.config.topology import load_topology
-        from flowsim.profiles import get_profile
-        from flowsim.sim.report import build_report
-        from flowsim.sim.simulation import Simulation
-    except ImportError:  # no simulator in this tree: ask the command line
-        res = subprocess.run([sys.executable, "-m", "flowsim", "run", topology_path, "--profile", profile, "--json"],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(res.stderr.strip() or "flowsim run failed")
-        return json.loads(res.stdout)
     sim = Simulation(load_topology(topology_path), get_profile(profile))
     sim.run()
     report = build_report(sim)

@@ -367,7 +367,7 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
     out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
     for ns in plan.namespaces:
         out.append(f"  run - {IP} netns add {ns}")
-    for ns, cmds in topology_commands(topo).items():
+    for cmds in topology_commands(topo).values():
         for cmd in cmds:
             out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
     for name, ns in topo.namespaces.items():

@@ -349,9 +349,9 @@ def _module_closure(src: Path) -> set[str]:
     for mod in deps:
         plain = _plain_ko(mod)
         rel = plain[len("kernel/"):] if plain.startswith("kernel/") else plain
-        if any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in MODULE_ROOTS):
-            if _mod_name(mod) not in MODULE_EXCLUDE:
-                todo.append(mod)
+        in_roots = any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in MODULE_ROOTS)
+        if in_roots and _mod_name(mod) not in MODULE_EXCLUDE:
+            todo.append(mod)
     closure: set[str] = set()
     while todo:
         mod = todo.pop()

@@ -136,7 +136,8 @@ class Comparison:
         lines.append("traffic                          A fast/slow/dlv/sent       B fast/slow/dlv/sent")
         for t in d["traffic"]:
             fa, fb = t["a"], t["b"]
-            lines.append(f"  {t['traffic'] + ' ' + t['direction']:<30} {fa['fastpath']:>5}/{fa['slowpath']}/{fa['delivered']}/{fa['sent']:<12}"
+            name = t["traffic"] + " " + t["direction"]
+            lines.append(f"  {name:<30} {fa['fastpath']:>5}/{fa['slowpath']}/{fa['delivered']}/{fa['sent']:<12}"
                          f" {fb['fastpath']:>5}/{fb['slowpath']}/{fb['delivered']}/{fb['sent']}")
         div = d["first_divergence"]
         if div is None:

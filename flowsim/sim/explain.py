@@ -6,9 +6,9 @@ After a run, every connection conntrack saw in a namespace that has a
 flowtable is explained from what the simulation recorded, in the order the
 kernel decides:
 
-1. Did ``flow add @ft`` ever create a flow for it?  If not, the first §3
-   condition that refused it (``Flowtable.ct_failures``, a ``flow-add-*``
-   reason id) — for path failures with the device-path stack and aggregated
+1. Did ``flow add @ft`` ever create a flow for it?  If not, the first
+   ``nft_flow_offload_eval`` condition (``nft_flow_offload.c``) that
+   refused it (``Flowtable.ct_failures``, a ``flow-add-*`` reason id) — for path failures with the device-path stack and aggregated
    info per direction, resolved again with :func:`flowsim.kernel.flowtable.path.nft_flow_route`
    so the answer can name the device to add, the tunnel setting to change or
    the kernel version that has the resolver.  If no refusal was recorded
@@ -60,8 +60,9 @@ ADVICE: dict[str, tuple[str, str | None]] = {
 }
 
 _NEAR_MISS = {
-    "tun": "the packets' tunnel fields are empty although the flow expects the tunnel (reference §5.1: for a "
-           "tunnel carried in PPPoE the raw PPP protocol is compared, so the fields stay zero)",
+    "tun": "the packets' tunnel fields are empty although the flow expects the tunnel (nf_flow_skb_encap_protocol "
+           "in nf_flow_table_ip.c: for a tunnel carried in PPPoE the raw PPP protocol is compared, so the "
+           "fields stay zero)",
     "encap": "the packets' VLAN/PPPoE encapsulation differs from the flow's (e.g. a VLAN TCI with priority bits, "
              "while the path records only the VID)",
     "iifidx": "the packets arrive on another device than the one the flow expects",

@@ -83,13 +83,6 @@ def _ct_entry(ct, now: float) -> dict:
     }
 
 
-def _flowtable_report(ft, ns) -> dict:
-    try:
-        return ft.report(ns)
-    except TypeError:  # a flowtable whose report() takes no namespace
-        return ft.report()
-
-
 def build_report(sim) -> dict:
     """Everything a run produced, as JSON-ready data (see the module docstring)."""
     k = sim.kernel
@@ -123,7 +116,7 @@ def build_report(sim) -> dict:
     flowtables, conntrack, counters = [], {}, {}
     for st in k.netns.values():
         for ft in st.flowtables.values():
-            flowtables.append(_flowtable_report(ft, st.ns))
+            flowtables.append(ft.report(st.ns))
         if st.ct_active:
             conntrack[st.name] = [_ct_entry(ct, now) for ct in st.conntrack.entries()]
         if st.nft is not None and st.nft.named_counters:
