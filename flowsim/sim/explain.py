@@ -8,11 +8,13 @@ kernel decides:
 
 1. Did ``flow add @ft`` ever create a flow for it?  If not, the first
    ``nft_flow_offload_eval`` condition (``nft_flow_offload.c``) that
-   refused it (``Flowtable.ct_failures``, a ``flow-add-*`` reason id) — for path failures with the device-path stack and aggregated
-   info per direction, resolved again with :func:`flowsim.kernel.flowtable.path.nft_flow_route`
-   so the answer can name the device to add, the tunnel setting to change or
-   the kernel version that has the resolver.  If no refusal was recorded
-   either, no ``flow add`` rule ever ran for the connection.
+   refused it (``Flowtable.ct_failures``, a ``flow-add-*`` reason id) — for
+   path failures with the device-path stack and aggregated info per
+   direction, resolved again with
+   :func:`flowsim.kernel.flowtable.path.nft_flow_route` so the answer can
+   name the device to add, the tunnel setting to change or the kernel
+   version that has the resolver.  If no refusal was recorded either, no
+   ``flow add`` rule ever ran for the connection.
 2. If it was offloaded: per direction, how many packets the fast path took and
    why the others stayed slow — reasons recorded against the flow's tuple
    (``mtu-exceeded``, ``tcp-syn-closing``…) and *near misses*: packets whose
