@@ -333,7 +333,7 @@ def test_frames_for_another_mac_are_not_for_this_host():
 def test_drops_are_only_known_reason_ids():
     """Kernel.drop refuses an id that is not in flowsim/reasons.py (one table of reasons)."""
     from flowsim.kernel.stack.core import Kernel
-    from flowsim.kernel.stack.ip import new_skb
+    from flowsim.kernel.stack.pkt import new_skb
 
     k = Kernel(line())
     with pytest.raises(KeyError):

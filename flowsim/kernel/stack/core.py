@@ -46,16 +46,17 @@ from __future__ import annotations
 
 import collections
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.kernel.flowtable.core import Flowtable
 from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
+from flowsim.kernel.stack.pkt import new_skb
 from flowsim.nft.ruleset import Nftables, parse_ruleset
 from flowsim.profiles import get_profile
 from flowsim.reasons import reason
@@ -235,14 +236,6 @@ class NetnsState:
         return self.sysctl_on("net.ipv6.conf.all.forwarding")
 
 
-def _flowtable_modules():
-    """(flowsim.kernel.flowtable.core, flowsim.kernel.flowtable.fastpath), or (None, None) while they do not exist."""
-    try:
-        return importlib.import_module("flowsim.kernel.flowtable.core"), importlib.import_module("flowsim.kernel.flowtable.fastpath")
-    except ImportError:
-        return None, None
-
-
 class Kernel:
     """The simulated kernel of every namespace of *topo* (see the module docstring).
 
@@ -255,7 +248,9 @@ class Kernel:
 
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  tracing: bool = False, link_delay: float = LINK_DELAY):
-        self.topo = topo
+        # the run's own network (struct net per namespace): a loaded topology is a frozen description,
+        # so the kernel instantiates it and owns the live devices, FIBs and neighbour tables a run changes
+        self.topo = topo = topo.live()
         self.profile = get_profile(profile)
         self.now = 0.0
         self.flowtables_enabled = flowtables
@@ -272,7 +267,6 @@ class Kernel:
         self.xfrm_seq: collections.Counter = collections.Counter()  # (netns, daddr, spi) -> last ESP seq sent
         self._seq = 0
         self._vlan_uppers: dict = {}
-        self.flowtable_mod, self.fastpath_mod = _flowtable_modules()
         self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
         self._peers: dict = {}
         # The two per-packet entry points, bound once as partials (one Python frame less per frame and skb):
@@ -294,12 +288,11 @@ class Kernel:
         st.nft = Nftables(ruleset)
         st.ct_active = any(c.hook.hook != "ingress" and c.hook.hook != "egress" for c in ruleset.base_chains) \
             or bool(ruleset.flowtables)
-        if self.flowtable_mod is not None:
-            for ft in ruleset.flowtables:
-                obj = self.flowtable_mod.Flowtable.from_nft(ns.name, ft)
-                st.flowtables.setdefault(ft.name, obj)
-                st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
-                st.ft_by_model[id(ft)] = obj
+        for ft in ruleset.flowtables:  # nf_flow_table_init of each ``flowtable`` object
+            obj = Flowtable.from_nft(ns.name, ft)
+            st.flowtables.setdefault(ft.name, obj)
+            st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
+            st.ft_by_model[id(ft)] = obj
         return st
 
     def state(self, netns: str) -> NetnsState:
@@ -409,7 +402,7 @@ class Kernel:
 
         With *gso_size* it is a GSO skb (TSO / UDP_SEGMENT): segments of *gso_size* payload bytes, cut later.
         """
-        stack_ip.ip_local_out(self, self.netns[netns], stack_ip.new_skb(packet, tag, 0, gso_size, gso_type))
+        stack_ip.ip_local_out(self, self.netns[netns], new_skb(packet, tag, 0, gso_size, gso_type))
 
     def gc(self) -> None:
         """The periodic work of one second: flowtable GC, conntrack GC, reassembly timeouts."""

@@ -52,6 +52,7 @@ from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
+    AF_INET,
     ETH_P_IP,
     ETH_P_IPV6,
     IPPROTO_ESP,
@@ -63,7 +64,7 @@ from flowsim.kernel.headers import (
     IPPROTO_UDP,
     internet_checksum,
 )
-from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
+from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
@@ -88,25 +89,17 @@ from flowsim.kernel.stack.pkt import (
     ip_fragment,
     ipv6_decrease_hoplimit,
     l4_checksum,
+    new_skb,
     parse_ip,
 )
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
-           "ip6_tnl_xmit", "icmp_send", "ip_defrag", "ip_expire_frags", "new_skb", "IPFRAG_TIME"]
+           "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",
+           "IPFRAG_TIME"]
 
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
 _OPPOSITE = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
-
-
-def new_skb(packet: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
-    """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
-    buf = bytearray(NET_SKB_PAD) + packet
-    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
-                 gso_type=gso_type)
-    skb.network_header = skb.mac_header = NET_SKB_PAD
-    skb.protocol = ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6
-    return skb
 
 
 def _pull_to(skb: SkBuff, off: int) -> None:
@@ -444,6 +437,16 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
                                      skb.gso_type | SKB_GSO_IPXIP4 if skb.gso_size else 0), route=rt)
 
 
+def ipip_tunnel_xmit(kernel, dev: IpipDevice, skb: SkBuff) -> None:
+    """``ipip_tunnel_xmit``: the ipip device's ``ndo_start_xmit``."""
+    ip_tunnel_xmit(kernel, kernel.netns[dev.netns], dev, skb)
+
+
+def ip6_tnl_start_xmit(kernel, dev: Ip6tnlDevice, skb: SkBuff) -> None:
+    """``ip6_tnl_start_xmit``: the ip6tnl device's ``ndo_start_xmit``."""
+    ip6_tnl_xmit(kernel, kernel.netns[dev.netns], dev, skb)
+
+
 def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     """``ip6_tnl_start_xmit`` → ``ip6_tnl_xmit``: encap-limit option, outer IPv6 header, ``ip6tunnel_xmit``."""
     where = f"{st.name} {tun.name} xmit"
@@ -551,3 +554,14 @@ def ip_expire_frags(kernel, st) -> None:
             del st.frags[key]
             for skb in q.skbs:
                 kernel.drop(skb, "reassembly-timeout", f"{st.name} defrag")
+
+
+# ----------------------------------------------------------------- registration (the kernel's initcalls)
+# inet_init / inet6_init: ip_rcv and ipv6_rcv become the device layer's handlers of their ethertypes;
+# the tunnel drivers' netdev_ops; xfrm4_state_init / xfrm6_state_init lend xfrm the local output
+# (xfrm4_state_afinfo.local_out = __ip_local_out) its tunnel mode sends the outer packet with.
+stack_l2.dev_add_pack(ETH_P_IP, ip_rcv)
+stack_l2.dev_add_pack(ETH_P_IPV6, ip_rcv)
+stack_l2.register_ndo_start_xmit(IpipDevice, ipip_tunnel_xmit)
+stack_l2.register_ndo_start_xmit(Ip6tnlDevice, ip6_tnl_start_xmit)
+stack_xfrm.xfrm_state_register_afinfo(AF_INET, stack_xfrm.XfrmStateAfinfo(local_out=ip_local_out))

@@ -20,9 +20,12 @@ Receive.  A frame from a wire becomes an skb with :func:`flowsim.kernel.skb.skb_
 5. the ``rx_handler``: a bridge port hands the frame to
    :func:`br_handle_frame` (VLAN ingress filtering, FDB learning, then
    forward, flood or pass up to the bridge device — another receive);
-6. protocol delivery: IPv4/IPv6 to :func:`flowsim.kernel.stack.ip.ip_rcv`, PPPoE
-   session frames to :func:`pppoe_rcv` (the ppp unit then receives an L3
-   skb with no link-layer header); anything else is dropped.
+6. protocol delivery through :data:`ptype_base`, the handlers the layers
+   above registered with :func:`dev_add_pack` (``inet_init`` registers
+   ``ip_rcv`` and ``ipv6_rcv``: :mod:`flowsim.kernel.stack.ip` registers
+   its ``ip_rcv`` for ETH_P_IP and ETH_P_IPV6), PPPoE session frames to
+   :func:`pppoe_rcv` (the ppp unit then receives an L3 skb with no
+   link-layer header); anything else is dropped.
 
 Transmit.  :func:`dev_queue_xmit` runs the netdev egress hook, captures the
 frame and calls the device kind's xmit from :data:`XMIT`: a veth or NIC
@@ -33,44 +36,66 @@ tag (pushing an existing one in-band first, as
 bridge forwards by FDB and VLAN egress policy, a ppp unit prepends the
 PPPoE and Ethernet headers, a DSA user port sends on its cable (the switch
 tag is added and stripped inside the simulated switch), a tunnel
-encapsulates (:mod:`flowsim.kernel.stack.ip`).  :func:`neigh_output` adds the
-Ethernet header from the neighbour table (``neigh_resolve_output``) for
-Ethernet devices.
+encapsulates (its xmit is registered by :mod:`flowsim.kernel.stack.ip` with
+:func:`register_ndo_start_xmit`, as a tunnel driver sets its
+``netdev_ops``).  :func:`neigh_output` adds the Ethernet header from the
+neighbour table (``neigh_resolve_output``) for Ethernet devices.
+
+This module imports nothing of the layers above it: IP reaches it by plain
+calls, it reaches IP only through the two tables above, filled at import
+time of :mod:`flowsim.kernel.stack.ip` (the kernel's initcalls).
 """
 
 from __future__ import annotations
 
-import functools
 import struct
+from collections.abc import Callable
 
 from flowsim.kernel.devices.base import Encap
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
 from flowsim.kernel.devices.ethernet import EthernetDevice, LoopbackDevice
-from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
-from flowsim.kernel.devices.ipip import IpipDevice
 from flowsim.kernel.devices.pppoe import PppDevice
 from flowsim.kernel.devices.vlan import VlanDevice
+from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
 from flowsim.kernel.gso import GsoError, skb_gso_segment
-from flowsim.kernel.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES
+from flowsim.kernel.headers import (
+    ETH_HLEN,
+    ETH_P_8021AD,
+    ETH_P_8021Q,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    ETH_P_PPP_SES,
+    ETHERTYPE_TO_PPP,
+    PPP_TO_ETHERTYPE,
+    mac_aton,
+    mac_ntoa,
+)
 from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag
-from flowsim.kernel.stack import ip as stack_ip
-from flowsim.kernel.stack.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, mac_bytes, parse_ip
+from flowsim.kernel.stack.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, parse_ip
 from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["netif_receive_frame", "netif_receive_skb", "dev_queue_xmit", "neigh_output", "br_handle_frame",
-           "pppoe_rcv", "XMIT", "XMIT_RECURSION_LIMIT", "rx_frame", "tx_frame"]
+           "pppoe_rcv", "XMIT", "XMIT_RECURSION_LIMIT", "rx_frame", "tx_frame", "gso_segment", "ptype_base",
+           "dev_add_pack", "register_ndo_start_xmit", "PacketHandler", "XmitFunc"]
 
 XMIT_RECURSION_LIMIT = 8  # dev_xmit_recursion(): stacked tunnels deeper than this are dropped
 _L3_LINK_TYPES = frozenset({"ppp", "tunnel", "tunnel6", "none", "ipgre"})
-_PPP_TO_ETH = {0x0021: ETH_P_IP, 0x0057: ETH_P_IPV6}
-_ETH_TO_PPP = {ETH_P_IP: 0x0021, ETH_P_IPV6: 0x0057}
 _VLAN_PROTOS = (ETH_P_8021Q, ETH_P_8021AD)
 
+#: ``packet_type.func``: (kernel, netns state, device, skb, for this host) — the host flag is
+#: ``skb->pkt_type != PACKET_OTHERHOST`` as ``eth_type_trans`` set it.
+PacketHandler = Callable[..., None]
+#: ``ndo_start_xmit``: (kernel, device, skb).
+XmitFunc = Callable[..., None]
 
-@functools.lru_cache(maxsize=4096)
-def _mac_str(raw: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in raw)
+#: ``ptype_base``: ethertype -> the handler of the layer above (:func:`dev_add_pack`).
+ptype_base: dict[int, PacketHandler] = {}
+
+
+def dev_add_pack(ptype: int, func: PacketHandler) -> None:
+    """``dev_add_pack``: frames of ethertype *ptype* are handed to *func* after the rx_handler."""
+    ptype_base[ptype] = func
 
 
 # ----------------------------------------------------------------- capture helpers
@@ -150,9 +175,9 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
         return
     proto = skb.protocol
     l3 = dev.link_type in _L3_LINK_TYPES
-    if proto in (ETH_P_IP, ETH_P_IPV6):
-        host = l3 or local or _to_host(skb, dev)
-        stack_ip.ip_rcv(kernel, st, dev, skb, host)
+    deliver = ptype_base.get(proto)  # deliver_skb for the ptype_base entry of this protocol
+    if deliver is not None:
+        deliver(kernel, st, dev, skb, l3 or local or _to_host(skb, dev))
     elif proto == ETH_P_PPP_SES and not l3:
         pppoe_rcv(kernel, st, dev, skb)
     else:
@@ -162,7 +187,7 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
 def _to_host(skb: SkBuff, dev) -> bool:
     """``eth_type_trans``'s pkt_type: PACKET_HOST (our MAC), broadcast/multicast, or OTHERHOST."""
     dst = bytes(skb.buf[skb.mac_header:skb.mac_header + 6])
-    return bool(dst[0] & 1) or dst == mac_bytes(dev.mac)
+    return bool(dst[0] & 1) or dst == mac_aton(dev.mac)
 
 
 def _vlan_upper(kernel, dev, vid: int, proto: int):
@@ -222,11 +247,11 @@ def _ingress_hook(kernel, st, dev, skb: SkBuff) -> bool:
             if _netdev_chain(kernel, st, "ingress", dev, skb, e, False):
                 return True
             continue
-        if not kernel.flowtables_enabled or kernel.fastpath_mod is None:
+        if not kernel.flowtables_enabled:
             continue
         m = e.flowtable
         ft = st.ft_by_model.get(id(m)) or st.ft_by_key[(m.family, m.table, m.name)]
-        verdict = kernel.fastpath_mod.nf_flow_offload_hook(kernel, st, ft, skb, dev)
+        verdict = nf_flow_offload_hook(kernel, st, ft, skb, dev)
         if verdict == "stolen":
             return True
         if verdict == "drop":
@@ -260,11 +285,11 @@ def br_handle_frame(kernel, st, port, skb: SkBuff) -> None:
     if br.vlan_filtering and skb.vlan_present and skb.vlan_proto == br.vlan_protocol:
         skb.vlan_hwaccel_clear_tag()  # the tag is now the frame's VID
     dst, src = _eth_addrs(skb)
-    br.fdb_learn(_mac_str(src), vid, port.name)
+    br.fdb_learn(mac_ntoa(src), vid, port.name)
     if dst[0] & 1:
         _br_flood(kernel, st, br, skb, vid, exclude=port.name)
         return
-    dmac = _mac_str(dst)
+    dmac = mac_ntoa(dst)
     f = br.fdb_find(dmac, vid)
     if f is not None and (f.port is None or f.local):
         _br_pass_frame_up(kernel, st, br, skb, vid)
@@ -342,7 +367,7 @@ def _xmit_bridge(kernel, br: BridgeDevice, skb: SkBuff) -> None:
     if dst[0] & 1:
         _br_flood(kernel, st, br, skb, vid, exclude=None)
         return
-    f = br.fdb_find(_mac_str(dst), vid)
+    f = br.fdb_find(mac_ntoa(dst), vid)
     if f is None:
         _br_flood(kernel, st, br, skb, vid, exclude=None)
     elif f.port is None or f.local:
@@ -363,7 +388,7 @@ def pppoe_rcv(kernel, st, dev, skb: SkBuff) -> None:
     sid = (b[d + 2] << 8) | b[d + 3]
     length = (b[d + 4] << 8) | b[d + 5]
     _dst, src = _eth_addrs(skb)
-    peer = _mac_str(src)
+    peer = mac_ntoa(src)
     ppp = None
     if b[d] == 0x11 and b[d + 1] == 0:
         for cand in st.ns.devices.values():
@@ -374,7 +399,7 @@ def pppoe_rcv(kernel, st, dev, skb: SkBuff) -> None:
     if ppp is None:
         kernel.drop(skb, "pppoe-no-session", where, session=f"{sid:#06x}", peer=peer)
         return
-    proto = _PPP_TO_ETH.get((b[d + 6] << 8) | b[d + 7])
+    proto = PPP_TO_ETHERTYPE.get((b[d + 6] << 8) | b[d + 7])
     if proto is None or length < 2 or d + 6 + length > len(b):
         kernel.drop(skb, "unknown-protocol", where, ppp=f"{(b[d + 6] << 8) | b[d + 7]:#06x}")
         return
@@ -389,7 +414,7 @@ def pppoe_rcv(kernel, st, dev, skb: SkBuff) -> None:
 def _xmit_ppp(kernel, ppp: PppDevice, skb: SkBuff) -> None:
     """``ppp_start_xmit`` → ``pppoe_xmit``: PPP protocol, PPPoE session header, Ethernet to the peer."""
     st = kernel.netns[ppp.netns]
-    proto = _ETH_TO_PPP.get(skb.protocol)
+    proto = ETHERTYPE_TO_PPP.get(skb.protocol)
     if not ppp.connected or ppp.lower is None:
         kernel.drop(skb, "pppoe-no-session", f"{st.name} {ppp.name} xmit")
         return
@@ -397,7 +422,7 @@ def _xmit_ppp(kernel, ppp: PppDevice, skb: SkBuff) -> None:
         kernel.drop(skb, "unknown-protocol", f"{st.name} {ppp.name} xmit")
         return
     lower = st.ns.devices[ppp.lower]
-    hdr = eth_header(mac_bytes(ppp.peer_mac), mac_bytes(lower.mac), ETH_P_PPP_SES) + struct.pack(
+    hdr = eth_header(mac_aton(ppp.peer_mac), mac_aton(lower.mac), ETH_P_PPP_SES) + struct.pack(
         "!BBHHH", 0x11, 0, ppp.session, skb.len + 2, proto)
     skb.push(hdr)
     skb.mac_header = skb.data
@@ -439,29 +464,24 @@ def _xmit_loopback(kernel, lo, skb: SkBuff) -> None:
                     skb.gso_type)
 
 
-def _xmit_ipip(kernel, dev, skb: SkBuff) -> None:
-    stack_ip.ip_tunnel_xmit(kernel, kernel.netns[dev.netns], dev, skb)
-
-
-def _xmit_ip6tnl(kernel, dev, skb: SkBuff) -> None:
-    stack_ip.ip6_tnl_xmit(kernel, kernel.netns[dev.netns], dev, skb)
-
-
 def _xmit_unsupported(kernel, dev, skb: SkBuff) -> None:
     kernel.drop(skb, "unsupported-device", f"{dev.netns} {dev.name} xmit", kind=dev.kind)
 
 
-#: device class -> its ndo_start_xmit
-XMIT = {
+#: device class -> its ndo_start_xmit; the tunnels' are registered by the IP layer (:func:`register_ndo_start_xmit`)
+XMIT: dict[type, XmitFunc] = {
     EthernetDevice: _xmit_wire,
     DsaUserDevice: _xmit_wire,
     VlanDevice: _xmit_vlan,
     BridgeDevice: _xmit_bridge,
     PppDevice: _xmit_ppp,
-    IpipDevice: _xmit_ipip,
-    Ip6tnlDevice: _xmit_ip6tnl,
     LoopbackDevice: _xmit_loopback,
 }
+
+
+def register_ndo_start_xmit(device_class: type, xmit: XmitFunc) -> None:
+    """A driver's ``netdev_ops->ndo_start_xmit`` for every device of *device_class* (tunnels: ``ipip_netdev_ops``)."""
+    XMIT[device_class] = xmit
 
 
 def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
@@ -525,7 +545,7 @@ def neigh_output(kernel, dev, skb: SkBuff, nexthop) -> None:
         if n is None or not n.lladdr or not n.valid:
             kernel.drop(skb, "neigh-unresolved", f"{dev.netns} {dev.name}", nexthop=nexthop)
             return
-        skb.push(eth_header(mac_bytes(n.lladdr), mac_bytes(dev.mac), skb.protocol))
+        skb.push(eth_header(mac_aton(n.lladdr), mac_aton(dev.mac), skb.protocol))
         skb.mac_header = skb.data
     elif lt == "loopback":
         skb.push(eth_header(bytes(6), bytes(6), skb.protocol))

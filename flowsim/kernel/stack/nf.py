@@ -51,6 +51,7 @@ from flowsim.kernel.conntrack import (
     nf_nat_manip_pkt,
     nf_nat_packet,
 )
+from flowsim.kernel.flowtable.core import nft_flow_offload_eval
 from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
 from flowsim.kernel.stack.pkt import PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip
 from flowsim.nft.ruleset import NftPacket
@@ -281,7 +282,7 @@ def _eval(kernel, st, hook, skb, info, nfc, in_dev, out_dev, route, entries):
         if ft is None or not kernel.flowtables_enabled:
             kernel.trace(skb, f"{st.name} forward", f"flow add @{ft_model.name}: flowtables disabled")
             return False
-        return kernel.flowtable_mod.nft_flow_offload_eval(
+        return nft_flow_offload_eval(
             kernel, st, ft, skb=skb, ct=nfc.ct, ctdir=nfc.dir, in_dev=in_dev, route=route,
             tcp_flags=info.tcp_flags or 0)
 

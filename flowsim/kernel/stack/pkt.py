@@ -39,6 +39,8 @@ import struct
 import attrs
 
 from flowsim.kernel.headers import (
+    ETH_P_IP,
+    ETH_P_IPV6,
     IPPROTO_ICMP,
     IPPROTO_ICMPV6,
     IPPROTO_TCP,
@@ -48,11 +50,12 @@ from flowsim.kernel.headers import (
     internet_checksum,
     ipv6_ext_hdr,
 )
+from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
 
 __all__ = [
     "PktInfo", "parse_ip", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
-    "ip_fragment", "FragQueue", "mac_bytes", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
+    "ip_fragment", "FragQueue", "new_skb", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
@@ -87,10 +90,14 @@ def _addr6(raw: bytes):
     return _V6ADDR(raw)
 
 
-@functools.lru_cache(maxsize=1024)
-def mac_bytes(mac: str | None) -> bytes:
-    """``aa:bb:…`` as 6 bytes (zeros for None)."""
-    return bytes.fromhex(mac.replace(":", "")) if mac else bytes(6)
+def new_skb(packet: bytes, tag: object, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
+    """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
+    buf = bytearray(NET_SKB_PAD) + packet
+    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
+                 gso_type=gso_type)
+    skb.network_header = skb.mac_header = NET_SKB_PAD
+    skb.protocol = ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6
+    return skb
 
 
 def eth_header(dst: bytes, src: bytes, proto: int) -> bytes:

@@ -40,17 +40,41 @@ other algorithms, ``dir in`` checks for local sockets, and the
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 import attrs
 
 from flowsim.kernel import esp
 from flowsim.kernel.fib import Route
-from flowsim.kernel.headers import ETH_P_IP, IPPROTO_ESP, IPPROTO_IPIP
+from flowsim.kernel.headers import AF_INET, ETH_P_IP, IPPROTO_ESP, IPPROTO_IPIP, internet_checksum
+from flowsim.kernel.stack.l2 import gso_segment, netif_receive_skb
+from flowsim.kernel.stack.nf import NfCtx, nf_hook
+from flowsim.kernel.stack.pkt import build_ipv4, new_skb, parse_ip
 
 __all__ = ["XfrmSA", "XfrmPolicy", "XfrmTmpl", "XfrmDb", "XfrmRoute", "esp4_get_mtu", "policy_check",
-           "route_forward", "xfrm4_output", "xfrm_output_fast", "xfrm4_rcv", "secpath"]
+           "route_forward", "xfrm4_output", "xfrm_output_fast", "xfrm4_rcv", "secpath", "XfrmStateAfinfo",
+           "xfrm_state_register_afinfo"]
 
 
+@attrs.frozen
+class XfrmStateAfinfo:
+    """``struct xfrm_state_afinfo``: what an address family's IP layer lends xfrm (``xfrm4_state_afinfo``).
+
+    xfrm sits below the IP layer here (``ip_forward`` calls it, as
+    ``xfrm4_route_forward`` calls ``xfrm_lookup``); it reaches back up only
+    through this, as ``xfrm_output_resume`` does through
+    ``skb_dst(skb)->ops->local_out``.
+    """
+
+    local_out: Callable[..., None]  # __ip_local_out: (kernel, netns state, skb, route=underlay route)
+
+
+_AFINFO: dict[int, XfrmStateAfinfo] = {}
+
+
+def xfrm_state_register_afinfo(family: int, afinfo: XfrmStateAfinfo) -> None:
+    """``xfrm_state_register_afinfo``: the IP layer of *family* registers itself (``xfrm4_state_init``)."""
+    _AFINFO[family] = afinfo
 
 @attrs.frozen
 class XfrmSA:
@@ -215,8 +239,6 @@ def route_forward(kernel, st, skb, info, rt):
 
 def xfrm4_output(kernel, st, skb, info, nfc, rt: XfrmRoute, out_dev, in_dev=None) -> None:
     """``xfrm4_output``: POSTROUTING on the inner packet, then ``xfrm_output``."""
-    from flowsim.kernel.stack.nf import nf_hook
-
     info, why = nf_hook(kernel, st, "postrouting", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
     if why is not None:
         kernel.drop(skb, why, f"{st.name} postrouting")
@@ -226,10 +248,6 @@ def xfrm4_output(kernel, st, skb, info, nfc, rt: XfrmRoute, out_dev, in_dev=None
 
 def xfrm_output(kernel, st, skb, info, rt: XfrmRoute) -> None:
     """``xfrm_output`` → ``xfrm4_tunnel_encap_add`` + ``esp_output``, then ``ip_local_out`` of the outer packet."""
-    from flowsim.kernel.stack import ip as stack_ip
-    from flowsim.kernel.stack.l2 import gso_segment
-    from flowsim.kernel.stack.pkt import build_ipv4, parse_ip
-
     sa = rt.sa
     where = f"{st.name} xfrm output"
     if skb.gso_size:  # xfrm_output_gso: segment in software, then each segment through the transform
@@ -249,14 +267,11 @@ def xfrm_output(kernel, st, skb, info, rt: XfrmRoute) -> None:
                        ident=st.next_ident(), df=info.df)
     if kernel.tracing:
         kernel.trace(skb, where, "esp encapsulated", spi=hex(sa.spi), seq=seq, src=sa.src, dst=sa.dst)
-    stack_ip.ip_local_out(kernel, st, stack_ip.new_skb(outer, skb.tag, skb.mark), route=rt.route)
+    _AFINFO[AF_INET].local_out(kernel, st, new_skb(outer, skb.tag, skb.mark), route=rt.route)
 
 
 def xfrm_output_fast(kernel, st, skb, dst: XfrmRoute) -> None:
     """The fast path's ``dst_output`` of an XFRM tuple: the same ``xfrm4_output`` (IPCB flags: FORWARDED)."""
-    from flowsim.kernel.stack.nf import NfCtx
-    from flowsim.kernel.stack.pkt import parse_ip
-
     info = parse_ip(skb.buf, skb.data)
     if info is None:
         kernel.drop(skb, "ip-header-invalid", f"{st.name} xfrm output")
@@ -269,9 +284,6 @@ def xfrm_output_fast(kernel, st, skb, dst: XfrmRoute) -> None:
 
 def xfrm4_rcv(kernel, st, in_dev, skb, info) -> None:
     """``xfrm4_rcv`` → ``xfrm_input`` → ``esp_input``; tunnel mode re-receives the inner packet on *in_dev*."""
-    from flowsim.kernel.stack import ip as stack_ip
-    from flowsim.kernel.stack import l2 as stack_l2
-
     where = f"{st.name} xfrm input"
     db = st.ns.xfrm
     end = info.l3off + info.tot_len
@@ -293,26 +305,24 @@ def xfrm4_rcv(kernel, st, in_dev, skb, info) -> None:
         if nexthdr != IPPROTO_IPIP:
             kernel.drop(skb, "xfrm-decrypt-failed", where, nexthdr=nexthdr)  # XfrmInStateModeError
             return
-        inner = stack_ip.new_skb(plain, skb.tag, skb.mark)
+        inner = new_skb(plain, skb.tag, skb.mark)
         inner.protocol = ETH_P_IP
         inner.sec_path = secpath(skb) + (sa,)
         if kernel.tracing:
             kernel.trace(skb, where, "esp decrypted", spi=hex(spi), seq=int.from_bytes(payload[4:8], "big"))
-        stack_l2.netif_receive_skb(kernel, in_dev, inner)  # xfrm_input → netif_rx on skb->dev
+        netif_receive_skb(kernel, in_dev, inner)  # xfrm_input → netif_rx on skb->dev
         return
     # transport mode: the payload replaces the ESP part; deliver the result locally
     hdr = bytearray(skb.buf[info.l3off:info.l4off])
     hdr[9] = nexthdr
     packet = bytes(hdr) + plain
-    new = stack_ip.new_skb(_fix_v4(packet), skb.tag, skb.mark)
+    new = new_skb(_fix_v4(packet), skb.tag, skb.mark)
     new.sec_path = secpath(skb) + (sa,)
-    stack_l2.netif_receive_skb(kernel, in_dev, new)
+    netif_receive_skb(kernel, in_dev, new)
 
 
 def _fix_v4(packet: bytes) -> bytes:
     """Total length and header checksum of a rebuilt IPv4 packet."""
-    from flowsim.kernel.headers import internet_checksum
-
     buf = bytearray(packet)
     hlen = (buf[0] & 0x0F) * 4
     buf[2:4] = len(buf).to_bytes(2, "big")
