@@ -17,26 +17,61 @@ reused by the fast path.
 
 This module mirrors the tuple choice of ``nf_nat_core.c`` and the packet
 manipulation of ``nf_nat_proto.c``.  It sits below :mod:`flowsim.kernel.conntrack`,
-which re-exports its public names: tuples and entries are only annotated
-here, and "is this tuple taken" is asked of the table passed to
-:func:`get_unique_tuple` (``nf_nat_used_tuple``).
+which re-exports its public names and imports nothing the other way: a
+tuple is whatever has the fields of :class:`NatTuple` (the conntrack's
+``CtTuple``), and "is this tuple taken" is asked of the table passed to
+:func:`get_unique_tuple` (:class:`NatTupleTable`, ``nf_nat_used_tuple``).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import attrs
 
 from flowsim.kernel.headers import csum_replace, ipv6_skip_exthdr
 
-if TYPE_CHECKING:  # annotations only: flowsim.kernel.conntrack imports this module
-    from flowsim.kernel.conntrack import ConntrackTable, CtEntry, CtTuple
-
 __all__ = [
-    "NatRange", "get_unique_tuple", "csum_replace2", "csum_replace4", "ipv6_l4_offset", "nf_nat_manip_pkt",
+    "NatRange", "NatTuple", "NatTupleTable", "get_unique_tuple", "csum_replace2", "csum_replace4",
+    "ipv6_l4_offset", "nf_nat_manip_pkt",
 ]
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class NatTuple(Protocol):
+    """The fields of ``struct nf_conntrack_tuple`` NAT reads (an attrs class: ``attrs.evolve`` makes the candidates)."""
+
+    @property
+    def src(self) -> IpAddress: ...
+
+    @property
+    def dst(self) -> IpAddress: ...
+
+    @property
+    def sport(self) -> int: ...
+
+    @property
+    def dport(self) -> int: ...
+
+    @property
+    def l3proto(self) -> int: ...
+
+    @property
+    def l4proto(self) -> int: ...
+
+
+_Tuple = TypeVar("_Tuple", bound=NatTuple)
+_Tuple_contra = TypeVar("_Tuple_contra", bound=NatTuple, contravariant=True)
+_Entry_contra = TypeVar("_Entry_contra", contravariant=True)
+
+
+class NatTupleTable(Protocol[_Tuple_contra, _Entry_contra]):
+    """The conntrack table as ``get_unique_tuple`` asks it (``nf_nat_used_tuple``)."""
+
+    def nf_nat_used_tuple(self, t: _Tuple_contra, ignored: _Entry_contra) -> bool: ...
+
 
 # shared with flowsim.kernel.conntrack (tuple inversion, the ICMP "new" check), which imports it from here
 _ICMP_ECHO = {1: (8, 0), 58: (128, 129)}  # l4proto -> (echo request, echo reply)
@@ -44,13 +79,25 @@ _ICMP_ECHO = {1: (8, 0), 58: (128, 129)}  # l4proto -> (echo request, echo reply
 
 @attrs.frozen
 class NatRange:
-    """struct nf_nat_range2: addresses and ports to map to (None: keep)."""
+    """struct nf_nat_range2: addresses and ports to map to (None: keep).
 
-    addr_min: object = None
-    addr_max: object = None
+    A maximum left None is the minimum, as ``nft_nat_init`` sets
+    ``sreg_addr_max``/``sreg_proto_max`` to the minimum's register.
+    """
+
+    addr_min: IpAddress | None = None
+    addr_max: IpAddress | None = None
     port_min: int | None = None
     port_max: int | None = None
-    flags: frozenset = frozenset()  # random, fully-random, persistent
+    flags: frozenset[str] = frozenset()  # random, fully-random, persistent
+
+    @property
+    def addr_hi(self) -> IpAddress | None:
+        return self.addr_min if self.addr_max is None else self.addr_max
+
+    @property
+    def port_hi(self) -> int | None:
+        return self.port_min if self.port_max is None else self.port_max
 
     @classmethod
     def from_request(cls, req, *, addr=None) -> NatRange:
@@ -60,7 +107,8 @@ class NatRange:
         return cls(amin, amax, req.port_min, req.port_max, frozenset(req.flags))
 
 
-def get_unique_tuple(table: ConntrackTable, orig: CtTuple, rng: NatRange, manip: str, ct: CtEntry) -> CtTuple:
+def get_unique_tuple(table: NatTupleTable[_Tuple, _Entry_contra], orig: _Tuple, rng: NatRange, manip: str,
+                     ct: _Entry_contra) -> _Tuple:
     """get_unique_tuple: keep what is in range and free, else pick an address and a free port.
 
     The kernel starts the port search at a random or hashed offset; here it
@@ -72,17 +120,20 @@ def get_unique_tuple(table: ConntrackTable, orig: CtTuple, rng: NatRange, manip:
             and not table.nf_nat_used_tuple(orig, ct):
         return orig
     t = orig
-    if rng.addr_min is not None:  # find_best_ips_proto: stable choice by the other address
-        lo, hi = int(rng.addr_min), int(rng.addr_max)
+    addr_hi = rng.addr_hi
+    if rng.addr_min is not None and addr_hi is not None:  # find_best_ips_proto: stable choice by the other address
+        lo, hi = int(rng.addr_min), int(addr_hi)
         key = int(orig.src) + (0 if "persistent" in rng.flags else int(orig.dst))
         pick = lo + key % (hi - lo + 1)
+        # mypy's attrs plugin cannot see through the NatTuple protocol; CtTuple is an attrs class
         t = attrs.evolve(t, **{addr_field: ipaddress.ip_address(pick) if orig.l3proto == 2
-                               else ipaddress.IPv6Address(pick)})
+                               else ipaddress.IPv6Address(pick)})  # type: ignore[misc]
     if orig.l4proto in _ICMP_ECHO:
         port_field = "sport"  # the echo id, whatever the manip
     elif orig.l4proto not in (6, 17, 136, 132, 33):
         return t  # no ports to choose (GRE, …)
-    if rng.port_min is None:
+    port_hi = rng.port_hi
+    if rng.port_min is None or port_hi is None:
         if manip == "dst" and orig.l4proto not in _ICMP_ECHO:
             return t  # a DNAT without ports keeps the port
         port = getattr(t, port_field)
@@ -95,23 +146,23 @@ def get_unique_tuple(table: ConntrackTable, orig: CtTuple, rng: NatRange, manip:
         else:
             lo, size = 1024, 64512
     else:
-        lo, size = rng.port_min, rng.port_max - rng.port_min + 1
+        lo, size = rng.port_min, port_hi - rng.port_min + 1
     start = getattr(t, port_field)
     off = (start - lo) % size if lo <= start < lo + size else 0
     cand = t
     for i in range(size):
-        cand = attrs.evolve(t, **{port_field: lo + (off + i) % size})
+        cand = attrs.evolve(t, **{port_field: lo + (off + i) % size})  # type: ignore[misc]  # as above
         if not table.nf_nat_used_tuple(cand, ct):
             return cand
     return cand  # all taken: the clash drops the packet at confirm
 
 
-def _in_range(t: CtTuple, rng: NatRange, addr_field: str, port_field: str) -> bool:
+def _in_range(t: NatTuple, rng: NatRange, addr_field: str, port_field: str) -> bool:
     a = getattr(t, addr_field)
-    if rng.addr_min is not None and not (rng.addr_min <= a <= rng.addr_max):
+    if rng.addr_min is not None and not (rng.addr_min <= a <= rng.addr_hi):
         return False
     p = getattr(t, port_field)
-    return rng.port_min is None or rng.port_min <= p <= rng.port_max
+    return rng.port_min is None or rng.port_min <= p <= rng.port_hi
 
 
 # ----------------------------------------------------------------- checksums and NAT mangling
@@ -150,7 +201,7 @@ def _l4_csum_update(buf, l4proto: int, l4off: int, old: bytes, new: bytes, pseud
     buf[l4off + pos:l4off + pos + 2] = check.to_bytes(2, "big")
 
 
-def nf_nat_manip_pkt(buf: bytearray, l3off: int, manip: str, target: CtTuple) -> None:
+def nf_nat_manip_pkt(buf: bytearray, l3off: int, manip: str, target: NatTuple) -> None:
     """Rewrite the source (``manip="src"``) or destination of the packet at *l3off* to *target*'s.
 
     Addresses and ports (ICMP echo: the id) are set from *target*; the IPv4
