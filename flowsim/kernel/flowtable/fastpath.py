@@ -3,23 +3,32 @@
 Theory of operation
 -------------------
 :func:`nf_flow_offload_hook` runs at the netdev ingress hook of every device
-a flowtable lists, and returns the hook's verdict:
+a flowtable lists, and returns the hook's verdict (constants of
+:mod:`flowsim.reasons`):
 
-``"accept"``  NF_ACCEPT: the packet goes on through the ordinary stack (the
-              *slow path*), with a reason id from :mod:`flowsim.reasons`;
-``"drop"``    NF_DROP, the reason id left in ``skb.drop_reason``;
-``"stolen"``  NF_STOLEN: the fast path has transmitted it.
+``ACCEPT``  NF_ACCEPT: the packet goes on through the ordinary stack (the
+            *slow path*), with a reason id from :mod:`flowsim.reasons`;
+``DROP``    NF_DROP, the reason id left in ``skb.drop_reason``;
+``STOLEN``  NF_STOLEN: the fast path has transmitted it.
 
-The steps follow reference §4.1/§4.2 in the kernel's order: the tuple
-(:mod:`flowsim.kernel.flowtable.tuple`), the lookup, the TEARDOWN and dying checks, the MTU
-check with the tunnel overhead, the TCP state check (FIN/RST → CLOSING from
-6.14, SYN on a CLOSING flow → teardown), writability, refresh, the pop of
-VLAN/PPPoE/tunnel headers (as many layers as the *flow* says), NAT (§4.4,
-incremental checksums), TTL / hop limit, the conntrack counters (§7), then
-transmit: tunnel push (§5.3), NEIGH or DIRECT with the cached MACs, VLAN /
-PPPoE push (§5.4) and ``dev_queue_xmit`` on the egress device through
-:class:`flowsim.kernel.api.Kernel`.  Profile switches select the behaviour
-of each kernel version (§9), bugs included.
+One function per kernel function of ``net/netfilter/nf_flow_table_ip.c``, in
+the kernel's order: the tuple and the table lookup
+(:mod:`flowsim.kernel.flowtable.tuple`), the TEARDOWN and dying checks, then
+:func:`nf_flow_offload_forward` — the MTU check with the tunnel overhead
+(``nf_flow_exceeds_mtu``), ``nf_flow_state_check`` (FIN/RST → CLOSING from
+6.14, SYN on a CLOSING flow → teardown), ``nf_flow_dst_check``,
+writability, ``flow_offload_refresh``, :func:`nf_flow_encap_pop` (as many
+VLAN/PPPoE/tunnel layers as the *flow* says), NAT (``nf_flow_nat_ip`` /
+``nf_flow_nat_ipv6``, incremental checksums), TTL / hop limit and the
+conntrack counters (``nf_ct_acct_update``).  Then :func:`nf_flow_offload_xmit`:
+``nf_flow_xmit_xfrm``, or the tunnel push (:func:`nf_flow_tunnel_push`:
+``nf_flow_tunnel_v4_push`` / ``nf_flow_tunnel_v6_push``) and the switch on
+``tuple->xmit_type`` (the :data:`XMIT` dispatch table: NEIGH, DIRECT), both
+ending in :func:`nf_flow_queue_xmit` (``nf_flow_encap_push`` of VLAN/PPPoE,
+``dev_hard_header``, ``dev_queue_xmit`` on the egress device through
+:class:`flowsim.kernel.api.Kernel`).  Profile switches
+(:class:`flowsim.profiles.Profile`) select the behaviour of each kernel
+version, bugs included.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
+from collections.abc import Callable
 
 from flowsim.errors import KernelBugError
 from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
+from flowsim.kernel.devices.ip6tnl import IPV6_DEFAULT_TNL_ENCAP_LIMIT
 from flowsim.kernel.flowtable.core import (
     NF_FLOW_CLOSING,
     NF_FLOW_DNAT,
@@ -41,45 +52,66 @@ from flowsim.kernel.flowtable.core import (
     _addr_key,
 )
 from flowsim.kernel.flowtable.path import XmitType
-from flowsim.kernel.flowtable.tuple import nf_flow_offload_lookup
+from flowsim.kernel.flowtable.tuple import FlowtableCtx, nf_flow_offload_lookup
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
+    ETH_HLEN,
     ETH_P_8021AD,
     ETH_P_8021Q,
     ETH_P_IP,
     ETH_P_IPV6,
     ETH_P_PPP_SES,
+    ETHERTYPE_TO_PPP,
     IPPROTO_IPIP,
     IPPROTO_IPV6,
     IPPROTO_TCP,
     IPPROTO_UDP,
+    IPV4_HLEN,
+    IPV6_HLEN,
     NEXTHDR_DEST,
-    PPP_IP,
-    PPP_IPV6,
+    PPPOE_SES_HLEN,
+    VLAN_HLEN,
     csum_replace,
     internet_checksum,
+    mac_aton,
     pppoe_proto_to_ethertype,
 )
+from flowsim.reasons import ACCEPT, DROP, STOLEN
 
-__all__ = ["nf_flow_offload_hook", "nf_flow_vlan_push", "nf_flow_pppoe_push", "nf_flow_tunnel_ipip_push",
-           "nf_flow_tunnel_ip6ip6_push", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
+__all__ = [
+    "nf_flow_offload_hook", "nf_flow_offload_forward", "nf_flow_offload_xmit", "nf_flow_xmit_xfrm",
+    "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_queue_xmit", "nf_flow_encap_gso_xmit",
+    "nf_flow_encap_pop", "nf_flow_tunnel_push", "nf_flow_tunnel_ipip_push", "nf_flow_tunnel_ip6ip6_push",
+    "nf_flow_encap_push", "nf_flow_vlan_push", "nf_flow_pppoe_push",
+]
 
-IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
 NEIGH_GC_THRESH3 = 1024  # net.ipv4/ipv6.neigh.default.gc_thresh3
 _NAT_FLAGS = (1 << NF_FLOW_SNAT) | (1 << NF_FLOW_DNAT)
 _TEARDOWN = 1 << NF_FLOW_TEARDOWN
 _NEIGH, _XFRM, _DIRECT = XmitType.NEIGH, XmitType.XFRM, XmitType.DIRECT  # module constants: no enum lookups per packet
-_ETH_PROTO = {p: p.to_bytes(2, "big") for p in (0x0800, 0x86DD, 0x8100, 0x88A8, 0x8864)}
-_ZERO_MAC = b"\0" * 6
+_ETH_PROTO = {p: p.to_bytes(2, "big") for p in (ETH_P_IP, ETH_P_IPV6, ETH_P_8021Q, ETH_P_8021AD, ETH_P_PPP_SES)}
 
-
-@functools.lru_cache(maxsize=4096)
-def _mac(text: str | None) -> bytes:
-    return bytes.fromhex(text.replace(":", "")) if text else _ZERO_MAC
+# Header fields by name: their byte offsets in struct iphdr / ipv6hdr / tcphdr / udphdr (include/uapi/linux/).
+# (Module constants cost one dictionary-free global load: the hot path can afford names.)
+IPH_TOS, IPH_FRAG_OFF, IPH_TTL, IPH_PROTOCOL, IPH_CHECK, IPH_SADDR, IPH_DADDR = 1, 6, 8, 9, 10, 12, 16
+IP6H_NEXTHDR, IP6H_HOP_LIMIT, IP6H_SADDR, IP6H_DADDR = 6, 7, 8, 24
+TCPH_SOURCE, TCPH_DEST, TCPH_DOFF, TCPH_FLAGS, TCPH_CHECK = 0, 2, 12, 13, 16
+UDPH_HLEN, UDPH_CHECK = 8, 6
+IPIP_TUNNEL_HLEN = IPV4_HLEN  # the outer header nf_flow_tunnel_v4_push adds
+IP6IP6_TUNNEL_HLEN = IPV6_HLEN  # ... nf_flow_tunnel_v6_push, plus the encap-limit option when it adds one
+# struct ipv6_destopt_hdr with the tunnel encapsulation limit TLV (ip6_tnl_build_encap_limit / ip6_tnl.h):
+# next header IPv6, length 0; IPV6_TLV_TNL_ENCAP_LIMIT, len 1, the limit; PadN, len 1, 0
+IPV6_TLV_TNL_ENCAP_LIMIT = 4
+_ENCAP_LIMIT_DESTOPT = bytes((IPPROTO_IPV6, 0, IPV6_TLV_TNL_ENCAP_LIMIT, 1, IPV6_DEFAULT_TNL_ENCAP_LIMIT, 1, 1, 0))
+PPPOE_VER_TYPE = 0x11  # struct pppoe_hdr: version 1, type 1
+_PACK_IPHDR = struct.Struct("!BBHHHBBH4s4s").pack
+_PACK_IPV6HDR = struct.Struct("!IHBB16s16s").pack
+_PACK_PPPOE = struct.Struct("!BBHHH").pack
+_PACK_VLAN = struct.Struct("!HH").pack
 
 
 @functools.lru_cache(maxsize=65536)
-def _ip(raw: bytes, v4: bool):
+def _ip(raw: bytes, v4: bool) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The address object of a key's 16-byte union (cached: it is needed per packet for the next hop)."""
     return ipaddress.IPv4Address(raw[:4]) if v4 else ipaddress.IPv6Address(raw)
 
@@ -87,7 +119,7 @@ def _ip(raw: bytes, v4: bool):
 # --- verdicts ------------------------------------------------------------------
 
 def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffloadTuple | None = None) -> str:
-    ft.count("accept", rid)
+    ft.count(ACCEPT, rid)
     if th is not None:
         slow = th.slow if th.slow is not None else {}
         slow[rid] = slow.get(rid, 0) + 1
@@ -95,15 +127,23 @@ def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffl
     kernel.account(skb, "slowpath")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"slow path: {rid}", reason=rid, detail=detail)
-    return "accept"
+    return ACCEPT
 
 
 def _drop(kernel, ft: Flowtable, skb, rid: str, detail: str = "") -> str:
-    ft.count("drop", rid)
+    ft.count(DROP, rid)
     skb.drop_reason = rid
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"drop: {rid}", reason=rid, detail=detail)
-    return "drop"
+    return DROP
+
+
+def _stolen(kernel, ft, skb, dev, how: str) -> None:
+    ft.fastpath += 1  # Flowtable.count(STOLEN), inlined: once per fast-path packet
+    if skb.tag is not None:
+        kernel.account(skb, "fastpath")
+    if kernel.tracing:
+        kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: {how} on {dev.name}", dev=dev.name)
 
 
 def _near_miss(ft: Flowtable, key) -> None:
@@ -122,17 +162,19 @@ def _near_miss(ft: Flowtable, key) -> None:
 # --- the hook --------------------------------------------------------------------
 
 def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
-    """The flowtable's ingress hook for *skb* received on *in_dev*: "accept", "drop" or "stolen".
+    """The flowtable's ingress hook for *skb* received on *in_dev*: ACCEPT, DROP or STOLEN.
 
-    The skb's header-access cost during the hook (copies, head
-    reallocations, pulls of non-linear data) is added to ``ft.cost``.
+    ``nf_flow_offload_ip_hook`` / ``nf_flow_offload_ipv6_hook``: lookup, then
+    :func:`nf_flow_offload_forward` and :func:`nf_flow_offload_xmit`.  The
+    skb's header-access cost during the hook (copies, head reallocations,
+    pulls of non-linear data) is added to ``ft.cost``.
     """
     copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
     try:
         res = nf_flow_offload_lookup(skb, in_dev.ifindex, ft.family, kernel.profile)
         if res.tuple is None:
-            return _accept(kernel, ft, skb, res.reason, res.detail)
-        th = ft.table.get(res.tuple)
+            return _accept(kernel, ft, skb, res.reason or "", res.detail)
+        th = ft.table.get(res.tuple)  # flow_offload_lookup: the rhashtable lookup
         if th is None:
             _near_miss(ft, res.tuple)
             return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
@@ -144,8 +186,12 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         if kernel.tracing:
             kernel.trace(skb, f"flowtable @{ft.name}",
                          f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(res.tuple))
+        v4 = res.hook == "ipv4"
         try:
-            return _forward_and_xmit(kernel, ns_state, ft, skb, th, res)
+            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, res.ctx, v4)
+            if verdict is not None:
+                return verdict
+            return nf_flow_offload_xmit(kernel, ns_state, ft, skb, th, v4)
         except KernelBugError as exc:
             ft.kernel_bugs.append(str(exc))
             return _drop(kernel, ft, skb, "kernel-bug", str(exc))
@@ -159,30 +205,30 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             c.pull_bugs += skb.pull_bugs - bugs
 
 
-def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> str:
-    profile = kernel.profile
-    ctx = res.ctx
-    v4 = res.hook == "ipv4"
-    flow = th.flow
-    other = flow.tuplehash[1 - th.dir]
-    out_tun, out_encap = other.key.tun, other.key.encap  # what this direction pushes: the other tuple's
-    xmit_type = th.xmit_type
-    buf = skb.buf
+def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, ctx: FlowtableCtx,
+                            v4: bool) -> str | None:
+    """``nf_flow_offload_forward``: None when the packet goes on to the transmit, else the verdict.
 
-    # nf_flow_offload_forward / nf_flow_offload_ipv6_forward
+    The checks that send the packet to the slow path (MTU, TCP state, stale
+    route), writability, the refresh, then the packet's own rewrite: pop,
+    NAT, TTL / hop limit and the counters.
+    """
+    profile = kernel.profile
+    flow = th.flow
+    buf = skb.buf
     ih = skb.network_header + ctx.offset
-    l3len = (buf[ih] & 0x0F) * 4 if v4 else 40
+    l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
     thoff = ctx.offset + l3len  # from skb->data (= the network header at ingress)
-    l4proto = buf[ih + 9] if v4 else buf[ih + 6]
+    l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
     mtu = th.mtu + ctx.offset
-    if out_tun is not None:  # other.tun_num
-        mtu -= 20 if v4 else 40 + (8 if profile.ip6ip6_tx_encap_limit else 0)
+    if flow.tuplehash[1 - th.dir].key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
+        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
-        l4len = (buf[skb.data + thoff + 12] >> 4) * 4 if l4proto == IPPROTO_TCP else 8
+        l4len = (buf[skb.data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
         if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
             return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
     if l4proto == IPPROTO_TCP:  # nf_flow_state_check
-        flags = buf[skb.data + thoff + 13]
+        flags = buf[skb.data + thoff + TCPH_FLAGS]
         if flags & TCP_SYN and flow.test(NF_FLOW_CLOSING):
             ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
             return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
@@ -191,12 +237,12 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
-    # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked (REF)
-    if xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
+    # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked
+    if th.xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
         ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
         return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
     if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
-        return _drop(kernel, ft, skb, "not-writable")
+        return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
     ft.flow_offload_refresh(flow, kernel.now)
 
     if th.key.encap:
@@ -211,90 +257,130 @@ def _forward_and_xmit(kernel, ns_state, ft, skb, th: FlowOffloadTuple, res) -> s
     if flow.flags & _NAT_FLAGS:
         _nat(flow, th.dir, skb, v4)
     if v4:
-        _ip_decrease_ttl(skb.buf, skb.data)
+        ip_decrease_ttl(skb.buf, skb.data)
     else:
-        skb.buf[skb.data + 7] -= 1
+        skb.buf[skb.data + IP6H_HOP_LIMIT] -= 1  # ipv6_hdr(skb)->hop_limit--
     if ft.flags & NF_FLOWTABLE_COUNTER:
         nf_ct_acct_update(flow.ct, th.dir, skb.len)
     th.packets += 1
     th.bytes += len(skb.buf) - skb.data  # skb->len
+    return None
 
-    if xmit_type == _XFRM:  # nf_flow_xmit_xfrm (§4.1 step 13)
-        # IPCB reset, IPSKB_FORWARDED, skb_dst_set_noref(cached route), dst_output → the xfrm output
-        dst = th.dst
-        dev = ns_state.ns.devices.get(dst.dev) if dst is not None else None
-        if dev is None:
-            ft.flow_offload_teardown(flow, kernel, ns_state, "no egress device")
-            return _drop(kernel, ft, skb, "no-egress-device")
-        _stolen(kernel, ft, skb, dev, "xfrm_output")
-        kernel.xfrm_output(ns_state, skb, dst)
-        return "stolen"
-    ip_daddr = other.key.src
-    if out_tun is not None:
-        dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst
-        if dst is None:
-            raise KernelBugError("tunnel push reads dst_cache of a tuple without a route (DIRECT): "
-                                 "REF bug fixed by 'move dst_cache/dst_cookie out of the runtime union'")
-        locked = bool(getattr(dst, "mtu_lock", False))
-        if v4:
-            nf_flow_tunnel_ipip_push(skb, other, locked, ft.next_ip_ident())
-        else:
-            nf_flow_tunnel_ip6ip6_push(skb, other, profile.ip6ip6_tx_encap_limit)
-        if skb.gso_size:  # iptunnel_handle_offloads: segmentation will replicate the outer header
-            skb.gso_type |= SKB_GSO_IPXIP4 if v4 else SKB_GSO_IPXIP6
-        ip_daddr = out_tun.src
 
-    ns = ns_state.ns
-    legacy = profile.encap_push_order == "legacy"
-    if xmit_type == _NEIGH:
-        rt = th.dst
-        if legacy:  # ≤ 6.18: neigh_xmit on the route's device, whose driver tags / encapsulates
-            dev = ns.devices.get(rt.dev) if rt is not None else None
-            if dev is None:
-                ft.flow_offload_teardown(flow, kernel, ns_state, "no egress device")
-                return _drop(kernel, ft, skb, "no-egress-device")
-            _stolen(kernel, ft, skb, dev, "neigh_xmit")
-            kernel.neigh_output(dev, skb, rt.nexthop(_ip(ip_daddr, v4)))
-            return "stolen"
-        outdev = ns.by_index.get(th.ifidx)
-        if outdev is None:
-            ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
-            return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
-        l2 = th.l2_cache
-        if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
-            l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
-            if l2 is None:  # __neigh_create failed: the neighbour table is full
-                ft.flow_offload_teardown(flow, kernel, ns_state, "neighbour table overflow")
-                return _drop(kernel, ft, skb, "neigh-error", f"{rt.dev}: neighbour table overflow (gc_thresh3)")
-        hh = l2[2]
-    elif xmit_type == _DIRECT:
-        outdev = ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
-        if outdev is None:
-            ft.flow_offload_teardown(flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
-            return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
-        hh = _mac(th.h_dest) + _mac(th.h_source) if outdev.link_type == "ether" else None
-    else:
+# --- transmit ------------------------------------------------------------------------
+
+def nf_flow_offload_xmit(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, v4: bool) -> str:
+    """The hook's tail after ``nf_flow_offload_forward``: XFRM first, else tunnel push and the xmit switch."""
+    xmit_type = th.xmit_type
+    if xmit_type == _XFRM:
+        return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
+    other = th.flow.tuplehash[1 - th.dir]
+    ip_daddr = nf_flow_tunnel_push(kernel.profile, ft, skb, th, other, v4)
+    xmit = XMIT.get(xmit_type)
+    if xmit is None:  # default: WARN_ON_ONCE(1); NF_DROP
         return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
+    return xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
 
-    # nf_flow_queue_xmit: L2 encapsulation of the *other* tuple, then the Ethernet header
-    if out_encap:
+
+def nf_flow_xmit_xfrm(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple) -> str:
+    """``nf_flow_xmit_xfrm``: IPCB reset, IPSKB_FORWARDED, ``skb_dst_set_noref`` (cached route),
+    ``dst_output`` → the xfrm output."""
+    dst = th.dst
+    dev = ns_state.ns.devices.get(dst.dev) if dst is not None else None
+    if dev is None:
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, "no egress device")
+        return _drop(kernel, ft, skb, "no-egress-device")
+    _stolen(kernel, ft, skb, dev, "xfrm_output")
+    kernel.xfrm_output(ns_state, skb, dst)
+    return STOLEN
+
+
+def nf_flow_tunnel_push(profile, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
+                        v4: bool) -> bytes:
+    """``nf_flow_tunnel_v4_push`` / ``nf_flow_tunnel_v6_push``: the outer header when the other tuple has a
+    tunnel; returns the address the next hop is looked up for (``ip_daddr``: the outer destination then).
+    """
+    out_tun = other.key.tun
+    if out_tun is None:
+        return other.key.src
+    dst = other.dst if profile.tunnel_push_dst == "opposite" else th.dst
+    if dst is None:
+        raise KernelBugError("tunnel push reads dst_cache of a tuple without a route (DIRECT): "
+                             "bug fixed by 'move dst_cache/dst_cookie out of the runtime union'")
+    if v4:
+        nf_flow_tunnel_ipip_push(skb, other, bool(getattr(dst, "mtu_lock", False)), ft.next_ip_ident())
+    else:
+        nf_flow_tunnel_ip6ip6_push(skb, other, profile.ip6ip6_tx_encap_limit)
+    if skb.gso_size:  # iptunnel_handle_offloads: segmentation will replicate the outer header
+        skb.gso_type |= SKB_GSO_IPXIP4 if v4 else SKB_GSO_IPXIP6
+    return out_tun.src
+
+
+def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
+                       ip_daddr: bytes, v4: bool) -> str:
+    """``case FLOW_OFFLOAD_XMIT_NEIGH``: ≤ 6.18 ``neigh_xmit`` on the route's device (whose driver tags
+    and encapsulates); later the neighbour's addresses and :func:`nf_flow_queue_xmit` on ``tuple->ifidx``."""
+    ns = ns_state.ns
+    rt = th.dst
+    if kernel.profile.encap_push_order == "legacy":
+        dev = ns.devices.get(rt.dev) if rt is not None else None
+        if dev is None:
+            ft.flow_offload_teardown(th.flow, kernel, ns_state, "no egress device")
+            return _drop(kernel, ft, skb, "no-egress-device")
+        _stolen(kernel, ft, skb, dev, "neigh_xmit")
+        kernel.neigh_output(dev, skb, rt.nexthop(_ip(ip_daddr, v4)))
+        return STOLEN
+    outdev = ns.by_index.get(th.ifidx)
+    if outdev is None:
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
+        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
+    l2 = th.l2_cache
+    if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
+        l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
+        if l2 is None:  # __neigh_create failed: the neighbour table is full
+            ft.flow_offload_teardown(th.flow, kernel, ns_state, "neighbour table overflow")
+            return _drop(kernel, ft, skb, "neigh-error", f"{rt.dev}: neighbour table overflow (gc_thresh3)")
+    return nf_flow_queue_xmit(kernel, ft, skb, th, other, outdev, l2[2])
+
+
+def nf_flow_xmit_direct(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
+                        ip_daddr: bytes, v4: bool) -> str:
+    """``case FLOW_OFFLOAD_XMIT_DIRECT``: the cached MACs on ``out.ifidx`` (≤ 6.18: ``out.hw_ifidx``)."""
+    legacy = kernel.profile.encap_push_order == "legacy"
+    outdev = ns_state.ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
+    if outdev is None:
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
+        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
+    hh = mac_aton(th.h_dest) + mac_aton(th.h_source) if outdev.link_type == "ether" else None
+    return nf_flow_queue_xmit(kernel, ft, skb, th, other, outdev, hh)
+
+
+#: the switch on ``tuple->xmit_type`` after the tunnel push (XFRM is handled before it, as in the kernel)
+XMIT: dict[XmitType, Callable[..., str]] = {_NEIGH: nf_flow_xmit_neigh, _DIRECT: nf_flow_xmit_direct}
+
+
+def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple, outdev,
+                       hh: bytes | None) -> str:
+    """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple, the Ethernet header, ``dev_queue_xmit``."""
+    order = kernel.profile.encap_push_order
+    if other.key.encap:
         if skb.gso_size and th.needs_gso_segment:
-            return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, profile.encap_push_order)
-        if not nf_flow_encap_push(skb, other, profile.encap_push_order):
+            return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
+        if not nf_flow_encap_push(skb, other, order):
             return _drop(kernel, ft, skb, "encap-push-failed")
     _dev_hard_header(skb, hh)
     _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
     kernel.dev_queue_xmit(outdev, skb)
-    return "stolen"
+    return STOLEN
 
 
 def _dev_hard_header(skb, hh: bytes | None) -> None:
     """``dev_hard_header``: the Ethernet header; a no-op on a device without header_ops (tunnels)."""
     if hh is not None:
         hdr = hh + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
-        if skb.data >= 14:  # skb_push into the headroom (skb.push reallocates when there is none)
-            skb.data -= 14
-            skb.buf[skb.data:skb.data + 14] = hdr
+        if skb.data >= ETH_HLEN:  # skb_push into the headroom (skb.push reallocates when there is none)
+            skb.data -= ETH_HLEN
+            skb.buf[skb.data:skb.data + ETH_HLEN] = hdr
         else:
             skb.push(hdr)
     skb.mac_header = skb.data
@@ -322,7 +408,7 @@ def nf_flow_encap_gso_xmit(kernel, ft: Flowtable, skb, other: FlowOffloadTuple, 
     for seg in segs:
         _dev_hard_header(seg, hh)
         kernel.dev_queue_xmit(outdev, seg)
-    return "stolen"
+    return STOLEN
 
 
 def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple | None:
@@ -349,23 +435,15 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple
             neigh = neigh_table.create(rt.dev, nexthop, int(ns.sysctl(sysctl, str(NEIGH_GC_THRESH3))))
             if neigh is None:
                 return None
-        hh = (_mac(neigh.lladdr) if neigh.lladdr else _ZERO_MAC) + _mac(outdev.mac)
+        hh = mac_aton(neigh.lladdr) + mac_aton(outdev.mac)
     entry = (neigh_table.version, outdev.mac, hh)
     ft.neigh_cache[key] = (rt.gateway, entry)  # the gateway object is kept so its id stays unique
     return entry
 
 
-def _stolen(kernel, ft, skb, dev, how: str) -> None:
-    ft.fastpath += 1  # Flowtable.count("stolen"), inlined: once per fast-path packet
-    if skb.tag is not None:
-        kernel.account(skb, "fastpath")
-    if kernel.tracing:
-        kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: {how} on {dev.name}", dev=dev.name)
-
-
 # --- pop ---------------------------------------------------------------------------
 
-def nf_flow_encap_pop(ctx, skb, th: FlowOffloadTuple) -> None:
+def nf_flow_encap_pop(ctx: FlowtableCtx, skb, th: FlowOffloadTuple) -> None:
     """``nf_flow_encap_pop``: as many L2 layers as the flow's tuple has, then the tunnel header."""
     for _ in range(th.encap_num):
         if skb.vlan_present:
@@ -373,25 +451,25 @@ def nf_flow_encap_pop(ctx, skb, th: FlowOffloadTuple) -> None:
             continue
         d = skb.data
         if skb.protocol == ETH_P_8021Q:
-            encap = (skb.buf[d + 2] << 8) | skb.buf[d + 3]
-            skb.pull(4)
+            encap = (skb.buf[d + 2] << 8) | skb.buf[d + 3]  # vlan_hdr.h_vlan_encapsulated_proto
+            skb.pull(VLAN_HLEN)
             skb.protocol = encap
         elif skb.protocol == ETH_P_PPP_SES:
-            skb.protocol = pppoe_proto_to_ethertype((skb.buf[d + 6] << 8) | skb.buf[d + 7])
-            skb.pull(8)
+            skb.protocol = pppoe_proto_to_ethertype((skb.buf[d + 6] << 8) | skb.buf[d + 7])  # the PPP protocol
+            skb.pull(PPPOE_SES_HLEN)
         skb.reset_network_header()
     if skb.protocol in (ETH_P_IP, ETH_P_IPV6) and ctx.tun_proto in (IPPROTO_IPIP, IPPROTO_IPV6):
         skb.pull(ctx.tun_hdr_size)  # nf_flow_ip_tunnel_pop
         skb.reset_network_header()
 
 
-# --- NAT and TTL (§4.4) ----------------------------------------------------------------
+# --- NAT and TTL: nf_flow_nat_ip / nf_flow_nat_ipv6, ip_decrease_ttl ----------------------
 
 def _l4_csum_at(l4proto: int, thoff: int) -> int | None:
     if l4proto == IPPROTO_TCP:
-        return thoff + 16
+        return thoff + TCPH_CHECK
     if l4proto == IPPROTO_UDP:
-        return thoff + 6
+        return thoff + UDPH_CHECK
     return None
 
 
@@ -414,12 +492,12 @@ def _nat(flow, dir: int, skb, v4: bool) -> None:
     if not (snat or dnat):
         return
     buf, nh = skb.buf, skb.data
-    l4proto = buf[nh + 9] if v4 else buf[nh + 6]
-    thoff = nh + (20 if v4 else 40)
+    l4proto = buf[nh + IPH_PROTOCOL] if v4 else buf[nh + IP6H_NEXTHDR]
+    thoff = nh + (IPV4_HLEN if v4 else IPV6_HLEN)
     csum_at = _l4_csum_at(l4proto, thoff)
     orig, reply = flow.tuplehash[0].key, flow.tuplehash[1].key
     alen = 4 if v4 else 16
-    src_at, dst_at = (nh + 12, nh + 16) if v4 else (nh + 8, nh + 24)
+    src_at, dst_at = (nh + IPH_SADDR, nh + IPH_DADDR) if v4 else (nh + IP6H_SADDR, nh + IP6H_DADDR)
     edits = []  # (field, new address bytes, new port)
     if snat:
         edits.append(("src", reply.dst, reply.dport) if dir == 0 else ("dst", orig.src, orig.sport))
@@ -427,7 +505,7 @@ def _nat(flow, dir: int, skb, v4: bool) -> None:
         edits.append(("dst", reply.src, reply.sport) if dir == 0 else ("src", orig.dst, orig.dport))
     for field, addr, port in edits:
         if csum_at is not None:  # nf_flow_snat_port / nf_flow_dnat_port
-            p_at = thoff + (0 if field == "src" else 2)
+            p_at = thoff + (TCPH_SOURCE if field == "src" else TCPH_DEST)  # same offsets in udphdr
             old_p = bytes(buf[p_at:p_at + 2])
             new_p = port.to_bytes(2, "big")
             buf[p_at:p_at + 2] = new_p
@@ -436,59 +514,62 @@ def _nat(flow, dir: int, skb, v4: bool) -> None:
         old_a = bytes(buf[a_at:a_at + alen])
         new_a = addr[:alen]
         buf[a_at:a_at + alen] = new_a
-        if v4:
-            check = (buf[nh + 10] << 8) | buf[nh + 11]
-            buf[nh + 10:nh + 12] = csum_replace(check, old_a, new_a).to_bytes(2, "big")
+        if v4:  # csum_replace4(&iph->check, ...)
+            check = (buf[nh + IPH_CHECK] << 8) | buf[nh + IPH_CHECK + 1]
+            buf[nh + IPH_CHECK:nh + IPH_CHECK + 2] = csum_replace(check, old_a, new_a).to_bytes(2, "big")
         _replace_l4(buf, l4proto, csum_at, old_a, new_a)  # the pseudo-header
 
 
-def _ip_decrease_ttl(buf, nh: int) -> None:
-    """``ip_decrease_ttl``: TTL − 1 with the incremental header checksum update."""
-    old = bytes(buf[nh + 8:nh + 10])
-    buf[nh + 8] -= 1
-    check = (buf[nh + 10] << 8) | buf[nh + 11]
-    buf[nh + 10:nh + 12] = csum_replace(check, old, bytes(buf[nh + 8:nh + 10])).to_bytes(2, "big")
+def ip_decrease_ttl(buf, nh: int) -> None:
+    """``ip_decrease_ttl``: TTL − 1 with the incremental header checksum update (TTL and protocol word)."""
+    old = bytes(buf[nh + IPH_TTL:nh + IPH_TTL + 2])
+    buf[nh + IPH_TTL] -= 1
+    check = (buf[nh + IPH_CHECK] << 8) | buf[nh + IPH_CHECK + 1]
+    new = bytes(buf[nh + IPH_TTL:nh + IPH_TTL + 2])
+    buf[nh + IPH_CHECK:nh + IPH_CHECK + 2] = csum_replace(check, old, new).to_bytes(2, "big")
 
 
-# --- tunnel push (§5.3) ------------------------------------------------------------------
+# --- tunnel push: nf_flow_tunnel_ipip_push / nf_flow_tunnel_ip6ip6_push ------------------
 
 def nf_flow_tunnel_ipip_push(skb, other: FlowOffloadTuple, mtu_locked: bool, ident: int) -> None:
     """``nf_flow_tunnel_ipip_push``: a 20-byte outer header from the inner one's TOS/TTL/frag_off."""
     buf, nh = skb.buf, skb.data
-    tos, ttl = buf[nh + 1], buf[nh + 8]
-    frag_off = 0 if mtu_locked else (buf[nh + 6] << 8) | buf[nh + 7]
+    tos, ttl = buf[nh + IPH_TOS], buf[nh + IPH_TTL]
+    frag_off = 0 if mtu_locked else (buf[nh + IPH_FRAG_OFF] << 8) | buf[nh + IPH_FRAG_OFF + 1]
     tun = other.key.tun
-    hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, skb.len + 20, ident, frag_off, ttl,
+    assert tun is not None  # the caller pushes only for a tuple with a tunnel
+    hdr = bytearray(_PACK_IPHDR(0x45, tos, skb.len + IPIP_TUNNEL_HLEN, ident, frag_off, ttl,
                                 tun.l3_proto, 0, tun.dst[:4], tun.src[:4]))
-    hdr[10:12] = internet_checksum(hdr).to_bytes(2, "big")
+    hdr[IPH_CHECK:IPH_CHECK + 2] = internet_checksum(hdr).to_bytes(2, "big")
     skb.push(bytes(hdr))
     skb.reset_network_header()
 
 
 def nf_flow_tunnel_ip6ip6_push(skb, other: FlowOffloadTuple, encap_limit: bool) -> None:
-    """``nf_flow_tunnel_ip6ip6_push``: optional encap-limit destination option (REF), then the IPv6 header."""
+    """``nf_flow_tunnel_ip6ip6_push``: the optional encap-limit destination option
+    (``ip6_tnl_build_encap_limit`` layout), then the IPv6 header."""
     buf, nh = skb.buf, skb.data
     tclass = ((buf[nh] & 0x0F) << 4) | (buf[nh + 1] >> 4)
-    hop_limit = buf[nh + 7]
+    hop_limit = buf[nh + IP6H_HOP_LIMIT]
     proto = IPPROTO_IPV6
     if encap_limit:
-        # next header 41, length 0, TLV 4 (tunnel encapsulation limit) len 1 value 4, PadN len 1
-        skb.push(bytes((IPPROTO_IPV6, 0, 4, 1, IPV6_DEFAULT_TNL_ENCAP_LIMIT, 1, 1, 0)))
+        skb.push(_ENCAP_LIMIT_DESTOPT)
         proto = NEXTHDR_DEST
     tun = other.key.tun
+    assert tun is not None  # the caller pushes only for a tuple with a tunnel
     # ip6_make_flowlabel: from the flow hash; any stable 20-bit value of the inner flow will do
-    label = int.from_bytes(bytes(buf[nh + 8:nh + 40]), "big") % 0xFFFFF or 1
+    label = int.from_bytes(bytes(buf[nh + IP6H_SADDR:nh + IPV6_HLEN]), "big") % 0xFFFFF or 1
     first = (6 << 28) | (tclass << 20) | label
-    skb.push(struct.pack("!IHBB16s16s", first, skb.len, proto, hop_limit, tun.dst, tun.src))
+    skb.push(_PACK_IPV6HDR(first, skb.len, proto, hop_limit, tun.dst, tun.src))
     skb.reset_network_header()
 
 
-# --- L2 push (§5.4) ------------------------------------------------------------------------
+# --- L2 push: nf_flow_encap_push -----------------------------------------------------------
 
 def nf_flow_vlan_push(skb, proto: int, tci: int) -> None:
     """``nf_flow_vlan_push`` (and ``skb_vlan_push``): a present hwaccel tag goes in-band first."""
     if skb.vlan_present:
-        skb.push(struct.pack("!HH", skb.vlan_tci, skb.protocol))
+        skb.push(_PACK_VLAN(skb.vlan_tci, skb.protocol))
         skb.protocol = skb.vlan_proto
         skb.reset_network_header()
     skb.vlan_hwaccel_put_tag(proto, tci)
@@ -496,10 +577,10 @@ def nf_flow_vlan_push(skb, proto: int, tci: int) -> None:
 
 def nf_flow_pppoe_push(skb, session: int) -> bool:
     """``nf_flow_pppoe_push``: only over IPv4/IPv6; length = payload + the 2-byte PPP protocol."""
-    ppp = {ETH_P_IP: PPP_IP, ETH_P_IPV6: PPP_IPV6}.get(skb.protocol)
+    ppp = ETHERTYPE_TO_PPP.get(skb.protocol)
     if ppp is None:
         return False
-    skb.push(struct.pack("!BBHHH", 0x11, 0, session, skb.len + 2, ppp))
+    skb.push(_PACK_PPPOE(PPPOE_VER_TYPE, 0, session, skb.len + 2, ppp))
     skb.reset_network_header()
     skb.protocol = ETH_P_PPP_SES
     return True
