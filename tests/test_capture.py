@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 from scapy.layers.inet import IP, TCP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Ether
 from scapy.utils import PcapNgWriter, wrpcap
 
 from flowsim.errors import CaptureError
-from flowsim.kernel.capture import PcapWriter, read_capture
+from flowsim.kernel.capture import PcapWriter, ether_frame, read_capture, write_pcap
 
 PKT = IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2)
 
@@ -77,3 +78,25 @@ def test_unsupported_link_type(tmp_path):
     wrpcap(str(path), [PKT], linktype=147)
     with pytest.raises(CaptureError, match="link type 147 is not supported"):
         list(read_capture(path))
+
+
+def test_write_pcap_matches_scapy_and_reads_back(tmp_path):
+    """write_pcap: scapy's default header (snaplen 65535), start + 1 µs per frame, frames read back unchanged."""
+    from scapy.utils import PcapWriter as ScapyWriter
+
+    frames = [ether_frame(bytes(PKT), b"\x02" * 6, b"\x04" * 6), ether_frame(bytes(IPv6(src="::1", dst="::2")))]
+    assert write_pcap(tmp_path / "ours.pcap", frames) == 2
+    ref = ScapyWriter(str(tmp_path / "ref.pcap"), linktype=1, sync=False)
+    ref.write_header(None)
+    for n, frame in enumerate(frames, 1):
+        ref.write_packet(frame, sec=1_800_000_000, usec=n)
+    ref.close()
+    assert (tmp_path / "ours.pcap").read_bytes() == (tmp_path / "ref.pcap").read_bytes()
+    got = list(read_capture(tmp_path / "ours.pcap"))
+    assert [f.data for f in got] == frames and frames[1][12:14] == b"\x86\xdd"
+
+
+def test_write_pcap_unwritable_path(tmp_path):
+    """A capture that cannot be created is a CaptureError naming the path."""
+    with pytest.raises(CaptureError, match="cannot write pcap"):
+        write_pcap(tmp_path / "no" / "such" / "dir.pcap", [])

@@ -391,3 +391,69 @@ def test_mangled_packets_raise_only_gso_errors(edits, cut, mss, gso_type):
                lambda: skb_gso_network_seglen(packet, mss)):
         with contextlib.suppress(GsoError):
             fn()
+
+
+# ------------------------------------------------------------- UDP tunnels
+
+def _vxlan(udp_csum: bool = True, ethertype: int | None = None):
+    """TCP over IPv4 in a VXLAN (or Geneve-less, same layout) UDP tunnel; inner MAC header at 20 + 8 + 8."""
+    from scapy.layers.l2 import Ether
+    from scapy.layers.vxlan import VXLAN
+
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    if ethertype is not None:
+        eth.type = ethertype
+    outer = ip4(O4, id=0x100) / UDP(sport=49152, dport=4789, **({} if udp_csum else {"chksum": 0}))
+    return bytes(outer / VXLAN(vni=42) / eth / ip4(id=0x200) / tcp(options=TS) / Raw(PAYLOAD)), 20 + 8 + 8
+
+
+def test_udp_tunnel_segments():
+    """__skb_udp_tunnel_segment: inner frames cut by the inner chain, each UDP header rebuilt with its checksum,
+    the transport header left at the tunnel's UDP header."""
+    from flowsim.kernel.gso import SKB_GSO_UDP_TUNNEL_CSUM, GsoSkb
+
+    raw, inner_mac = _vxlan()
+    assert gso_type_of(raw, inner_mac) == SKB_GSO_TCPV4 | SKB_GSO_UDP_TUNNEL_CSUM
+    trace: list[str] = []
+    skbs = GsoSkb(raw, MSS, SKB_GSO_TCPV4 | SKB_GSO_UDP_TUNNEL_CSUM, 0x6558, inner_mac).segment(trace)
+    assert trace == ["inet_gso_segment", "udp4_ufo_fragment", "__skb_udp_tunnel_segment", "skb_mac_gso_segment",
+                     "inet_gso_segment", "tcp4_gso_segment"]
+    segs = [bytes(s.buf[s.network_header:]) for s in skbs]
+    assert {s.transport_header - s.network_header for s in skbs} == {20}
+    assert all(checksums_valid(s) for s in segs)
+    pkts = [IP(s) for s in segs]
+    assert [p[UDP].len for p in pkts] == [len(s) - 20 for s in segs]
+    assert [p.id for p in pkts] == [0x100, 0x101, 0x102]
+    assert [p[UDP].payload[IP].id for p in pkts] == [0x200, 0x201, 0x202]
+    assert b"".join(bytes(p[TCP].payload) for p in pkts) == PAYLOAD
+
+
+def test_udp_tunnel_without_checksum_keeps_zero():
+    """Without SKB_GSO_UDP_TUNNEL_CSUM the tunnel's UDP checksum field is left as the GSO skb had it."""
+    from flowsim.kernel.gso import SKB_GSO_UDP_TUNNEL
+
+    raw, inner_mac = _vxlan(udp_csum=False)
+    assert gso_type_of(raw, inner_mac) == SKB_GSO_TCPV4 | SKB_GSO_UDP_TUNNEL
+    segs = __skb_gso_segment(raw, MSS, SKB_GSO_TCPV4 | SKB_GSO_UDP_TUNNEL, inner_mac=inner_mac)
+    assert {IP(s)[UDP].chksum for s in segs} == {0}
+
+
+@pytest.mark.parametrize("gso_type, ethertype, func, errno", [
+    (SKB_GSO_TCPV4, None, "udp4_ufo_fragment", "-EINVAL"),  # no tunnel bit: the UDP_L4 check fails
+    (SKB_GSO_TCPV4 | (1 << 11), 0x0806, "skb_mac_gso_segment", "-EPROTONOSUPPORT"),
+    (SKB_GSO_TCPV6 | (1 << 11), None, "tcp4_gso_segment", "-EINVAL"),
+])
+def test_udp_tunnel_errors(gso_type, ethertype, func, errno):
+    """The tunnel path fails where the kernel's would: tunnel bit, inner ethertype, inner gso_type bit."""
+    raw, inner_mac = _vxlan(ethertype=ethertype)
+    with pytest.raises(GsoError) as exc:
+        __skb_gso_segment(raw, MSS, gso_type, inner_mac=inner_mac)
+    assert (exc.value.func, exc.value.errno_name) == (func, errno)
+
+
+def test_esp_without_xfrm_offload_has_no_callback():
+    """ESP GSO needs the skb's xfrm_offload (esp4_gso_segment); without it ESP is a protocol with no callback."""
+    raw = bytes(ip4(proto=50) / Raw(bytes(range(16)) + PAYLOAD))
+    with pytest.raises(GsoError) as exc:
+        __skb_gso_segment(raw, MSS, SKB_GSO_TCPV4 | (1 << 15))
+    assert (exc.value.func, exc.value.errno_name) == ("inet_gso_segment", "-EPROTONOSUPPORT")

@@ -10,13 +10,15 @@ and Linux cooked captures (``SLL``, ``SLL2``) get a synthetic Ethernet header
 (zero MAC addresses) carrying their protocol.
 
 Writing uses the classic pcap format (Ethernet link type), which tcpdump,
-Wireshark and scapy all read.
+Wireshark and scapy all read: :class:`PcapWriter` for the simulator's
+per-device captures, :func:`write_pcap` for the frames of a model run, with
+fixed timestamps so the file is reproducible byte for byte.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,7 +27,7 @@ import attrs
 from flowsim.errors import CaptureError
 from flowsim.kernel.headers import ETH_P_IP, ETH_P_IPV6
 
-__all__ = ["Frame", "read_capture", "PcapWriter", "LINKTYPES"]
+__all__ = ["Frame", "read_capture", "PcapWriter", "write_pcap", "ether_frame", "LINKTYPES"]
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101
@@ -59,19 +61,23 @@ class Frame:
     wirelen: int
 
 
+def ether_frame(packet: bytes, dst: bytes = bytes(6), src: bytes = bytes(6), proto: int | None = None) -> bytes:
+    """An IP packet behind an Ethernet header (``eth_header``); the ethertype from the version nibble unless given."""
+    if proto is None:
+        proto = ETH_P_IPV6 if packet and packet[0] >> 4 == 6 else ETH_P_IP
+    return dst + src + proto.to_bytes(2, "big") + packet
+
+
 def _to_ethernet(data: bytes, linktype: int) -> bytes | None:
     """The frame as an Ethernet device would receive it, or None if the link type is unknown."""
     if linktype == LINKTYPE_ETHERNET:
         return data
-    if linktype in (LINKTYPE_RAW, *_RAW_ALIASES, LINKTYPE_IPV4, LINKTYPE_IPV6):
-        if linktype == LINKTYPE_IPV4:
-            proto = ETH_P_IP
-        elif linktype == LINKTYPE_IPV6:
-            proto = ETH_P_IPV6
-        else:
-            version = data[0] >> 4 if data else 0
-            proto = ETH_P_IPV6 if version == 6 else ETH_P_IP
-        return bytes(12) + proto.to_bytes(2, "big") + data
+    if linktype == LINKTYPE_IPV4:
+        return ether_frame(data, proto=ETH_P_IP)
+    if linktype == LINKTYPE_IPV6:
+        return ether_frame(data, proto=ETH_P_IPV6)
+    if linktype in (LINKTYPE_RAW, *_RAW_ALIASES):
+        return ether_frame(data)
     if linktype == LINKTYPE_LINUX_SLL:
         if len(data) < 16:
             return bytes(12) + data[14:16].rjust(2, b"\0")
@@ -162,7 +168,9 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
     """
     path = str(path)
     try:
-        fh = open(path, "rb")
+        # not a `with` around the try: only open() may raise the "cannot open" error;
+        # the `with fh:` below closes it
+        fh = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with fh:
@@ -186,7 +194,9 @@ class PcapWriter:
     """Write Ethernet frames to a classic pcap file (microsecond timestamps)."""
 
     def __init__(self, path: str | Path, snaplen: int = 262144):
-        self._fh = open(path, "wb")
+        # the writer owns the file for its lifetime (frames arrive one by one during a run);
+        # close() / the context manager closes it
+        self._fh = open(path, "wb")  # noqa: SIM115
         self._fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, LINKTYPE_ETHERNET))
 
     def write(self, frame: bytes, ts: float = 0.0) -> None:
@@ -201,5 +211,24 @@ class PcapWriter:
     def __enter__(self) -> PcapWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_pcap(path: str | Path, frames: Iterable[bytes], start: int = 1_800_000_000) -> int:
+    """Write Ethernet *frames* to a pcap file with fixed timestamps: *start* s + 1 µs per frame.
+
+    The header is the one tcpdump and scapy write by default (snaplen
+    65535), so a run's capture is reproducible byte for byte.  Returns the
+    number of frames written; a file that cannot be created is a
+    :class:`CaptureError`.
+    """
+    try:
+        writer = PcapWriter(path, snaplen=0xFFFF)
+    except OSError as exc:
+        raise CaptureError(f"cannot write pcap {str(path)!r}: {exc.strerror}") from None
+    n = 0
+    with writer:
+        for n, frame in enumerate(frames, 1):
+            writer.write(frame, start + n / 1_000_000)
+    return n
