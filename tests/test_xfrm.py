@@ -1,7 +1,7 @@
 """xfrm_output's GSO decision (xfrm-gso.md §2, §3) and the ESP frames each path puts on the wire (§1.4, §4).
 
 Covers flowsim.models.xfrm (decision table), flowsim.kernel.esp (ESP output paths, receiver)
-and flowsim.models.gso (software segmentation).  Frames are checked with scapy
+and the ESP / UDP-tunnel cases of flowsim.kernel.gso (software segmentation).  Frames are checked with scapy
 (dissection, checksums, and scapy's own ESP AES-GCM decryption) and with the
 real tcpdump binary running the filters of the Oct-2026 patch.
 """
@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,8 +25,15 @@ from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN  # noqa: F401  (binds UDP 4789)
 
 from flowsim.errors import ConfigError
-from flowsim.kernel.esp import DEFAULT_KEY, XfrmReceiver, XfrmState, build_gso_skb
-from flowsim.models.gso import TCP_FLAG_PSH, skb_gso_segment
+from flowsim.kernel.esp import (
+    DEFAULT_KEY,
+    XfrmReceiver,
+    XfrmState,
+    build_gso_skb,
+    xfrm_transport_output_gso,
+    xfrm_tunnel_encap_add_gso,
+)
+from flowsim.kernel.gso import GsoError
 from flowsim.models.xfrm import (
     OUTCOMES,
     VARIANTS,
@@ -343,20 +351,65 @@ def test_receiver_window_does_not_advance_on_malformed():
     assert r.rx_counters["XfrmInStateSeqError"] == 0 and r.rx_counters["XfrmInStateProtoError"] == 6
 
 
-# --- software GSO (flowsim.models.gso) -------------------------------------------------------------
+# --- software GSO (flowsim.kernel.gso) -------------------------------------------------------------
+
+TCP_FLAG_PSH = 0x08
+
+
+def _offsets(segs):
+    """(transport header, IP packet) of each segment, offsets from the network header."""
+    return [(s.transport_header - s.network_header, bytes(s.buf[s.network_header:])) for s in segs]
+
 
 @pytest.mark.parametrize(("inner", "transport"), [("none", 20), ("ipip", 40), ("ip6tnl", 60), ("vxlan", 20),
                                                   ("geneve", 20)])
 def test_transport_header_after_software_gso(inner, transport):
-    """skb_gso_segment leaves the transport header at the innermost TCP for IP-in-IP, at UDP for tunnels (§1.4)."""
-    segs = skb_gso_segment(build_gso_skb(inner, segments=3))
-    assert {s.transport for s in segs} == {transport}
+    """skb_gso_segment leaves the transport header at the innermost TCP for IP-in-IP, at UDP for tunnels."""
+    segs = build_gso_skb(inner, segments=3).segment()
+    assert {t for t, _ in _offsets(segs)} == {transport}
+
+
+@pytest.mark.parametrize(("inner", "transport"), [("none", 36), ("ipip", 56), ("ip6tnl", 76), ("vxlan", 36)])
+def test_transport_header_after_esp_gso(inner, transport):
+    """esp{4,6}_gso_segment → xfrm{4,6}_transport_gso_segment: the transport header moves past ESP + IV, then
+    the inner callbacks leave it where they would without ESP (what 06a0afcfe2f5's __xfrm_transport_prep reads).
+    Every segment keeps the ESP slot as esp_gso_encap wrote it: SPI and the batch's first sequence number."""
+    esp_skb = xfrm_transport_output_gso(XfrmState(spi=0x1001), build_gso_skb(inner, segments=3), 7)
+    trace: list[str] = []
+    segs = _offsets(esp_skb.segment(trace))
+    v = esp_skb.family
+    assert trace[1:3] == [f"esp{v}_gso_segment", f"xfrm{v}_transport_gso_segment"]
+    assert {t for t, _ in segs} == {transport}
+    hlen = 20 if v == 4 else 40
+    assert {p[hlen:hlen + 8] for _, p in segs} == {struct.pack("!II", 0x1001, 7)}
+
+
+def test_esp_gso_checks_in_kernel_order():
+    """esp4_gso_segment: SKB_GSO_ESP, then the SPI (both -EINVAL); without xfrm_offload ESP has no callback."""
+    skb = xfrm_transport_output_gso(XfrmState(spi=0x1001), build_gso_skb("none", segments=2), 1)
+    with pytest.raises(GsoError) as exc:
+        attrs.evolve(skb, gso_type=skb.gso_type & ~(1 << 15)).segment()
+    assert (exc.value.func, exc.value.errno_name) == ("esp4_gso_segment", "-EINVAL")
+    with pytest.raises(GsoError, match="SPI"):
+        attrs.evolve(skb, xo=attrs.evolve(skb.xo, spi=0x2002)).segment()
+    with pytest.raises(GsoError) as exc:
+        attrs.evolve(skb, xo=None).segment()
+    assert (exc.value.func, exc.value.errno_name) == ("inet_gso_segment", "-EPROTONOSUPPORT")
+
+
+def test_esp_tunnel_gso_chain():
+    """Tunnel mode: xfrm4_tunnel_gso_segment hands the inner packet to skb_mac_gso_segment."""
+    skb = xfrm_tunnel_encap_add_gso(XfrmState(mode="tunnel"), build_gso_skb("ipip", segments=2), 1, 4)
+    trace: list[str] = []
+    skb.segment(trace)
+    assert trace == ["inet_gso_segment", "esp4_gso_segment", "xfrm4_tunnel_gso_segment", "skb_mac_gso_segment",
+                     "inet_gso_segment", "ipip_gso_segment", "inet_gso_segment", "tcp4_gso_segment"]
 
 
 def test_tcp_segmentation_fields():
-    """tcp_gso_segment: seq advances by mss, PSH only on the last segment; inet_gso_segment: ids increment (§1.1)."""
+    """tcp_gso_segment: seq advances by mss, PSH only on the last segment; inet_gso_segment: ids increment."""
     skb = build_gso_skb("none", segments=4, mss=100)
-    segs = [IP(s.data) for s in skb_gso_segment(skb)]
+    segs = [IP(p) for _, p in _offsets(skb.segment())]
     assert [p[TCP].seq - segs[0][TCP].seq for p in segs] == [0, 100, 200, 300]
     assert [bool(p[TCP].flags & TCP_FLAG_PSH) for p in segs] == [False, False, False, True]
     assert [p[IP].id - segs[0][IP].id for p in segs] == [0, 1, 2, 3]
@@ -366,17 +419,19 @@ def test_tcp_segmentation_fields():
 @given(inner=st.sampled_from(["none", "ipip", "ip6tnl", "vxlan", "geneve"]), family=st.sampled_from([4, 6]),
        segments=st.integers(2, 6), mss=st.integers(1, 1400), data=st.data())
 def test_segments_reassemble_and_checksum(inner, family, segments, mss, data):
-    """Any GSO skb: the segments' TCP payloads concatenate to the original; scapy accepts every checksum (§1.1)."""
+    """Any GSO skb: the segments' TCP payloads concatenate to the original; scapy accepts every checksum."""
     last = data.draw(st.integers(1, mss))
     skb = build_gso_skb(inner, family, segments, mss, last)
-    segs = skb_gso_segment(skb)
+    whole = IP(skb.packet) if skb.family == 4 else IPv6(skb.packet)
+    assert_checksums(whole)
+    segs = skb.segment()
     assert len(segs) == segments
     payload = b""
-    for s in segs:
-        pkt = IP(s.data) if s.data[0] >> 4 == 4 else IPv6(s.data)
+    for _, p in _offsets(segs):
+        pkt = IP(p) if p[0] >> 4 == 4 else IPv6(p)
         assert_checksums(pkt)
         payload += bytes(pkt[TCP].payload)
-    assert payload == skb.payload
+    assert payload == bytes(whole[TCP].payload)
 
 
 # --- bad input ---------------------------------------------------------------------------

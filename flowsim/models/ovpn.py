@@ -4,7 +4,7 @@ Theory of operation (ovpn-gso.md §1–§9)
 ---------------------------------------
 ovpn advertises ``NETIF_F_GSO_SOFTWARE``, so the stack hands it unsegmented
 GSO skbs; ``ovpn_net_xmit`` always segments them in software
-(``skb_gso_segment(skb, 0)``, here :func:`flowsim.models.gso.skb_gso_segment`).
+(``skb_gso_segment(skb, 0)``, here :func:`flowsim.kernel.gso.skb_gso_segment`).
 Each inner segment becomes one DATA_V2 record::
 
     | opcode word (4) | packet id (4) | AEAD tag (16) | ciphertext (L) |
@@ -53,6 +53,7 @@ model counts operations, it does not predict throughput.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import random
 from pathlib import Path
@@ -60,18 +61,11 @@ from pathlib import Path
 import attrs
 
 from flowsim.errors import ConfigError
-from flowsim.kernel.headers import IPPROTO_UDP
-from flowsim.models.gso import (
-    GsoSkb,
-    IPv4Hdr,
-    TcpHdr,
-    UdpHdr,
-    ether_frame,
-    pack_ipv4,
-    pack_udp,
-    skb_gso_segment,
-    write_pcap,
-)
+from flowsim.kernel.capture import write_pcap
+from flowsim.kernel.esp import bulk_tcp_segment, ip_frame
+from flowsim.kernel.gso import SKB_GSO_TCPV4, GsoSkb
+from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
 from flowsim.models.ovpn_pktid import ERANGE, PKTID_MAX, PktidXmit
 from flowsim.models.ovpn_proto import (
     CIPHERS,
@@ -96,7 +90,6 @@ __all__ = [
 ]
 
 GSO_BY_FRAGS = 0xFFFF
-GSO_LEGACY_MAX_SIZE = 65536
 GSO_MAX_SEGS = 65535
 LL_MAX_HEADER_CHOICES = (32, 96, 128)  # default; CONFIG_WLAN/AX25; CONFIG_HYPERV_NET/MAC80211_MESH
 UDP_IPV4_OVERHEAD = 20 + 8
@@ -243,16 +236,21 @@ def ovpn_udp4_output(peer: OvpnPeer, records: list[bytes]) -> None:
     peer.cost.route_lookups += 1
     peer.cost.lower_xmit_calls += 1
     peer.dev_tx_packets += 1  # device tx_packets counts output (GSO) skbs (cover letter, changes since v2)
-    src = IPv4Hdr(peer.local[0], peer.remote[0], id=0, df=False)
-    pseudo = (ipaddress.ip_address(src.src).packed, ipaddress.ip_address(src.dst).packed, 4)
+    src, dst = _addr(peer.local[0]), _addr(peer.remote[0])
     for rec in records:
-        udp = pack_udp(UdpHdr(peer.local[1], peer.remote[1]), pseudo, rec)
-        pkt = pack_ipv4(src, IPPROTO_UDP, len(udp), peer._ip_id)
+        udp = udp_datagram(src, dst, peer.local[1], peer.remote[1], rec)
+        # ovpn_udp4_output passes df = 0 to udp_tunnel_xmit_skb; each datagram takes the next IP id
+        pkt = build_ipv4(src, dst, IPPROTO_UDP, udp, ident=peer._ip_id, df=False)
         peer._ip_id = (peer._ip_id + 1) & 0xFFFF
-        frame = ether_frame(pkt + udp)
+        frame = ip_frame(pkt)
         peer.frames.append(frame)
         peer.cost.wire_datagrams += 1
         peer.cost.wire_bytes += len(frame)
+
+
+@functools.lru_cache(maxsize=64)
+def _addr(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(text)
 
 
 def _sealed(peer: OvpnPeer, pid: int, seg: bytes, index: int) -> Record:
@@ -369,7 +367,7 @@ def ovpn_net_xmit(peer: OvpnPeer, skb: GsoSkb, *, gso_by_frags: bool = False,
     *faults*: segment indices whose encryption fails after their id was
     taken.  *seed*: the permutation of asynchronous completions.
     """
-    segs = [s.data for s in skb_gso_segment(skb)]
+    segs = [s.bytes() for s in skb.segment()]
     peer.cost.inner_bytes += sum(map(len, segs))
     if peer.mode == "per-record":
         peer.vpn_tx.ovpn_peer_stats_increment(sum(map(len, segs)))  # one packet per xmit call
@@ -442,7 +440,9 @@ def build_inner_skb(gso_size: int, segments: int, last: int | None = None, mtu: 
         raise ConfigError(f"{segments} segments of {gso_size} bytes exceed a 64 KiB GSO skb: {segments!r}",
                           value=segments, expected=f"at most {(0xFFFF - 52) // gso_size} segments")
     payload = bytes((i * 151 + 11) & 0xFF for i in range(gso_size * (segments - 1) + last))
-    return GsoSkb((IPv4Hdr("10.8.0.1", "10.8.0.2"), TcpHdr()), payload, gso_size)
+    src, dst = _addr("10.8.0.1"), _addr("10.8.0.2")
+    packet = build_ipv4(src, dst, IPPROTO_TCP, bulk_tcp_segment(src, dst, payload), ident=0x1000)
+    return GsoSkb(packet, gso_size, SKB_GSO_TCPV4)
 
 
 DEFAULT_KEYS = {"aes-gcm": bytes(range(16)), "chacha20-poly1305": bytes(range(32))}

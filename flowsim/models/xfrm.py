@@ -45,6 +45,7 @@ from pathlib import Path
 import attrs
 
 from flowsim.errors import ConfigError
+from flowsim.kernel.capture import write_pcap
 from flowsim.kernel.esp import (
     DEFAULT_KEY,
     ESP_HEADER_LEN,
@@ -57,7 +58,6 @@ from flowsim.kernel.esp import (
     esp_output_skb_gso_esp,
     outer_header_len,
 )
-from flowsim.models.gso import write_pcap
 
 __all__ = [
     "Clause", "Variant", "VARIANTS", "XfrmInputs", "Decision", "Layout", "XfrmRun", "OUTCOMES", "MODES",
@@ -397,7 +397,7 @@ def simulate(variant: str, inner: str, mode: str, *, offload_dev: bool = False, 
     if not 1 <= seq_first <= 0xFFFFFFFF - segments:
         raise ConfigError(f"the batch's sequence numbers must stay within 1..2^32-1: {seq_first!r}", value=seq_first)
     skb = build_gso_skb(inner, family, segments, mss)
-    fam = 4 if skb.packet()[0] >> 4 == 4 else 6
+    fam = skb.family
     inp = XfrmInputs(inner_protocol=bool(skb.inner_protocol), mode=mode, offload_dev=offload_dev,
                      type_offload=esp_offload_module or offload_dev,
                      hw_gso=offload_dev if hw_gso is None else hw_gso)
