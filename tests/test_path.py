@@ -411,9 +411,11 @@ def test_path_info_rejects_unknown_entry_types():
     assert info.indev is None and info.error.index == 0
 
 
-def test_ruleset_flowtables_scanner():
-    """Flowtable names, devices (quoted or not) and `flags offload` are read from ruleset text."""
-    fts = ruleset_flowtables('table inet x { flowtable a { hook ingress priority 0; devices = { "e0", e1 }; '
-                             'flags offload; } chain c { } }\ntable ip y { flowtable b { devices = { z } } }')
+def test_ruleset_flowtables_from_the_parser():
+    """Flowtable names, devices (quoted, unquoted or defined) and `flags offload`, read by the nft parser."""
+    fts = ruleset_flowtables('define lan = { e2, e3 }\n'
+                             'table inet x { flowtable a { hook ingress priority 0; devices = { "e0", e1 }; '
+                             'flags offload; }\n chain c { } }\n'
+                             'table ip y { flowtable b { hook ingress priority filter; devices = $lan; } }')
     assert [(f.name, sorted(f.devices), f.hw_offload) for f in fts] == [("a", ["e0", "e1"], True),
-                                                                       ("b", ["z"], False)]
+                                                                       ("b", ["e2", "e3"], False)]

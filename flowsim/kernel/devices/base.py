@@ -28,11 +28,22 @@ import errno as _errno
 import hashlib
 import ipaddress
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import attrs
 
 from flowsim.errors import TopologyError
+from flowsim.kernel.headers import (  # re-exported: the device modules and their tests name them from here
+    ETH_P_8021AD,
+    ETH_P_8021Q,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    ETH_P_PPP_SES,
+    IPPROTO_IPIP,
+    IPPROTO_IPV6,
+    mac_aton,
+    mac_ntoa,
+)
 
 __all__ = [
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES",
@@ -42,13 +53,6 @@ __all__ = [
     "mac_for", "parse_mac", "mac_from_bytes", "is_zero_mac", "is_valid_unicast_mac",
 ]
 
-ETH_P_IP = 0x0800
-ETH_P_IPV6 = 0x86DD
-ETH_P_8021Q = 0x8100
-ETH_P_8021AD = 0x88A8
-ETH_P_PPP_SES = 0x8864
-IPPROTO_IPIP = 4
-IPPROTO_IPV6 = 41
 NET_DEVICE_PATH_STACK_MAX = 5  # including the final ETHERNET entry
 NET_DEVICE_PATH_VLAN_MAX = 2
 ZERO_MAC = "00:00:00:00:00:00"
@@ -89,10 +93,8 @@ def mac_for(netns: str, name: str) -> str:
     return mac_from_bytes(b"\x02" + digest[:5])
 
 
-def mac_from_bytes(raw: bytes) -> str:
-    """The first 6 bytes of *raw* (zero padded) as ``aa:bb:cc:dd:ee:ff``."""
-    raw = (bytes(raw) + bytes(6))[:6]
-    return ":".join(f"{b:02x}" for b in raw)
+#: the first 6 bytes of *raw* (zero padded) as ``aa:bb:cc:dd:ee:ff`` (``%pM``): :func:`flowsim.kernel.headers.mac_ntoa`
+mac_from_bytes = mac_ntoa
 
 
 def parse_mac(text: str) -> str:
@@ -288,7 +290,7 @@ class NetDevice:
         """``dev->dev_addr``: the MAC for Ethernet-like devices, the local address for tunnels."""
         if self.mac is None:
             return b""
-        return bytes(int(p, 16) for p in self.mac.split(":"))
+        return mac_aton(self.mac)
 
     def h_source(self) -> str:
         """The 6 bytes ``nft_dev_path_info`` copies from ``dev_addr`` as a MAC string."""
@@ -308,15 +310,22 @@ class NetDevice:
 
 # --------------------------------------------------------------------------- path values
 
-@attrs.frozen
-class Encap:
-    """One L2 encapsulation ``{id, proto}`` (``ctx.vlan[]``, ``nft_forward_info.encap[]``)."""
+class Encap(NamedTuple):
+    """One L2 encapsulation ``{u16 id; __be16 proto}``: ``net_device_path_ctx.vlan[]``,
+    ``nft_forward_info.encap[]`` and ``flow_offload_tuple.encap[]`` alike.
+
+    ``id`` is the VLAN TCI as stored (or the PPPoE session id), ``proto`` the
+    ethertype.  A NamedTuple, not an attrs class: it is part of the flow key,
+    which the fast path hashes and compares per packet (in C, like the
+    kernel's jhash/memcmp of the key bytes).
+    """
 
     id: int
     proto: int
 
     def to_json(self) -> dict:
-        return {"id": self.id, "proto": f"0x{self.proto:04x}"}
+        """The one JSON form: both numbers as integers."""
+        return {"id": self.id, "proto": self.proto}
 
     def __str__(self) -> str:
         return f"{self.id}/0x{self.proto:04x}"
@@ -376,11 +385,14 @@ class PathEntry:
     bridge: PathBridge | None = None
     dsa: PathDsa | None = None
 
-    def recorded(self) -> dict:
-        """What the resolver recorded besides type and device (for reports)."""
+    def recorded(self, typed: bool = False) -> dict:
+        """What the resolver recorded besides type and device: ethertypes and PPPoE session ids in hex as
+        iproute2 prints them (for people), or with *typed* every number an integer (the JSON form)."""
+        def num(value: int) -> int | str:
+            return value if typed else f"0x{value:04x}"
         if self.encap is not None:
-            ident = f"0x{self.encap.id:04x}" if self.encap.proto == ETH_P_PPP_SES else self.encap.id
-            out = {"id": ident, "proto": f"0x{self.encap.proto:04x}"}
+            ident = num(self.encap.id) if self.encap.proto == ETH_P_PPP_SES else self.encap.id
+            out: dict[str, Any] = {"id": ident, "proto": num(self.encap.proto)}
             if self.encap.h_dest is not None:
                 out["h_dest"] = self.encap.h_dest
             return out
@@ -388,13 +400,13 @@ class PathEntry:
             return self.tun.to_json()
         if self.bridge is not None:
             return {"vlan_mode": self.bridge.vlan_mode.name, "vlan_id": self.bridge.vlan_id,
-                    "vlan_proto": f"0x{self.bridge.vlan_proto:04x}"}
+                    "vlan_proto": num(self.bridge.vlan_proto)}
         if self.dsa is not None:
             return {"port": self.dsa.port, "proto": self.dsa.proto}
         return {}
 
     def to_json(self) -> dict:
-        return {"type": self.type.name, "dev": self.dev, "ifindex": self.ifindex, **self.recorded()}
+        return {"type": self.type.name, "dev": self.dev, "ifindex": self.ifindex, **self.recorded(typed=True)}
 
     def __str__(self) -> str:
         extra = " ".join(f"{k}={v}" for k, v in self.recorded().items())

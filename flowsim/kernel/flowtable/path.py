@@ -51,7 +51,6 @@ from __future__ import annotations
 import enum
 import errno
 import ipaddress
-import re
 from collections.abc import Sequence
 
 import attrs
@@ -71,7 +70,9 @@ from flowsim.kernel.devices.base import (
     is_zero_mac,
 )
 from flowsim.kernel.fib import Route
+from flowsim.kernel.flowtable.tuple import NF_FLOW_TABLE_ENCAP_MAX
 from flowsim.kernel.neigh import NudState
+from flowsim.nft.parse import parse_ruleset
 from flowsim.profiles import Profile, get_profile
 
 __all__ = [
@@ -84,7 +85,6 @@ __all__ = [
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 FLOW_OFFLOAD_DIR_ORIGINAL = 0
 FLOW_OFFLOAD_DIR_REPLY = 1
-NF_FLOW_TABLE_ENCAP_MAX = 2
 
 
 class XmitType(enum.IntEnum):
@@ -520,24 +520,13 @@ def nft_flow_route(topo, netns: str, tuples: Sequence[CtTuple], dir: int, in_dev
 
 # ---------------------------------------------------------------------- flowtables in ruleset text
 
-_FLOWTABLE = re.compile(r"\bflowtable\s+([A-Za-z0-9_\-\"]+)\s*\{")
-
-
 def ruleset_flowtables(text: str) -> list[FlowtableRef]:
-    """The flowtables declared in nft ruleset *text* (name, devices, ``flags offload``).
+    """The flowtables declared in nft ruleset *text* (name, devices, ``flags offload``), in declaration order.
 
-    A small scanner for ``flowsim path``; the full ruleset parser lives with the slow path.
+    Read with the ruleset parser (:func:`flowsim.nft.parse.parse_ruleset`), so
+    devices named through ``define`` and every syntax ``nft -f`` accepts are handled
+    as the slow path sees them; a ruleset that does not parse raises its
+    :class:`~flowsim.errors.RulesetError`.
     """
-    out = []
-    for m in _FLOWTABLE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        body = text[m.end():i - 1]
-        devs = re.search(r"devices\s*=\s*\{([^}]*)\}", body)
-        names = [d.strip().strip('"') for d in re.split(r"[,\s]+", devs.group(1))] if devs else []
-        flags = re.search(r"\bflags\s+([^;\n]+)", body)
-        out.append(FlowtableRef(m.group(1).strip('"'), frozenset(n for n in names if n),
-                                hw_offload=bool(flags and "offload" in flags.group(1))))
-    return out
+    return [FlowtableRef(ft.name, frozenset(ft.devices), hw_offload="offload" in ft.flags)
+            for ft in parse_ruleset(text).flowtables]

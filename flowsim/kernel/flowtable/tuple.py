@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 import attrs
 
+from flowsim.kernel.devices.base import Encap  # one class for every {id, proto}: the key's tuple.encap[i] too
 from flowsim.kernel.headers import (
     AF_INET,
     AF_INET6,
@@ -79,7 +80,7 @@ __all__ = [
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
 
-NF_FLOW_TABLE_ENCAP_MAX = 2
+NF_FLOW_TABLE_ENCAP_MAX = 2  # include/net/netfilter/nf_flow_table.h: the size of tuple.encap[]
 _ZERO12 = bytes(12)
 _UNPACK_V4_ADDRS = struct.Struct("!4s4s").unpack_from
 _UNPACK_V6_ADDRS = struct.Struct("!16s16s").unpack_from
@@ -93,13 +94,6 @@ _new_tuple = tuple.__new__  # FlowTuple(...) without the generated __new__'s ext
 # creating one costs a third of a frozen attrs instance.  That is the per-packet
 # work of the fast path (see benchmarks/bench_tuple.py).  They are immutable
 # values all the same; compare them only with each other.
-
-class Encap(NamedTuple):
-    """One ``tuple.encap[i]``: ``id`` (VLAN TCI as stored, or PPPoE session id) and ``proto`` (ethertype)."""
-
-    id: int
-    proto: int
-
 
 class Tunnel(NamedTuple):
     """``struct flow_offload_tunnel``: outer source/destination (16-byte unions) and ``l3_proto`` (4 or 41)."""
@@ -159,7 +153,7 @@ class FlowTuple(NamedTuple):
         return {
             "src": self.src_text, "dst": self.dst_text, "sport": self.sport, "dport": self.dport,
             "l3proto": self.l3proto, "l4proto": self.l4proto, "iifidx": self.iifidx,
-            "encap": [{"id": e.id, "proto": e.proto} for e in self.encap],
+            "encap": [e.to_json() for e in self.encap],
             "tun": None if self.tun is None else self.tun.to_dict(),
         }
 
