@@ -1,6 +1,7 @@
 """Kernel behaviour profiles: one frozen object of named switches per kernel.
 
-Every behaviour that differs between kernel versions (reference §9) is a
+Every behaviour that differs between kernel versions (net/netfilter/nf_flow_table_*.c,
+nft_flow_offload.c and the tunnel drivers' ``ndo_fill_forward_path``) is a
 switch here, never an ``if version >= …`` test in the data path.  A profile is
 an immutable :class:`Profile`; :func:`get_profile` returns a named one and
 :meth:`Profile.derive` makes a variant (``--set switch=value`` on the CLI)::
@@ -11,8 +12,9 @@ an immutable :class:`Profile`; :func:`get_profile` returns a named one and
 
 Named profiles: ``linux-6.1``, ``linux-6.12`` (Debian kernels used for the
 qemu conformance runs), ``linux-6.18`` (no tunnel acceleration),
-``linux-6.19`` (IPIP), ``linux-7.0`` (the reference REF: IP6IP6 with its
-known bugs) and ``linux-7.1.5`` (June-2026 fixes; the default).
+``linux-6.19`` (IPIP), ``linux-7.0`` (IP6IP6 as merged for 7.0, with its
+known bugs) and ``linux-7.1.5`` (June-2026 fixes; the default).  A switch's
+documentation says "7.0" for the behaviour of that merge.
 """
 
 from __future__ import annotations
@@ -35,37 +37,39 @@ def _switch(doc: str, choices: tuple[str, ...] | None = None):
 
 @attrs.frozen
 class Profile:
-    """The behaviour switches of one kernel version (reference §9)."""
+    """The behaviour switches of one kernel version (see the module docstring)."""
 
     name: str = attrs.field(metadata={"doc": "profile name", "choices": None})
     kernel: str = attrs.field(metadata={"doc": "kernel version this models", "choices": None})
 
-    # --- receive side: nf_flow_table_ip.c parsing (§4.1, §4.2, §5.1, §5.2)
+    # --- receive side: net/netfilter/nf_flow_table_ip.c parsing (nf_flow_offload_ip_hook,
+    #     nf_flow_offload_ipv6_hook, nf_flow_ip4_tunnel_proto, nf_flow_ip6_tunnel_proto, nf_flow_tuple_encap)
     ipip_rx: bool = _switch("IPIP tunnels recognised at the flowtable hook (nf_flow_ip4_tunnel_proto, 6.19)")
     ip6ip6_rx: bool = _switch("IP6IP6 tunnels recognised at the flowtable hook (nf_flow_ip6_tunnel_proto, 7.0)")
     ip4_tunnel_ihl_check: bool = _switch(
         "explicit IHL < 5 check in nf_flow_ip4_tunnel_proto (025a41e76b51, CVE-2026-72417, 7.1.5)")
     ip6_tunnel_hdr_size: str = _switch(
         "IPv6 tunnel header size stored by nf_flow_ip6_tunnel_proto: 'absolute' offset from "
-        "ipv6_skip_exthdr (REF bug with in-band VLAN/PPPoE) or 'relative' (fixed, 7.1.5)",
+        "ipv6_skip_exthdr (7.0 bug with in-band VLAN/PPPoE) or 'relative' (fixed, 7.1.5)",
         ("absolute", "relative"))
     ip6_tunnel_exthdr: str = _switch(
-        "extension headers after the outer IPv6 header: 'skip' them with ipv6_skip_exthdr (REF) "
+        "extension headers after the outer IPv6 header: 'skip' them with ipv6_skip_exthdr (7.0) "
         "or send the packet to the 'slowpath' (7.1.5)", ("skip", "slowpath"))
     ip6_tunnel_header_access: str = _switch(
-        "how the outer IPv6 header is read: 'header_pointer' (REF, not pulled; a later skb_pull "
+        "how the outer IPv6 header is read: 'header_pointer' (7.0, not pulled; a later skb_pull "
         "of non-linear bytes is a bug) or 'pull' (pskb_may_pull, 7.1.5)", ("header_pointer", "pull"))
     tuple_encap_pppoe_proto: str = _switch(
         "protocol nf_flow_tuple_encap compares for a PPPoE-carried packet: the 'raw' PPP protocol "
         "(mainline through 7.1.5: tunnel fields stay empty) or the 'mapped' ethertype (CI tree's "
         "ctx.ether_type rework)", ("raw", "mapped"))
 
-    # --- transmit side (§5.3, §5.4)
+    # --- transmit side: nf_flow_offload_ip_hook's xmit (nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push,
+    #     nf_flow_encap_push, nf_flow_queue_xmit / neigh_xmit)
     ipip_tx: bool = _switch("IPIP outer header pushed by the fast path (nf_flow_tunnel_ipip_push, 6.19)")
     ip6ip6_tx: bool = _switch("IP6IP6 outer header pushed by the fast path (nf_flow_tunnel_ip6ip6_push, 7.0)")
     ip6ip6_tx_encap_limit: bool = _switch(
         "IP6IP6 push adds a destination-options header with encap limit 4 and the MTU check "
-        "subtracts 8 more (REF); removed in 7.1.5")
+        "subtracts 8 more (7.0); removed in 7.1.5")
     encap_push_order: str = _switch(
         "how VLAN tags are pushed on transmit: 'legacy' (<= 6.18: neigh_xmit / hw_ifidx path), "
         "'entry0-first' (6.19: generic skb_vlan_push from entry 0, reverse QinQ order), "
@@ -73,23 +77,23 @@ class Profile:
     pppoe_direct_xmit: bool = _switch(
         "PPPoE path entries force DIRECT xmit with needs_gso_segment (April-2026 fix)")
     tunnel_push_dst: str = _switch(
-        "route used by the tunnel push: the 'opposite' tuple's dst_cache (REF bug) or 'this' "
+        "route used by the tunnel push: the 'opposite' tuple's dst_cache (7.0 bug) or 'this' "
         "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"))
 
-    # --- path discovery (§2, nf_flow_table_path.c)
+    # --- path discovery: nf_flow_table_path.c (nft_dev_path_info, dev_fill_forward_path, ndo_fill_forward_path)
     ipip_fill_forward_path: bool = _switch("ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP, 6.19)")
     ip6tnl_fill_forward_path: bool = _switch("ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl, 7.0)")
     ip6tnl_requires_encaplimit_none: bool = _switch(
         "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)")
     path_failure: str = _switch(
-        "what a path-resolution failure does: build an 'incomplete-flow' (REF) or create 'no-flow' "
+        "what a path-resolution failure does: build an 'incomplete-flow' (7.0) or create 'no-flow' "
         "(June-2026 rework)", ("incomplete-flow", "no-flow"))
     path_requires_both_neigh: bool = _switch(
         "device paths used only when both directions are NEIGH xmit (<= 6.18)")
     bridge_tag_encap_check: bool = _switch(
         "bridge VLAN TAG mode checks the 2-VLAN limit in nft_dev_path_info (6.19)")
 
-    # --- flow life cycle (§6)
+    # --- flow life cycle: nf_flow_state_check (nf_flow_table_ip.c), flow_offload_teardown (nf_flow_table_core.c)
     tcp_fin_rst: str = _switch(
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
         ("closing", "teardown"))
@@ -132,7 +136,8 @@ def _coerce(field: attrs.Attribute, raw):
             return True
         if low in _FALSE:
             return False
-        raise ProfileError(f"bad value {raw!r} for switch {field.name!r}", value=raw, expected="a boolean (1/0, true/false, on/off)")
+        raise ProfileError(f"bad value {raw!r} for switch {field.name!r}", value=raw,
+                           expected="a boolean (1/0, true/false, on/off)")
     choices = field.metadata.get("choices")
     value = str(raw).strip()
     if choices and value not in choices:
@@ -159,7 +164,7 @@ _LINUX_6_19 = attrs.evolve(
     encap_push_order="entry0-first", path_requires_both_neigh=False, bridge_tag_encap_check=True,
 )
 
-# REF: 7.0 merge window + the April-2026 inline VLAN/PPPoE fixes, before June 2026.
+# 7.0: the merge window + the April-2026 inline VLAN/PPPoE fixes, before June 2026.
 _LINUX_7_0 = attrs.evolve(
     _LINUX_6_19, name="linux-7.0", kernel="7.0",
     ip6ip6_rx=True, ip6ip6_tx=True, ip6ip6_tx_encap_limit=True, ip6tnl_fill_forward_path=True,

@@ -31,7 +31,7 @@ class Reason:
 
 
 _ROWS = [
-    # --- parsing: nf_flow_offload_inet_hook / nf_flow_skb_encap_protocol (§4.0, §4.1 step 1)
+    # --- parsing: nf_flow_offload_inet_hook / nf_flow_skb_encap_protocol (net/netfilter/nf_flow_table_ip.c)
     ("l3proto-unsupported", ACCEPT, "nf_flow_offload_inet_hook",
      "skb->protocol is not IPv4, IPv6, 802.1Q or PPPoE session for this hook"),
     ("encap-unsupported", ACCEPT, "nf_flow_skb_encap_protocol",
@@ -46,13 +46,14 @@ _ROWS = [
     ("ttl-expired", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6 / tunnel checks",
      "TTL or hop limit is 1 or 0: the slow path must send the ICMP time-exceeded"),
     ("ipv6-exthdr", ACCEPT, "nf_flow_tuple_ipv6 / nf_flow_ip6_tunnel_proto",
-     "IPv6 extension header where the fast path only accepts TCP/UDP/GRE (or, from 7.1.5, any extension header after an outer IPv6 header)"),
+     "IPv6 extension header where the fast path only accepts TCP/UDP/GRE "
+     "(or, from 7.1.5, any extension header after an outer IPv6 header)"),
     ("ipv6-exthdr-error", ACCEPT, "ipv6_skip_exthdr",
      "the IPv6 extension header chain cannot be walked (truncated, or next header 59)"),
     ("l4proto-unsupported", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6",
      "layer-4 protocol is not TCP, UDP or GRE"),
     ("gre-version", ACCEPT, "nf_flow_tuple_ip / nf_flow_tuple_ipv6", "GRE header version is not 0"),
-    # --- lookup and per-flow checks (nf_flow_offload_forward, §4.1 steps 3-7)
+    # --- lookup and per-flow checks (nf_flow_offload_forward, called by nf_flow_offload_ip_hook / _ipv6_hook)
     ("no-flow-entry", ACCEPT, "flow_offload_lookup", "no flow in the flowtable has this tuple"),
     ("flow-teardown", ACCEPT, "nf_flow_offload_forward", "the matching flow is being torn down (NF_FLOW_TEARDOWN)"),
     ("ct-dying", ACCEPT, "nf_flow_offload_forward", "the flow's conntrack entry is dying"),
@@ -61,7 +62,7 @@ _ROWS = [
     ("tcp-syn-closing", ACCEPT, "nf_flow_state_check", "TCP SYN on a CLOSING flow: flow torn down"),
     ("tcp-fin-rst", ACCEPT, "nf_flow_state_check", "TCP FIN or RST before 6.14: flow torn down"),
     ("route-stale", ACCEPT, "nf_flow_dst_check", "cached route is obsolete: flow torn down"),
-    # --- drops in the fast path (§4.3)
+    # --- drops in the fast path (nf_flow_offload_ip_hook / nf_flow_offload_ipv6_hook, after the checks)
     ("not-writable", DROP, "skb_ensure_writable", "headers cannot be made writable"),
     # iptunnel_handle_offloads / skb_cow_head fail only when an allocation fails (-ENOMEM); the simulator
     # never fails an allocation, so no run takes this exit (kept so the table lists every kernel outcome)
@@ -70,11 +71,13 @@ _ROWS = [
     ("no-egress-device", DROP, "dev_get_by_index_rcu", "the tuple's egress ifindex names no device: flow torn down"),
     ("neigh-error", DROP, "ip_neigh_gw4 / ip_neigh_gw6", "neighbour lookup or creation failed: flow torn down"),
     ("xmit-type-unknown", DROP, "nf_flow_offload_ip_hook", "tuple has no usable xmit type"),
-    ("encap-push-failed", DROP, "nf_flow_encap_push", "VLAN/PPPoE header push failed (headroom, or PPPoE over a non-IP protocol)"),
+    ("encap-push-failed", DROP, "nf_flow_encap_push",
+     "VLAN/PPPoE header push failed (headroom, or PPPoE over a non-IP protocol)"),
     ("gso-segment-error", DROP, "nf_flow_encap_gso_xmit", "software GSO segmentation failed"),
     ("kernel-bug", DROP, "skb_pull / nf_flow_tunnel_*_push",
      "the modelled kernel hits a known bug here (e.g. skb_pull over non-linear bytes); the packet is lost"),
-    # --- flow creation: why `flow add @ft` created no flow (nft_flow_offload_eval, §3); the packet goes on
+    # --- flow creation: why `flow add @ft` created no flow (nft_flow_offload_eval in nft_flow_offload.c);
+    #     the packet goes on
     ("flow-add-sec-path", ACCEPT, "nft_flow_offload_eval", "the packet was decrypted by IPsec (it has a sec_path)"),
     ("flow-add-ip-options", ACCEPT, "nft_flow_offload_eval", "the packet has IPv4 options"),
     ("flow-add-no-conntrack", ACCEPT, "nft_flow_offload_eval", "no conntrack entry is attached"),
