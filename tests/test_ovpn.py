@@ -1,4 +1,4 @@
-"""ovpn transmit before/after "ovpn: preserve GSO batching" (ovpn-gso.md §2–§9), packet ids and the receiver.
+"""ovpn transmit before/after "ovpn: preserve GSO batching", packet ids and the receiver.
 
 Covers flowsim.models.ovpn and flowsim.models.ovpn_pktid.  Records are opened independently
 with the cryptography library (tag-before-ciphertext layout, nonce = packet id
@@ -50,23 +50,23 @@ def udp_payloads(p: OvpnPeer) -> list[bytes]:
     return [f[14 + 28:] for f in p.frames]
 
 
-# --- §1, §2: constants and the record format ----------------------------------------------
+# --- constants and the record format (proto.h, crypto_aead.c) ----------------------------------------------
 
 def test_device_constants():
-    """OVPN_HEAD_ROOM is 84 and the default MTU 1500 − 84 = 1416; a record costs 24 bytes (§1, §2)."""
+    """OVPN_HEAD_ROOM is 84 and the default MTU 1500 − 84 = 1416; a record costs 24 bytes."""
     assert (OVPN_HEAD_ROOM, OVPN_DEFAULT_MTU, OVPN_RECORD_OVERHEAD) == (84, 1416, 24)
 
 
 @pytest.mark.parametrize(("key_id", "peer_id", "word"), [(0, 1, 0x48000001), (7, 0xFFFFFF, 0x4FFFFFFF),
                                                          (2, 0x123456, 0x4A123456)])
 def test_opcode_word(key_id, peer_id, word):
-    """ovpn_opcode_compose: DATA_V2 (9) in the top 5 bits, key id in 3, peer id in the low 24 (§2)."""
+    """ovpn_opcode_compose: DATA_V2 (9) in the top 5 bits, key id in 3, peer id in the low 24."""
     assert ovpn_opcode_compose(9, key_id, peer_id) == word
 
 
 @pytest.mark.parametrize(("cipher", "aead"), [("aes-gcm", AESGCM), ("chacha20-poly1305", ChaCha20Poly1305)])
 def test_record_layout_opens_independently(cipher, aead):
-    """A record is opcode ‖ id ‖ tag ‖ ciphertext, AAD = first 8 bytes, nonce = id ‖ nonce tail (§2)."""
+    """A record is opcode ‖ id ‖ tag ‖ ciphertext, AAD = first 8 bytes, nonce = id ‖ nonce tail."""
     p = peer(cipher=cipher)
     ovpn_net_xmit(p, build_inner_skb(1364, 4))
     for rec, payload in zip(p.records, udp_payloads(p)):
@@ -79,7 +79,7 @@ def test_record_layout_opens_independently(cipher, aead):
 
 
 def test_frames_are_checksummed_udp_and_tcpdump_reads_them(tmp_path):
-    """Frames are IPv4/UDP with valid checksums, 1468 IP bytes per full record, and tcpdump reads them all (§2)."""
+    """Frames are IPv4/UDP with valid checksums, 1468 IP bytes per full record, and tcpdump reads them all."""
     pcap = tmp_path / "o.pcap"
     r = simulate("udp-gso", gso_size=1364, segments=5, pcap=pcap)
     for f in r.peer.frames:
@@ -97,10 +97,10 @@ def test_frames_are_checksummed_udp_and_tcpdump_reads_them(tmp_path):
     assert len(out.stdout.splitlines()) == 5
 
 
-# --- §3 vs §6: the two paths ---------------------------------------------------------------
+# --- the two paths: per record (io.c) and UDP GSO (the series) ---------------------------------------------------------------
 
 def test_per_record_path_costs_one_of_everything_per_record():
-    """Before the series: N ids, N AEAD requests, N route lookups, N lower transmits for N segments (§3)."""
+    """Before the series: N ids, N AEAD requests, N route lookups, N lower transmits for N segments."""
     p = peer("per-record")
     ovpn_net_xmit(p, build_inner_skb(1364, 16))
     assert [b.first_id for b in p.batches] == list(range(1, 17)) and {b.count for b in p.batches} == {1}
@@ -109,7 +109,7 @@ def test_per_record_path_costs_one_of_everything_per_record():
 
 
 def test_udp_gso_path_one_range_one_send():
-    """With the series: one contiguous id range and one transmit carry all N records (§4.2, §6.1)."""
+    """With the series: one contiguous id range and one transmit carry all N records."""
     p = peer("udp-gso")
     ovpn_net_xmit(p, build_inner_skb(1364, 16))
     (b,) = p.batches
@@ -124,7 +124,7 @@ def test_udp_gso_path_one_range_one_send():
     (dict(), {"gso_by_frags": True}, "GSO_BY_FRAGS"),
 ])
 def test_fallback_to_per_record(kw, xmit, reason):
-    """Async crypto and GSO_BY_FRAGS input stay on the per-record path with the series (§6.1)."""
+    """Async crypto and GSO_BY_FRAGS input stay on the per-record path with the series."""
     p = peer("udp-gso", **kw)
     ovpn_net_xmit(p, build_inner_skb(1364, 8), **xmit)
     assert {b.path for b in p.batches} == {"per-record"} and len(p.batches) == 8
@@ -139,19 +139,19 @@ def test_fallback_to_per_record(kw, xmit, reason):
     ([1000, 1416], False),
 ])
 def test_udp_gso_geometry(lengths, ok):
-    """UDP GSO geometry: N ≥ 2, all records equal except a last one that is no longer (§6.3 item 4)."""
+    """UDP GSO geometry: N ≥ 2, all records equal except a last one that is no longer."""
     assert (ovpn_udp_gso_refusal(peer(), lengths, False) is None) == ok
 
 
 @pytest.mark.parametrize(("ll", "record", "expected"), [(32, 1440, 45), (128, 1440, 45), (32, 1455, 45),
                                                         (128, 1455, 44), (96, 65500, 0)])
 def test_aggregate_size_limit(ll, record, expected):
-    """Records per aggregate = (GSO max − LL_MAX_HEADER − IPv4 − UDP) // record size: 45 at G = 1440 (§7)."""
+    """Records per aggregate = (GSO max − LL_MAX_HEADER − IPv4 − UDP) // record size: 45 at G = 1440."""
     assert ovpn_udp_gso_max_records(peer(ll_max_header=ll), record) == expected
 
 
 def test_too_small_gso_limit_falls_back():
-    """When two records do not fit the lower device's GSO limit, the batch goes per record (§6.3 item 5)."""
+    """When two records do not fit the lower device's GSO limit, the batch goes per record."""
     p = peer(gso_max_size=2800)
     ovpn_net_xmit(p, build_inner_skb(1364, 4))
     assert {b.path for b in p.batches} == {"per-record"}
@@ -160,18 +160,18 @@ def test_too_small_gso_limit_falls_back():
 @pytest.mark.parametrize(("segments", "batches"), [(48, [("udp-gso", 45), ("udp-gso", 3)]),
                                                    (46, [("udp-gso", 45), ("per-record", 1)])])
 def test_large_batch_is_split(segments, batches):
-    """A batch beyond the size limit is split into aggregates; a one-record remainder goes per record (§7)."""
+    """A batch beyond the size limit is split into aggregates; a one-record remainder goes per record."""
     p = peer()
     ovpn_net_xmit(p, build_inner_skb(1364, segments))
     assert [(b.path, b.count) for b in p.batches] == batches
     assert check_invariants(p)["ranges_disjoint_and_contiguous"]
 
 
-# --- §5: statistics ---------------------------------------------------------------------------
+# --- statistics (ovpn_peer_stats_increment, dev tx counters) ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("mode", "vpn_packets", "dev_packets"), [("per-record", 1, 8), ("udp-gso", 8, 1)])
 def test_statistics(mode, vpn_packets, dev_packets):
-    """vpn_stats +1 per xmit before the series, per segment with it; link_stats per record; dev per skb (§5)."""
+    """vpn_stats +1 per xmit before the series, per segment with it; link_stats per record; dev per skb."""
     p = peer(mode)
     skb = build_inner_skb(1364, 8)
     ovpn_net_xmit(p, skb)
@@ -180,16 +180,16 @@ def test_statistics(mode, vpn_packets, dev_packets):
     assert p.dev_tx_packets == dev_packets
 
 
-# --- §4: packet ids ------------------------------------------------------------------------------
+# --- packet ids (pktid.c) ------------------------------------------------------------------------------
 
 def test_pktid_next_until_exhaustion():
-    """ovpn_pktid_xmit_next hands out 2^32−1 last, then fails with -ERANGE (§4.1)."""
+    """ovpn_pktid_xmit_next hands out 2^32−1 last, then fails with -ERANGE."""
     pid = PktidXmit(PKTID_MAX - 1)
     assert [pid.ovpn_pktid_xmit_next() for _ in range(3)] == [PKTID_MAX - 1, PKTID_MAX, -ERANGE]
 
 
 def test_pktid_reserve_all_or_nothing():
-    """A range that does not fit below 2^32 takes nothing and fails with -ERANGE (§4.2 invariant 4)."""
+    """A range that does not fit below 2^32 takes nothing and fails with -ERANGE."""
     pid = PktidXmit(PKTID_MAX - 2)
     assert pid.ovpn_pktid_xmit_reserve(4) == -ERANGE and pid.handouts == []
     assert pid.ovpn_pktid_xmit_reserve(3) == PKTID_MAX - 2 and pid.seq_num == 0
@@ -197,7 +197,7 @@ def test_pktid_reserve_all_or_nothing():
 
 @pytest.mark.parametrize("mode", ["per-record", "udp-gso"])
 def test_exhaustion_kills_key(mode):
-    """-ERANGE kills the key and notifies userspace; nothing is sent with it afterwards (§3 step 4, §4.2)."""
+    """-ERANGE kills the key and notifies userspace; nothing is sent with it afterwards."""
     p = peer(mode, first=PKTID_MAX - 2)
     for _ in range(2):
         ovpn_net_xmit(p, build_inner_skb(1364, 8))
@@ -208,7 +208,7 @@ def test_exhaustion_kills_key(mode):
 
 
 def test_exact_fit_then_exhaustion():
-    """A range ending exactly at 2^32−1 is used; the next batch kills the key (§4.2 invariant 4)."""
+    """A range ending exactly at 2^32−1 is used; the next batch kills the key."""
     p = peer(first=PKTID_MAX - 7)
     ovpn_net_xmit(p, build_inner_skb(1364, 8))
     assert [r.pid for r in p.records][-1] == PKTID_MAX and not p.key.dead
@@ -218,7 +218,7 @@ def test_exact_fit_then_exhaustion():
 
 @pytest.mark.parametrize(("mode", "burned", "sent"), [("per-record", [4], 7), ("udp-gso", list(range(1, 9)), 0)])
 def test_failure_burns_ids(mode, burned, sent):
-    """A failure after allocation burns its id (per record) or the whole range (batch), for good (§4.2 inv. 5)."""
+    """A failure after allocation burns its id (per record) or the whole range (batch), for good."""
     p = peer(mode)
     ovpn_net_xmit(p, build_inner_skb(1364, 8), faults=frozenset({3}))
     assert p.key.pid.burned == burned and len(p.records) == sent and p.dev_tx_dropped == 8 - sent
@@ -230,10 +230,10 @@ def test_failure_burns_ids(mode, burned, sent):
     assert all(check_invariants(p, rx).values())
 
 
-# --- §4.1: the receiver's replay window ---------------------------------------------------------
+# --- the receiver's replay window (ovpn_pktid_recv) ---------------------------------------------------------
 
 def test_replay_window_rules():
-    """ovpn_pktid_recv: 0 refused, replays refused, backtracks inside 2048 accepted once, older refused (§4.1)."""
+    """ovpn_pktid_recv: 0 refused, replays refused, backtracks inside 2048 accepted once, older refused."""
     w = PktidRecv()
     assert w.ovpn_pktid_recv(0) == -EINVAL
     assert [w.ovpn_pktid_recv(i) for i in (1, 5, 3, 3)] == [0, 0, 0, -EINVAL]
@@ -243,7 +243,7 @@ def test_replay_window_rules():
 
 
 def test_async_completions_reorder_but_are_accepted():
-    """Async crypto sends records out of id order; the 2048-id window accepts them all (§4.1, §4.2 inv. 3)."""
+    """Async crypto sends records out of id order; the 2048-id window accepts them all."""
     p = peer("per-record", crypto="async")
     ovpn_net_xmit(p, build_inner_skb(1364, 32), seed=3)
     assert [r.pid for r in p.records] != sorted(r.pid for r in p.records)
@@ -252,7 +252,7 @@ def test_async_completions_reorder_but_are_accepted():
 
 
 def test_receiver_refuses_replay_and_tampering():
-    """A replayed record is refused, a flipped ciphertext bit fails authentication (§4.1)."""
+    """A replayed record is refused, a flipped ciphertext bit fails authentication."""
     p = peer()
     ovpn_net_xmit(p, build_inner_skb(1364, 2))
     rx = OvpnReceiver.for_peer(p)
@@ -272,7 +272,7 @@ skb_specs = st.lists(st.tuples(st.integers(1, 48), st.sampled_from([100, 700, 13
 @given(mode=st.sampled_from(["per-record", "udp-gso"]), crypto=st.sampled_from(["sync", "async"]),
        near_end=st.booleans(), skbs=skb_specs, data=st.data())
 def test_invariants_hold_for_any_traffic(mode, crypto, near_end, skbs, data):
-    """Any GSO skbs, failures, near-exhaustion, wire order: nonces unique, ranges disjoint, all accepted (§4.2)."""
+    """Any GSO skbs, failures, near-exhaustion, wire order: nonces unique, ranges disjoint, all accepted."""
     first = PKTID_MAX - data.draw(st.integers(0, 120)) if near_end else 1
     p = peer(mode, crypto, first=first)
     for n, (segments, gso_size, faults) in enumerate(skbs):
@@ -288,7 +288,7 @@ def test_invariants_hold_for_any_traffic(mode, crypto, near_end, skbs, data):
 @settings(max_examples=60, deadline=None)
 @given(start=st.integers(1, PKTID_MAX), sizes=st.lists(st.integers(1, 64), max_size=20))
 def test_reservations_never_overlap(start, sizes):
-    """Reservations are disjoint, gapless, inside [1, 2^32−1]; a refused one takes nothing (§4.2)."""
+    """Reservations are disjoint, gapless, inside [1, 2^32−1]; a refused one takes nothing."""
     pid = PktidXmit(start)
     for n in sizes:
         before = (pid.seq_num, len(pid.handouts))
@@ -301,10 +301,10 @@ def test_reservations_never_overlap(start, sizes):
     assert ids == list(range(start, start + len(ids))) and all(1 <= i <= PKTID_MAX for i in ids)
 
 
-# --- cost comparison (§9) and the cover letter (§8) ---------------------------------------------------
+# --- cost comparison and the cover letter ---------------------------------------------------
 
 def test_cost_comparison_sync_vs_async():
-    """Sync: 1 transmit, lookup, request and id op per batch instead of N; async changes nothing (§9)."""
+    """Sync: 1 transmit, lookup, request and id op per batch instead of N; async changes nothing."""
     sync = compare_paths(crypto="sync", segments=16)
     assert (sync["per-record"].lower_xmit_calls, sync["udp-gso"].lower_xmit_calls) == (16, 1)
     assert (sync["per-record"].route_lookups, sync["udp-gso"].route_lookups) == (16, 1)
@@ -315,7 +315,7 @@ def test_cost_comparison_sync_vs_async():
 
 
 def test_cover_letter_figures_are_quoted_facts():
-    """The +26% / 6.6 → 4.7 cycles/byte figures are the cover letter's, quoted with their source (§8)."""
+    """The +26% / 6.6 → 4.7 cycles/byte figures are the cover letter's, quoted with their source."""
     assert "13.431" in COVER_LETTER["throughput"] and "16.932" in COVER_LETTER["throughput"]
     assert "+26.1%" in COVER_LETTER["throughput"]
     assert COVER_LETTER["cycles_per_byte"].startswith("6.628 -> 4.680")

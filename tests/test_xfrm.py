@@ -1,4 +1,4 @@
-"""xfrm_output's GSO decision (xfrm-gso.md §2, §3) and the ESP frames each path puts on the wire (§1.4, §4).
+"""xfrm_output's GSO decision and the ESP frames each path puts on the wire.
 
 Covers flowsim.models.xfrm (decision table), flowsim.kernel.esp (ESP output paths, receiver)
 and the ESP / UDP-tunnel cases of flowsim.kernel.gso (software segmentation).  Frames are checked with scapy
@@ -88,9 +88,9 @@ def inputs(ip, mode, dev, t, hw=False, **kw):
     return XfrmInputs(inner_protocol=ip, mode=mode, offload_dev=dev, type_offload=t, hw_gso=hw, **kw)
 
 
-# --- §3.1: the decision table, row by row ------------------------------------------------
+# --- the decision table (decision_table_row), row by row ------------------------------------------------
 
-# (row, inputs, outcome in V0, V1, V2, V3) — xfrm-gso.md §3.1.
+# (row, inputs, outcome in V0, V1, V2, V3).
 TABLE = [
     (1, inputs(True, "transport", False, False), ("SWGSO",) * 4),
     (1, inputs(False, "tunnel", False, False), ("SWGSO",) * 4),
@@ -123,7 +123,7 @@ CASES = [pytest.param(row, inp, v, out[k], id=f"row{row}-{v}-{inp.mode}-{'dev' i
 
 @pytest.mark.parametrize(("row", "inp", "variant", "expected"), CASES)
 def test_decision_table(row, inp, variant, expected):
-    """Each §3.1 row gives the outcome the table lists for each variant (§2 test, §1.2 offload-ok)."""
+    """Each decision-table row gives the outcome the table lists for each variant."""
     d = xfrm_output(variant, inp)
     assert (d.outcome, d.row) == (expected, row)
     assert d.branch == ("else" if row == 1 else "offload-ok")
@@ -156,7 +156,7 @@ def _all_inputs():
     ("v2", "v3", lambda i: i.inner_protocol and i.mode != "tunnel" and not i.offload_dev),
 ])
 def test_each_patch_changes_exactly_its_condition(old, new, changed):
-    """Between consecutive variants the outcome changes exactly where the §2 condition changed (offload-ok only)."""
+    """Between consecutive variants the outcome changes exactly where the variant's condition changed (offload-ok only)."""
     for inp in _all_inputs():
         a, b = xfrm_output(old, inp), xfrm_output(new, inp)
         expect_change = bool(changed(inp)) and a.branch == "offload-ok"
@@ -166,7 +166,7 @@ def test_each_patch_changes_exactly_its_condition(old, new, changed):
 
 
 def test_v3_swgso_iff_condition_from_patch():
-    """V3 sends a GSO skb to xfrm_output_gso iff inner_protocol && (tunnel || !xso.dev), when offload is ok (§2)."""
+    """V3 sends a GSO skb to xfrm_output_gso iff inner_protocol && (tunnel || !xso.dev), when offload is ok."""
     for inp in _all_inputs():
         d = xfrm_output("v3", inp)
         if d.branch == "offload-ok":
@@ -175,24 +175,24 @@ def test_v3_swgso_iff_condition_from_patch():
 
 
 def test_hw_gso_without_device_is_refused():
-    """HWGSO needs xso.dev == skb->dev (§3 inputs): a software SA cannot claim hardware ESP GSO."""
+    """HWGSO needs xso.dev == skb->dev: a software SA cannot claim hardware ESP GSO."""
     with pytest.raises(ConfigError, match="crypto-offload device"):
         inputs(True, "transport", False, True, hw=True)
 
 
 @pytest.mark.parametrize("name", ["V2", "0aae2867aa60", "oct-2026-fix", "pre-a204aef9fd77"])
 def test_variant_aliases(name):
-    """Variants are found by name, case-insensitively, or by the commit that defines them (§2)."""
+    """Variants are found by name, case-insensitively, or by the commit that defines them."""
     assert get_variant(name).name in VARIANTS
 
 
 def test_row_lookup_matches_table():
-    """decision_table_row names the §3.1 row of every tabled input (§3.1)."""
+    """decision_table_row names the row of every tabled input."""
     for row, inp, _ in TABLE:
         assert decision_table_row(inp) == row
 
 
-# --- §1.4 / §3: which layouts are right ----------------------------------------------------
+# --- esp_layout: which layouts are right ----------------------------------------------------
 
 LAYOUTS = [
     # (variant, inputs, inner, kind)
@@ -212,15 +212,15 @@ LAYOUTS = [
 
 @pytest.mark.parametrize(("variant", "inp", "inner", "kind"), LAYOUTS)
 def test_layout_classification(variant, inp, inner, kind):
-    """ESPSW-X misplaces ESP only for IP-in-IP and only with the 06a0afcfe2f5 prep; row 10 stays broken in V3 (§3)."""
+    """ESPSW-X misplaces ESP only for IP-in-IP and only with the 06a0afcfe2f5 prep; row 10 stays broken in V3."""
     assert esp_layout(xfrm_output(variant, inp), inner).kind == kind
 
 
-# --- §4 with real frames: the tcpdump filters of the patch ----------------------------------
+# --- real frames: the tcpdump filters of the Oct-2026 patch ----------------------------------
 
 @pytest.mark.parametrize("inner", ["ipip", "ip6tnl"])
 def test_v2_malformed_frames_match_patch_filter(inner, tmp_path):
-    """V2, software SA + ESP offload module: tcpdump matches every segment, none decrypts, 4 inner bytes clear (§4)."""
+    """V2, software SA + ESP offload module: tcpdump matches every segment, none decrypts, 4 inner bytes clear."""
     pcap = tmp_path / f"{inner}.pcap"
     r = simulate("v2", inner, "transport", esp_offload_module=True, segments=8, pcap=pcap)
     assert (r.decision.outcome, r.layout.kind) == ("ESPSW-X", "malformed")
@@ -235,7 +235,7 @@ def test_v2_malformed_frames_match_patch_filter(inner, tmp_path):
 
 @pytest.mark.parametrize("inner", ["ipip", "ip6tnl"])
 def test_v3_fix_frames_all_decrypt(inner, tmp_path):
-    """With the Oct-2026 fix the same setup takes SWGSO: tcpdump matches nothing and every frame decrypts (§2 V3)."""
+    """With the Oct-2026 fix the same setup takes SWGSO: tcpdump matches nothing and every frame decrypts."""
     pcap = tmp_path / f"{inner}.pcap"
     r = simulate("v3", inner, "transport", esp_offload_module=True, segments=8, pcap=pcap)
     assert (r.decision.outcome, r.layout.kind) == ("SWGSO", "correct")
@@ -247,7 +247,7 @@ def test_v3_fix_frames_all_decrypt(inner, tmp_path):
 
 @pytest.mark.parametrize(("variant", "dev"), [("v0", False), ("v1", False), ("v2", True), ("v3", True)])
 def test_filter_is_silent_on_correct_paths(variant, dev, tmp_path):
-    """Paths that place ESP correctly (old prep, SWGSO, HW) never match the patch's filter (§4.4)."""
+    """Paths that place ESP correctly (old prep, SWGSO, HW) never match the patch's filter."""
     pcap = tmp_path / "x.pcap"
     r = simulate(variant, "ipip", "transport", esp_offload_module=True, offload_dev=dev, segments=4, pcap=pcap)
     assert r.malformed == 0 and tcpdump_count(pcap, malformed_filter(4, SPI)) == 0
@@ -258,7 +258,7 @@ def test_filter_is_silent_on_correct_paths(variant, dev, tmp_path):
 @pytest.mark.parametrize("inner", ["vxlan", "geneve"])
 @pytest.mark.parametrize("mode", ["transport", "tunnel"])
 def test_udp_tunnel_inner_every_variant(variant, inner, mode):
-    """VXLAN/Geneve inner is correct in every variant; only V0 tunnel mode hits the a204aef9fd77 bug (§3 row 6)."""
+    """VXLAN/Geneve inner is correct in every variant; only V0 tunnel mode hits the a204aef9fd77 bug."""
     r = simulate(variant, inner, mode, esp_offload_module=True, segments=4)
     if (variant, mode) == ("v0", "tunnel"):
         assert r.layout.kind == "kernel-bug" and not r.frames
@@ -268,7 +268,7 @@ def test_udp_tunnel_inner_every_variant(variant, inner, mode):
 
 
 def test_malformed_ipip_bytes_match_reference_layout():
-    """The ipip ESPSW-X frame has the §4.1 byte layout, wire length 1476 for T = 32, payload 1368."""
+    """The ipip ESPSW-X frame has the misplaced-ESP byte layout (ESP at 20 + 20), wire length 1476 for T = 32, payload 1368."""
     r = simulate("v2", "ipip", "transport", esp_offload_module=True, segments=3, mss=1368, seq_first=7)
     for k, f in enumerate(r.frames):
         p = f.packet
@@ -281,7 +281,7 @@ def test_malformed_ipip_bytes_match_reference_layout():
 
 
 def test_malformed_ip6tnl_bytes_match_reference_layout():
-    """The ip6tnl (4in6) ESPSW-X frame has the §4.2 layout: template at 40, stale dst tail, ESP at 60."""
+    """The ip6tnl (4in6) ESPSW-X frame has the misplaced-ESP layout: template at 40, stale dst tail, ESP at 60."""
     r = simulate("v2", "ip6tnl", "transport", esp_offload_module=True, segments=2)
     for k, f in enumerate(r.frames):
         p = f.packet
@@ -290,12 +290,12 @@ def test_malformed_ip6tnl_bytes_match_reference_layout():
         assert p[48:56] == p[32:40]  # last 8 bytes of the outer destination address
         assert p[56:60] == f.plain[40:44]
         assert struct.unpack("!II", p[60:68]) == (SPI, 1 + k)
-        assert f.esp_offset == 40 + 20  # §4.3: outer_len + inner_ip_len
+        assert f.esp_offset == 40 + 20  # outer_len + inner_ip_len
 
 
 @pytest.mark.parametrize("outcome_variant", ["v1", "v2"])
 def test_sequence_numbers_per_segment(outcome_variant):
-    """Both paths give segment k the sequence number first + k (xfrm_replay_overflow / _offload, §4)."""
+    """Both paths give segment k the sequence number first + k (xfrm_replay_overflow / _offload)."""
     r = simulate(outcome_variant, "ipip", "transport", esp_offload_module=True, segments=5, seq_first=100)
     assert [f.seq for f in r.frames] == list(range(100, 105))
 
@@ -325,17 +325,17 @@ def test_frames_decode_and_decrypt_in_scapy(variant, inner, mode):
 
 
 def test_malformed_frame_still_dissects():
-    """A misplaced-ESP frame is still a valid IP/ESP packet to scapy, with a correct outer checksum (§4.1)."""
+    """A misplaced-ESP frame is still a valid IP/ESP packet to scapy, with a correct outer checksum."""
     r = simulate("v2", "ipip", "transport", esp_offload_module=True, segments=2)
     e = Ether(r.frames[0].frame)
     assert_checksums(e)
     assert e[ESP].spi == SPI and e[ESP].seq == 1
 
 
-# --- the receiver (§4.5) ----------------------------------------------------------------
+# --- the receiver ----------------------------------------------------------------
 
 def test_receiver_counts_replay_unknown_spi_and_bad_key():
-    """xfrm_input: replay → XfrmInStateSeqError, unknown SPI → XfrmInNoStates, wrong key → ProtoError (§4.5)."""
+    """xfrm_input: replay → XfrmInStateSeqError, unknown SPI → XfrmInNoStates, wrong key → ProtoError."""
     r = simulate("v3", "none", "transport", segments=2)
     rx = XfrmReceiver({SPI: r.state})
     assert rx.xfrm_input(r.frames[0].frame).verdict == "ok"
@@ -346,7 +346,7 @@ def test_receiver_counts_replay_unknown_spi_and_bad_key():
 
 
 def test_receiver_window_does_not_advance_on_malformed():
-    """Malformed frames repeat the template seq yet pass the replay check: nothing ever authenticates (§4.5)."""
+    """Malformed frames repeat the template seq yet pass the replay check: nothing ever authenticates."""
     r = simulate("v2", "ip6tnl", "transport", esp_offload_module=True, segments=6)
     assert r.rx_counters["XfrmInStateSeqError"] == 0 and r.rx_counters["XfrmInStateProtoError"] == 6
 

@@ -1,4 +1,4 @@
-"""IPsec in topologies: ip xfrm lines, ESP in the slow path, the fast path's XFRM xmit (reference §8 row 13)."""
+"""IPsec in topologies: ip xfrm lines, ESP in the slow path, the fast path's XFRM xmit."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _ip_frames(wire):
 
 
 def test_ipsec_tunnel_delivers_everything(ran):
-    """§8 row 13: the transfer through the ESP tunnel completes; conservation holds, nothing is dropped."""
+    """IPsec tunnel topology: the transfer through the ESP tunnel completes; conservation holds, nothing is dropped."""
     sim, _wire = ran
     sim.check()
     t = sim.kernel.ledger.totals()
@@ -71,7 +71,7 @@ def test_ipsec_tunnel_delivers_everything(ran):
 
 
 def test_frames_between_routers_are_esp(ran):
-    """§8 row 13: every IPv4 frame on the nsr1-nsr2 link is ESP between the SA ends; scapy decodes the SPIs."""
+    """IPsec tunnel topology: every IPv4 frame on the nsr1-nsr2 link is ESP between the SA ends; scapy decodes the SPIs."""
     _sim, wire = ran
     frames = _ip_frames(wire)
     assert len(frames) > 400
@@ -86,7 +86,7 @@ def test_frames_between_routers_are_esp(ran):
 
 
 def test_esp_decrypts_to_the_inner_packets(ran):
-    """§8 row 13: scapy's AES-GCM SA with the state's key opens every ESP frame; the inner packets are the TCP flow."""
+    """IPsec tunnel topology: scapy's AES-GCM SA with the state's key opens every ESP frame; the inner packets are the TCP flow."""
     _sim, wire = ran
     sas = {0x1001: SecurityAssociation(ESP, spi=0x1001, crypt_algo="AES-GCM", crypt_key=KEY_OUT,
                                        tunnel_header=IP(src=A1, dst=A2)),
@@ -102,7 +102,7 @@ def test_esp_decrypts_to_the_inner_packets(ran):
 
 
 def test_flowsim_esp_receiver_agrees(ran):
-    """§8 row 13: flowsim.kernel.esp's esp_input with the state's key recovers the same inner IPv4 packets."""
+    """IPsec tunnel topology: flowsim.kernel.esp's esp_input with the state's key recovers the same inner IPv4 packets."""
     _sim, wire = ran
     state = esp.XfrmState(spi=0x1001, key=KEY_OUT, mode="tunnel", tunnel=(A1, A2))
     n = 0
@@ -116,7 +116,7 @@ def test_flowsim_esp_receiver_agrees(ran):
 
 
 def test_flow_tuple_into_tunnel_is_xfrm(ran):
-    """§2.4 step 3: the direction whose route has an xfrm bundle (into the tunnel) is XFRM; the other is NEIGH."""
+    """nft_flow_route / nft_dev_forward_path: the direction whose route has an xfrm bundle (into the tunnel) is XFRM; the other is NEIGH."""
     sim, _wire = ran
     ft = _ft(sim)
     flows = list(ft.flows.values())
@@ -128,7 +128,7 @@ def test_flow_tuple_into_tunnel_is_xfrm(ran):
 
 
 def test_forward_chain_sees_only_first_packets(ran):
-    """§8 check_counters: routed_orig / routed_repl count only the slow-path packets, far fewer than the transfer."""
+    """check_counters: routed_orig / routed_repl count only the slow-path packets, far fewer than the transfer."""
     sim, _wire = ran
     nft = sim.kernel.netns["nsr1"].nft
     orig, repl = nft.counter("routed_orig"), nft.counter("routed_repl")
@@ -137,7 +137,7 @@ def test_forward_chain_sees_only_first_packets(ran):
 
 
 def test_fast_path_counts_xfrm_transmits(ran):
-    """§4.1 step 13: packets sent through the XFRM tuple are STOLEN by the fast path and counted as fast path."""
+    """nf_flow_offload_ip_hook, FLOW_OFFLOAD_XMIT_XFRM (nf_flow_xmit_xfrm): packets sent through the XFRM tuple are STOLEN by the fast path and counted as fast path."""
     sim, wire = ran
     acc = sim.kernel.accounting[("tcp-12345", "original", "host")]
     esp_out = sum(1 for netns, ip in _ip_frames(wire) if netns == "nsr2")
@@ -148,7 +148,7 @@ def test_fast_path_counts_xfrm_transmits(ran):
 
 
 def test_xfrm_fast_path_trace():
-    """§4.1 step 13: a traced packet of the flow leaves the flowtable through xfrm_output and is ESP-encapsulated."""
+    """nf_flow_xmit_xfrm: a traced packet of the flow leaves the flowtable through xfrm_output and is ESP-encapsulated."""
     topo = load_topology(FILE)
     sim = Simulation(topo, get_profile("linux-7.1.5"), tracing=True)
     sim.run(None)
@@ -159,7 +159,7 @@ def test_xfrm_fast_path_trace():
 
 
 def test_wrong_key_drops_as_decrypt_failed():
-    """§8 row 13 negative: nsr2 with another key for SPI 0x1001 cannot open the ESP; drops are xfrm-decrypt-failed."""
+    """IPsec tunnel topology, negative: nsr2 with another key for SPI 0x1001 cannot open the ESP; drops are xfrm-decrypt-failed."""
     text = FILE.read_text()
     good = "0xfedcba9876543210fedcba9876543210a0a1a2a3 128 sel src 10.0.1.0/24 dst 10.0.2.0/24"
     at = text.index("[netns.nsr2]")
@@ -230,7 +230,7 @@ def test_xfrm_line_errors(line, message):
 
 
 def test_decrypted_packets_never_create_flows():
-    """`flow add` refuses a packet with a sec_path (reference §3 condition 1)."""
+    """`flow add` refuses a packet with a sec_path."""
 
     from ftkit import add_flow, established_ct, setup
     from scapy.layers.inet import IP, TCP

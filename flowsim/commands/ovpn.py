@@ -27,7 +27,7 @@ __all__ = ["register", "run", "render_text"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ovpn", help="ovpn GSO transmit: per-record vs UDP GSO batching (ovpn-gso)",
+    p = sub.add_parser("ovpn", help="ovpn GSO transmit: per-record vs UDP GSO batching",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", default="udp-gso", metavar="MODE",
                    help="per-record (before the series) or udp-gso (with it); default udp-gso")

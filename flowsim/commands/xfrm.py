@@ -31,7 +31,7 @@ __all__ = ["register", "run", "render_text"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("xfrm", help="xfrm_output GSO decision and ESP layout for a GSO skb (xfrm-gso)",
+    p = sub.add_parser("xfrm", help="xfrm_output GSO decision and ESP layout for a GSO skb",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", default="v3", metavar="V",
                    help="xfrm_output variant: v0, v1, v2, v3 (default v3)")
@@ -110,7 +110,7 @@ def render_text(r: XfrmRun) -> str:
         f"inputs    inner_protocol={'set (' + r.inner + ')' if i.inner_protocol else 'unset (plain TCP)'}"
         f"  mode={i.mode}  offload dev={'yes' if i.offload_dev else 'none'}"
         f"  type_offload={'yes' if i.type_offload else 'no'}  hw ESP GSO={'yes' if i.hw_gso else 'no'}",
-        f"decision  {d.branch} branch -> {d.outcome}" + (f"  (xfrm-gso.md §3.1 row {d.row})" if d.row else ""),
+        f"decision  {d.branch} branch -> {d.outcome}" + (f"  (decision table row {d.row})" if d.row else ""),
         f"          {OUTCOMES[d.outcome]}",
         f"  why     {d.why}",
         f"  segments by  {d.segmenter}",

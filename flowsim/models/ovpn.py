@@ -1,7 +1,7 @@
 """ovpn transmit path before and after "ovpn: preserve GSO batching" (v5, Nov 2026), with real AEAD.
 
-Theory of operation (ovpn-gso.md §1–§9)
----------------------------------------
+Theory of operation (drivers/net/ovpn/io.c, crypto_aead.c, udp.c, pktid.c)
+-------------------------------------------------------------------------
 ovpn advertises ``NETIF_F_GSO_SOFTWARE``, so the stack hands it unsegmented
 GSO skbs; ``ovpn_net_xmit`` always segments them in software
 (``skb_gso_segment(skb, 0)``, here :func:`flowsim.kernel.gso.skb_gso_segment`).
@@ -15,14 +15,14 @@ Each inner segment becomes one DATA_V2 record::
 (records, keys and the receiver live in :mod:`flowsim.models.ovpn_proto`, packet
 ids in :mod:`flowsim.models.ovpn_pktid`; this module is the transmit path).
 
-* **per-record** (upstream before the series, §3): ``ovpn_send`` →
+* **per-record** (upstream drivers/net/ovpn before the series): ``ovpn_send`` →
   ``ovpn_encrypt_one`` → ``ovpn_aead_encrypt`` once per segment, each taking
   one packet id (``ovpn_pktid_xmit_next``) and setting up one AEAD request;
   ``ovpn_encrypt_post`` → ``ovpn_udp_send_skb`` → ``ovpn_udp4_output``:
   one route (dst_cache) lookup and one lower-device transmit per record.
   Asynchronous crypto completes out of order, so records may leave in a
   different order than their ids.
-* **udp-gso** (with the series, §4.2, §6): when the crypto is synchronous,
+* **udp-gso** (with the series, patches 6/9–9/9): when the crypto is synchronous,
   the input is not ``GSO_BY_FRAGS``, the records have UDP GSO geometry and
   the aggregate fits the lower device's GSO limit with ``LL_MAX_HEADER``
   reserved (:func:`ovpn_udp_gso_refusal`), the segments are encrypted
@@ -31,16 +31,16 @@ ids in :mod:`flowsim.models.ovpn_pktid`; this module is the transmit path).
   route lookup, one transmit; the lower device (USO) cuts it into the same
   datagrams.  Anything else falls back to the per-record path.  A batch
   larger than the limit is split into several aggregates (a modelling choice;
-  §7 says "split or truncated").
+  the cover letter says "split or truncated").
 
-Failures (§4.2 invariant 5): an id is spent once handed out.  On the
+Failures: an id is spent once handed out (a nonce is never reused).  On the
 per-record path a failing record burns its one id; on the aggregate path a
 failure after the reservation drops the whole batch and burns the whole
 range (as the public development snapshot did; v5's exact handling is
 unverified).  ``-ERANGE`` kills the key (``ovpn_crypto_kill_key``) and
 notifies userspace; nothing is sent with it afterwards.
 
-Statistics (§5): ``link_stats`` +1 per record in both paths; ``vpn_stats``
+Statistics (``ovpn_peer_stats_increment``): ``link_stats`` +1 per record in both paths; ``vpn_stats``
 +1 per ``ovpn_net_xmit`` call before the series and +1 per surviving
 segment with it (cover letter, "Changes since v2"); device ``tx_packets``
 counts output skbs, i.e. one per aggregate.
@@ -145,7 +145,7 @@ class _Cost:
 
 @attrs.frozen
 class OvpnCost:
-    """Operations and bytes of one path (§9 checklist): what the series saves per GSO skb."""
+    """Operations and bytes of one path: what the series saves per GSO skb (route lookups, transmits, AEAD setups)."""
 
     lower_xmit_calls: int
     route_lookups: int
@@ -308,13 +308,13 @@ def ovpn_encrypt_post(peer: OvpnPeer, recs: list[Record]) -> None:
 
 
 def ovpn_udp_gso_max_records(peer: OvpnPeer, record_size: int) -> int:
-    """Records per aggregate: GSO max size − ``LL_MAX_HEADER`` − IPv4 − UDP, over the record size (§7)."""
+    """Records per aggregate: GSO max size − ``LL_MAX_HEADER`` − IPv4 − UDP, over the record size (the series' GSO size check)."""
     payload = min(peer.gso_max_size - peer.ll_max_header, 0xFFFF) - UDP_IPV4_OVERHEAD
     return min(payload // record_size, GSO_MAX_SEGS)
 
 
 def ovpn_udp_gso_refusal(peer: OvpnPeer, lengths: list[int], gso_by_frags: bool) -> str | None:
-    """Why these segments cannot become a UDP GSO aggregate (``None``: they can), §6.3."""
+    """Why these segments cannot become a UDP GSO aggregate (``None``: they can): the series' fallback tests."""
     if peer.crypto != "sync":
         return "asynchronous crypto stays on the per-record path"
     if gso_by_frags:
@@ -395,7 +395,8 @@ def ovpn_net_xmit(peer: OvpnPeer, skb: GsoSkb, *, gso_by_frags: bool = False,
 # --- invariants ---------------------------------------------------------------------
 
 def check_invariants(peer: OvpnPeer, receiver: OvpnReceiver | None = None) -> dict[str, bool]:
-    """The invariants of ovpn-gso.md §4.2 on everything *peer* did (and *receiver* saw)."""
+    """The packet-id and nonce invariants (pktid.c, the series' range reservation) on everything *peer* did
+    (and *receiver* saw)."""
     pid = peer.key.pid
     ids = [i for first, n in pid.handouts for i in range(first, first + n)]
     sent = {r.pid for r in peer.records}

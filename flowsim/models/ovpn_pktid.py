@@ -1,7 +1,7 @@
 """ovpn packet ids: the per-key transmit counter and the receiver's replay window.
 
-Theory of operation (ovpn-gso.md §4; drivers/net/ovpn/pktid.{c,h})
--------------------------------------------------------------------
+Theory of operation (drivers/net/ovpn/pktid.{c,h})
+--------------------------------------------------
 The packet id is the part of the AEAD nonce that travels on the wire, so a
 (key, id) pair must never be used twice.  The transmit side keeps one 32-bit
 counter per key slot, starting at 1:
@@ -12,7 +12,7 @@ counter per key slot, starting at 1:
   kills the key.  Usable ids are 1 … 2³²−1.
 * ``ovpn_pktid_xmit_reserve`` (one per UDP GSO batch, with the series)
   takes *n* consecutive ids in one atomic step; if the counter cannot supply
-  all *n* it takes none and fails with ``-ERANGE`` (§4.2 invariant 4; what
+  all *n* it takes none and fails with ``-ERANGE`` (ids are handed out in one gapless run; what
   v5 does with a partial remainder is unverified).
 
 An id that was handed out is spent whatever happens next: a later failure
@@ -60,7 +60,7 @@ class PktidXmit:
         if cur == 0 or cur + n - 1 > PKTID_MAX:
             self.exhausted = True
             return -ERANGE
-        # The counter wraps to 0 after handing out 2^32-1: the next call fails (§4.1).
+        # The counter wraps to 0 after handing out 2^32-1: the next call fails (``atomic_fetch_add_unless(&pid->seq_num, 1, 0)``).
         self.seq_num = (cur + n) & PKTID_MAX
         self.handouts.append((cur, n))
         return cur

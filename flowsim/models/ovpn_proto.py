@@ -1,7 +1,7 @@
 """ovpn DATA_V2 records: constants, the key slot, AEAD seal and open, and the receiving peer.
 
-Theory of operation (ovpn-gso.md §2, §4.1; drivers/net/ovpn/proto.h, crypto_aead.c)
----------------------------------------------------------------------------------
+Theory of operation (drivers/net/ovpn/proto.h, crypto_aead.c, pktid.h)
+----------------------------------------------------------------------
 A data record is the UDP payload::
 
     | opcode word (4) | packet id (4) | AEAD tag (16) | ciphertext (L) |

@@ -1,13 +1,13 @@
 """The GSO decision of ``xfrm_output`` in four kernel variants, and what it puts on the wire.
 
-Theory of operation (xfrm-gso.md §1–§4)
----------------------------------------
+Theory of operation (net/xfrm/xfrm_output.c, xfrm_device.c, net/ipv4/esp4_offload.c)
+-------------------------------------------------------------------------------------
 ``xfrm_output`` (net/xfrm/xfrm_output.c) has three branches for an ESP SA:
 
 1. **packet offload** (``XFRM_DEV_OFFLOAD_PACKET``): the NIC does everything;
 2. **offload-ok** (``xfrm_dev_offload_ok`` true): a sec_path with
    ``xfrm_offload(skb)`` is attached; for a GSO skb a *version-dependent
-   test* (§2) sends it to ``xfrm_output_gso`` (software GSO now, then ESP per
+   test* (:data:`VARIANTS`) sends it to ``xfrm_output_gso`` (software GSO now, then ESP per
    segment) or marks it ``SKB_GSO_ESP`` and lets it reach the device
    unsegmented; there the NIC segments it (*HW*) or ``esp{4,6}_gso_segment``
    does it in software (*ESPSW-T/X/B* by SA mode);
@@ -15,12 +15,12 @@ Theory of operation (xfrm-gso.md §1–§4)
 
 ``xfrm_dev_offload_ok`` needs ``x->type_offload``, which a software SA has
 when ``esp4_offload``/``esp6_offload`` was loaded before the SA was made
-(§1.3).  The test of step 2 is the only thing the four variants change; it
+(``xfrm_get_type_offload`` in ``xfrm_init_state``).  The test of step 2 is the only thing the four variants change; it
 is held as data in :data:`VARIANTS` (a disjunction of :class:`Clause`).
-The resulting outcome names are those of §3: ``SWGSO``, ``HW``,
+The resulting outcomes are :data:`OUTCOMES`: ``SWGSO``, ``HW``,
 ``ESPSW-T``, ``ESPSW-X``, ``ESPSW-B`` (plus ``PACKET-HW``).
 
-Whether an outcome's bytes are right depends on the inner packet (§1.4):
+Whether an outcome's bytes are right depends on the inner packet (:func:`esp_layout`):
 software ESP GSO in transport mode (*ESPSW-X*) places ESP relative to the
 segment's transport header, which an IP-in-IP inner packet leaves at the
 innermost TCP header: ESP ends up at outer + inner IP header length, the
@@ -75,14 +75,14 @@ OUTCOMES = {
     "ESPSW-B": "SKB_GSO_ESP, then software esp{4,6}_gso_segment in BEET mode",
     "PACKET-HW": "packet offload: the skb goes to the NIC as it is",
 }
-"""The outcome names of xfrm-gso.md §3 (``PACKET-HW`` is row 13)."""
+"""The outcomes of ``xfrm_output`` for a GSO skb (``PACKET-HW`` is row 13 of :func:`decision_table_row`)."""
 
 
 # --- the four variants, as data ---------------------------------------------------
 
 @attrs.frozen
 class Clause:
-    """One conjunction of the §2 test; ``None`` means "any value"."""
+    """One conjunction of a variant's software-GSO test; ``None`` means "any value"."""
 
     inner_protocol: bool | None = None
     mode: str | None = None
@@ -96,7 +96,7 @@ class Clause:
 
 @attrs.frozen
 class Variant:
-    """One kernel variant of the GSO test in ``xfrm_output``'s offload-ok branch (§2)."""
+    """One kernel variant of the GSO test in ``xfrm_output``'s offload-ok branch."""
 
     name: str
     title: str
@@ -121,7 +121,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             (Clause(inner_protocol=True, mode="tunnel"), Clause(inner_protocol=True, dev=False)),
             "transport-header", True),
 )}
-"""xfrm-gso.md §2, one row per variant.  V0 predates 06a0afcfe2f5 (same 2020 pull as a204aef9fd77),
+"""The software-GSO test of ``xfrm_output``, one entry per variant (the commits that changed it).
+V0 predates 06a0afcfe2f5 (same 2020 pull as a204aef9fd77),
 so its transport prep pulls a fixed offset; V0 also predates packet offload (v6.2)."""
 
 _ALIASES = {"pre-a204aef9fd77": "v0", "a204aef9fd77": "v1", "0aae2867aa60": "v2",
@@ -143,7 +144,7 @@ def get_variant(name: str) -> Variant:
 
 @attrs.frozen
 class XfrmInputs:
-    """The inputs of xfrm-gso.md §3 for one GSO skb and SA.
+    """What the decision of ``xfrm_output`` reads for one GSO skb and SA.
 
     ``inner_protocol``: ``skb->inner_protocol`` set by a tunnel driver;
     ``offload_dev``: a crypto-offload device is bound (``x->xso.dev``);
@@ -186,12 +187,12 @@ class Decision:
     outcome: str  # a key of OUTCOMES
     segmenter: str  # the function that segments
     encrypter: str  # the function that encrypts
-    row: int | None  # the row of the §3.1 table, when the inputs have one
+    row: int | None  # the row of decision_table_row, when the inputs have one
     why: str
 
 
 def xfrm_dev_offload_ok(inp: XfrmInputs) -> tuple[bool, str]:
-    """Mirror the parts of ``xfrm_dev_offload_ok`` (§1.2) the decision depends on."""
+    """Mirror the parts of ``xfrm_dev_offload_ok`` (net/xfrm/xfrm_device.c) the decision depends on."""
     if not inp.type_offload:
         return False, "x->type_offload is NULL (no ESP offload module when the SA was made)"
     if not inp.offload_dev and inp.encap:
@@ -204,7 +205,7 @@ def xfrm_dev_offload_ok(inp: XfrmInputs) -> tuple[bool, str]:
 
 
 def xfrm_output_gso_test(variant: Variant, inp: XfrmInputs) -> bool:
-    """The §2 test in the offload-ok branch: does this variant call ``xfrm_output_gso``?"""
+    """The variant's test in the offload-ok branch: does it call ``xfrm_output_gso``?"""
     return any(clause.holds(inp) for clause in variant.swgso_if)
 
 
@@ -237,7 +238,7 @@ def xfrm_output(variant: str | Variant, inp: XfrmInputs) -> Decision:
            else f"{why_ok}; this variant has no software-GSO test: SKB_GSO_ESP")
     if outcome != "HW":
         why += (", and the device cannot segment it" if inp.offload_dev
-                else ", and software crypto is always segmented in software (§3 note)")
+                else ", and software crypto is always segmented in software (validate_xmit_xfrm)")
     return Decision(v.name, inp, "offload-ok", outcome, _segmenter(outcome, inp.mode), encrypter, row, why)
 
 
@@ -250,7 +251,23 @@ def _segmenter(outcome: str, mode: str) -> str:
 
 
 def decision_table_row(inp: XfrmInputs) -> int | None:
-    """The row of the xfrm-gso.md §3.1 table these inputs fall in (``None`` if the table has none)."""
+    """The row of the decision table these inputs fall in (``None`` if the table has none).
+
+    ====  ==================================================================
+    row   inputs
+    ====  ==================================================================
+    1     ``xfrm_dev_offload_ok`` false (no ``type_offload``, NAT-T, v6.15/16)
+    2, 3  no ``inner_protocol``, software SA; tunnel, transport
+    4, 5  no ``inner_protocol``, offload device; with, without hardware GSO
+    6     ``inner_protocol``, tunnel mode, software SA
+    7     ``inner_protocol``, tunnel mode, offload device with hardware GSO
+    8     ``inner_protocol``, transport mode, software SA
+    9, 10 ``inner_protocol``, transport mode, offload device; with, without hardware GSO
+    11    ``inner_protocol``, BEET mode, software SA
+    12    ``inner_protocol``, BEET mode, offload device
+    13    packet offload (``XFRM_DEV_OFFLOAD_PACKET``)
+    ====  ==================================================================
+    """
     if inp.packet_offload:
         return 13
     if not xfrm_dev_offload_ok(inp)[0]:
@@ -281,24 +298,24 @@ _INNER_CLASS = {"none": "plain", "ipip": "ip-in-ip", "ip6tnl": "ip-in-ip", "vxla
                 "geneve": "udp-tunnel"}
 
 _LAYOUTS: dict[tuple[str, str], Layout] = {
-    **{("SWGSO", c): Layout("correct", "ESP right after the outer header of every segment (§3 SWGSO)")
+    **{("SWGSO", c): Layout("correct", "ESP right after the outer header of every segment (xfrm_output_gso)")
        for c in ("plain", "ip-in-ip", "udp-tunnel")},
-    **{(o, c): Layout("hardware", "the NIC's layout, assumed correct (§3 HW)")
+    **{(o, c): Layout("hardware", "the NIC's layout, assumed correct (NETIF_F_GSO_ESP)")
        for o in ("HW", "PACKET-HW") for c in ("plain", "ip-in-ip", "udp-tunnel")},
-    ("ESPSW-T", "plain"): Layout("correct", "tunnel prep: ESP at network header + outer header (§1.4 step 4)"),
-    ("ESPSW-T", "ip-in-ip"): Layout("correct", "tunnel prep: ESP at network header + outer header (§1.4 step 4)"),
+    ("ESPSW-T", "plain"): Layout("correct", "tunnel prep: ESP at network header + outer header (__xfrm_mode_tunnel_prep)"),
+    ("ESPSW-T", "ip-in-ip"): Layout("correct", "tunnel prep: ESP at network header + outer header (__xfrm_mode_tunnel_prep)"),
     ("ESPSW-T", "udp-tunnel"): Layout(
         "kernel-bug", "xfrm{4,6}_tunnel_encap_add overwrote the UDP tunnel's inner_network_header; "
         "__skb_udp_tunnel_segment then reads the wrong header (KASAN use-after-free in "
-        "ipv6_gso_pull_exthdrs, the a204aef9fd77 report; §3 row 6)"),
-    **{("ESPSW-B", c): Layout("correct", "BEET prep is a fixed offset [derived; not studied end to end, §3]")
+        "ipv6_gso_pull_exthdrs, the a204aef9fd77 report; decision table row 6)"),
+    **{("ESPSW-B", c): Layout("correct", "BEET prep is a fixed offset (__xfrm_mode_beet_prep) [derived; not studied end to end]")
        for c in ("plain", "ip-in-ip", "udp-tunnel")},
     ("ESPSW-X", "plain"): Layout("correct", "the transport header is the TCP header right after ESP+IV"),
     ("ESPSW-X", "udp-tunnel"): Layout(
         "correct", "__skb_udp_tunnel_segment resets the transport header to the tunnel's UDP header"),
     ("ESPSW-X", "ip-in-ip"): Layout(
         "malformed", "__xfrm_transport_prep puts ESP at the inner TCP header - header_len = outer + inner IP "
-        "header length; the first 4 inner IPv4 bytes stay in clear (§4)"),
+        "header length; the first 4 inner IPv4 bytes stay in clear (since 06a0afcfe2f5)"),
 }
 """(outcome, inner class) → layout, for the transport prep of 06a0afcfe2f5 (V1..V3)."""
 
@@ -313,16 +330,16 @@ def inner_class(inner: str) -> str:
 
 
 def esp_layout(decision: Decision, inner: str) -> Layout:
-    """Classify the bytes *decision* produces for an *inner* packet kind (§1.4, §3, §4)."""
+    """Classify the bytes *decision* produces for an *inner* packet kind (where each prep puts ESP)."""
     key = (decision.outcome, inner_class(inner))
     if key == ("ESPSW-X", "ip-in-ip") and get_variant(decision.variant).transport_prep == "fixed":
         return Layout("correct", "the old transport prep pulled a fixed mac_len + hsize + header_len, so ESP "
-                                 "sits right after the outer header (before 06a0afcfe2f5, §3 row 8 V0)")
+                                 "sits right after the outer header (before 06a0afcfe2f5, decision table row 8 in V0)")
     return _LAYOUTS[key]
 
 
 def malformed_filter(family: int, spi: int) -> str:
-    """The tcpdump filter of the Oct-2026 patch, matching exactly the misplaced-ESP frames (§4.4)."""
+    """The tcpdump filter of the Oct-2026 patch, matching exactly the misplaced-ESP frames."""
     if family == 4:
         return f"ip proto 50 and ip[36:2] = 0x4500 and ip[40:4] = 0x{spi:x}"
     return f"ip6 proto 50 and ip6[56:2] = 0x4500 and ip6[60:4] = 0x{spi:x}"
