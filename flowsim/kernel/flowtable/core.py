@@ -11,7 +11,7 @@ key is an immutable ``FlowTuple``; direction, xmit type, MTU, egress device,
 MACs and route live beside it in ``FlowOffloadTuple``.
 
 A flow is born in the forward chain, when ``flow add @ft`` runs
-:func:`nft_flow_offload_eval` — the conditions of reference §3 in order, then
+:func:`nft_flow_offload_eval` — the conditions of ``nft_flow_offload.c`` in order, then
 ``nft_flow_route`` (:mod:`flowsim.kernel.flowtable.path`), :func:`flow_offload_alloc`,
 :func:`flow_offload_route_init` and :meth:`Flowtable.flow_offload_add`.  Every
 refusal is recorded with a reason id (``flow-add-*`` rows of
@@ -54,7 +54,7 @@ from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
 from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
 from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.skb import SkbCost
-from flowsim.reasons import reason
+from flowsim.reasons import ACCEPT, STOLEN, reason
 
 __all__ = [
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NF_FLOW_SNAT", "NF_FLOW_DNAT", "NF_FLOW_CLOSING",
@@ -116,10 +116,6 @@ class FlowOffloadTuple:
     @property
     def encap_num(self) -> int:
         return len(self.key.encap)
-
-    @property
-    def tun_num(self) -> int:
-        return 0 if self.key.tun is None else 1
 
     def to_dict(self, ns=None) -> dict:
         def name(ifidx):
@@ -195,7 +191,7 @@ def _tunnel_key(tun) -> Tunnel | None:
 
 
 def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
-    """``flow_offload_route_init`` → ``flow_offload_fill_route`` for ORIGINAL then REPLY (§3 step 10)."""
+    """``flow_offload_route_init`` → ``flow_offload_fill_route`` for ORIGINAL then REPLY (nf_flow_table_core.c)."""
     genid = getattr(ns.fib, "genid", 0)
     for d, half in enumerate(flow.tuplehash):
         rd = route.tuple[d]
@@ -235,7 +231,7 @@ class Flowtable:
     devices: tuple = ()
     priority: int = 0
     flags: int = 0
-    table: dict = attrs.Factory(dict)  # FlowTuple -> FlowOffloadTuple (the rhashtable)
+    table: dict = attrs.Factory(dict)  # FlowTuple -> FlowOffloadTuple (the rhashtable; flow_offload_lookup is .get)
     flows: dict = attrs.Factory(dict)  # id -> FlowOffload (for gc and reports)
     by_addrs: dict = attrs.Factory(dict)  # key without iif/encap/tun -> FlowOffloadTuple (explain's near misses)
     # statistics
@@ -297,10 +293,6 @@ class Flowtable:
         self.history.append((now, "add", flow.id, ""))
         return None
 
-    def flow_offload_lookup(self, key: FlowTuple) -> FlowOffloadTuple | None:
-        """``flow_offload_lookup``."""
-        return self.table.get(key)
-
     def flow_offload_refresh(self, flow: FlowOffload, now: float, force: bool = False) -> None:
         """``flow_offload_refresh``: push the expiry forward, only by more than a second unless forced."""
         timeout = now + flow.offload_timeout
@@ -350,11 +342,11 @@ class Flowtable:
 
     # --- statistics ----------------------------------------------------------------
     def count(self, verdict: str, rid: str | None) -> None:
-        """One hook verdict: 'stolen' (fast path), 'accept' (slow path, with its reason) or 'drop'."""
-        if verdict == "stolen":
+        """One hook verdict: STOLEN (fast path), ACCEPT (slow path, with its reason) or DROP."""
+        if verdict == STOLEN:
             self.fastpath += 1
             return
-        if verdict == "accept":
+        if verdict == ACCEPT:
             self.slowpath += 1
         else:
             self.drops += 1
@@ -404,7 +396,8 @@ def _ipv4_has_options(skb) -> bool:
 
 def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry | None, ctdir: int | None,
                           in_dev, route, tcp_flags: int = 0) -> bool:
-    """``nft_flow_offload_eval``: §3's conditions in order; True when a flow was created.
+    """``nft_flow_offload_eval`` (net/netfilter/nft_flow_offload.c): its conditions in order; True when a flow
+    was created.
 
     False is NFT_BREAK: the rest of the rule is not evaluated.  Each refusal
     is recorded on *ft* with its reason id (``flow-add-*``).
