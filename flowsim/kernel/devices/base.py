@@ -61,7 +61,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class DevPathType(enum.IntEnum):
-    """``enum net_device_path_type`` (reference §2.2)."""
+    """``enum net_device_path_type`` (include/linux/netdevice.h)."""
 
     ETHERNET = 0
     VLAN = 1
@@ -73,7 +73,7 @@ class DevPathType(enum.IntEnum):
 
 
 class BrVlanMode(enum.IntEnum):
-    """``DEV_PATH_BR_VLAN_*`` (reference §2.2)."""
+    """``DEV_PATH_BR_VLAN_*`` (include/linux/netdevice.h)."""
 
     KEEP = 0
     TAG = 1

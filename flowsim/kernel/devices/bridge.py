@@ -19,7 +19,7 @@ Model
   bridge's and the ports' own MACs) are answered by :meth:`fdb_find` without
   being stored.  Without VLAN filtering everything uses VID 0.
 
-Resolver (§2.3): ``br_fill_forward_path`` refuses a bridge that is itself a
+Resolver (net/bridge/br_device.c): ``br_fill_forward_path`` refuses a bridge that is itself a
 port; ``br_vlan_fill_forward_path_pvid`` chooses KEEP with the innermost
 context VLAN when its protocol is the bridge's, else TAG with the bridge PVID;
 the FDB lookup of ``ctx.daddr`` in that VID gives the egress port;

@@ -11,7 +11,7 @@ kernel (``eth_hw_addr_inherit``) it takes the conduit's MAC unless
 ``address`` is given.  The optional ``peer`` clause models the front-panel
 cable exactly like a veth peer: it creates the device at the other end.
 
-Resolver (§2.3): records ``DEV_PATH_DSA`` with ``dsa.port`` and
+Resolver (``dsa_user_fill_forward_path``, net/dsa/user.c): records ``DEV_PATH_DSA`` with ``dsa.port`` and
 ``dsa.proto`` (the tagger) and moves ``ctx.dev`` to the conduit; it never fails.
 """
 

@@ -1,7 +1,7 @@
 """Plain Ethernet devices: veth pairs, NICs, dummy, loopback (no ``ndo_fill_forward_path``).
 
 None of these implement ``ndo_fill_forward_path``, so ``dev_fill_forward_path``
-stops on them and they become the final ``DEV_PATH_ETHERNET`` entry (§2.3).
+stops on them and they become the final ``DEV_PATH_ETHERNET`` entry (``dev_fill_forward_path``, net/core/dev.c).
 
 ``ip link add NAME type veth peer [name] PEER [address MAC] [mtu N] [netns NS]``
 creates the pair; as in ``veth_newlink`` the peer is registered first, so it

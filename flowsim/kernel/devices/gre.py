@@ -4,7 +4,7 @@
 MTU: underlay minus 24 (IPv4 + GRE header, plus 4 with a key; gretap also
 minus 14 for the inner Ethernet header), as ``ip_tunnel_bind_dev`` computes.
 Without a resolver the path walk ends on the GRE device itself, which then
-must be in the flowtable to be used (§2.3).
+must be in the flowtable to be used (``dev_fill_forward_path``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the underlay's minus 48 (1452); ``encaplimit none`` (IP6_TNL_F_IGN_ENCAP_LIMIT)
 gives minus 40 (1460), as ``ip6_tnl_link_config`` computes.  ``dev_addr`` is
 the 16-byte local address (ARPHRD_TUNNEL6).
 
-Resolver (§2.3, exists from 7.0 — switch ``ip6tnl_fill_forward_path``): an
+Resolver (``ip6_tnl_fill_forward_path``, net/ipv6/ip6_tunnel.c; exists from 7.0 — switch ``ip6tnl_fill_forward_path``): an
 IPv6 route lookup with only the destination (the remote) set; a route error is
 returned; otherwise ``DEV_PATH_TUN`` with tun.src = local, tun.dst = remote,
 l3_proto = IPPROTO_IPV6, ``ctx.dev`` = the route's device.  From 7.1.5

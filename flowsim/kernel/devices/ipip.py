@@ -5,7 +5,7 @@ MTU as ``ip_tunnel_bind_dev`` computes it: the underlay device's MTU (route
 to ``remote``, else ``dev``) minus the 20-byte outer header; 1480 without one.
 ``dev_addr`` is the 4-byte local address (ARPHRD_TUNNEL).
 
-Resolver (§2.3, exists from 6.19 — profile switch ``ipip_fill_forward_path``):
+Resolver (``ipip_fill_forward_path``, net/ipv4/ipip.c; exists from 6.19 — profile switch ``ipip_fill_forward_path``):
 an IPv4 output route lookup to ``remote`` (no source, TOS 0, no oif); an error
 route is returned as is; otherwise ``DEV_PATH_TUN`` with tun.src = local,
 tun.dst = remote, l3_proto = IPPROTO_IPIP, and ``ctx.dev`` moves to the

@@ -12,7 +12,7 @@ Ethernet device the session runs on (``dev``).  Optional flags ``multilink``
 two refusals.  The MTU is the underlying device's minus 8 (PPPoE + PPP
 header), as pppd configures it.
 
-Resolver (§2.3): ``ppp_fill_forward_path`` refuses multilink (-EOPNOTSUPP)
+Resolver (drivers/net/ppp/ppp_generic.c): ``ppp_fill_forward_path`` refuses multilink (-EOPNOTSUPP)
 and units without a channel (-ENODEV), then delegates to the channel:
 ``pppoe_fill_forward_path`` refuses a dead/unconnected socket (-1), records
 ``DEV_PATH_PPPOE`` (encap.proto 0x8864, encap.id = session id, encap.h_dest =

@@ -3,7 +3,7 @@
 ``ip link add link DEV name NAME type vlan id N [protocol 802.1Q|802.1ad]``.
 A VLAN device takes its real device's MAC and MTU unless given.
 
-Resolver (§2.3): records ``DEV_PATH_VLAN`` with ``encap.id`` = VID and
+Resolver (``vlan_dev_fill_forward_path``, net/8021q/vlan_dev.c): records ``DEV_PATH_VLAN`` with ``encap.id`` = VID and
 ``encap.proto`` = the VLAN protocol, moves ``ctx.dev`` to the real device,
 and pushes ``{id, proto}`` onto ``ctx.vlan``; with two VLANs already in the
 context it fails with ``-ENOSPC`` — after ``path`` and ``ctx.dev`` were set,

@@ -1,4 +1,4 @@
-"""Forward-path resolution: ``dev_fill_forward_path`` → ``nft_flow_route`` (reference §2).
+"""Forward-path resolution: ``dev_fill_forward_path`` → ``nft_flow_route`` (net/core/dev.c, nft_flow_offload.c).
 
 Theory of operation
 -------------------
@@ -6,17 +6,17 @@ When ``flow add @ft`` creates a flow, the kernel works out, for each
 direction, how packets of that direction leave the router and — from the same
 walk — how packets of the *opposite* direction arrive:
 
-1. :func:`dev_fill_forward_path` (net/core/dev.c, §2.1) walks down from the
+1. :func:`dev_fill_forward_path` (net/core/dev.c) walks down from the
    route's output device, calling each device's ``ndo_fill_forward_path``
    (:mod:`flowsim.kernel.devices`) until a device without one, and appends it as the
    final ``ETHERNET`` entry.  At most 5 entries; a resolver error or a
    resolver that does not move ``ctx.dev`` fails the walk.
 2. :func:`nft_dev_fill_forward_path` first resolves the neighbour of the next
    hop when the route's device is a valid Ethernet device (its MAC must be
-   ``NUD_VALID``), then does the walk (§2.4).
+   ``NUD_VALID``), then does the walk.
 3. :func:`nft_dev_path_info` aggregates the stack (top device first) into a
    :class:`PathInfo`: ingress device (= egress device), encapsulations,
-   tunnel, MACs, xmit type.  In REF an entry that fails only clears
+   tunnel, MACs, xmit type.  In 7.0 an entry that fails only clears
    ``indev`` and the loop goes on; from the June-2026 rework
    (``path_failure = no-flow``) the first failure is returned.
 4. :func:`nft_dev_forward_path` writes the result into the per-direction
@@ -27,7 +27,7 @@ walk — how packets of the *opposite* direction arrive:
    defaults (``nft_default_forward_path``) and runs step 4 for the NEIGH
    directions.  It returns a :class:`FlowRoute`: the two :class:`RouteDir`
    values the flow's tuples are built from (``flow_offload_route_init``,
-   which reverses the encap order — reference §3 step 10 — is the
+   which reverses the encap order in ``nf_flow_table_core.c``, is the
    flowtable's job), the per-direction diagnostics (:class:`DirPath`), and,
    when no flow may be created, the :class:`PathError` that says which entry
    caused it.
@@ -147,7 +147,7 @@ class PathInfo:
     h_dest: str = ZERO_MAC
     xmit_type: XmitType = XmitType.UNSPEC
     needs_gso_segment: bool = False
-    error: PathError | None = None  # first entry that failed (in REF the walk may recover)
+    error: PathError | None = None  # first entry that failed (in 7.0 the walk may recover)
     notes: tuple[str, ...] = ()
 
     def to_json(self, ns=None) -> dict:
@@ -233,7 +233,7 @@ class FlowRoute:
         return self.error is None
 
 
-# ---------------------------------------------------------------------- §2.1
+# ---------------------------------------------------------------------- dev_fill_forward_path (net/core/dev.c)
 
 def dev_fill_forward_path(ns, dev: NetDevice, daddr: str, profile: Profile) -> DevicePath:
     """Mirrors dev_fill_forward_path: walk the resolvers, then the final ETHERNET entry."""
@@ -263,7 +263,7 @@ def dev_fill_forward_path(ns, dev: NetDevice, daddr: str, profile: Profile) -> D
     return DevicePath(tuple(stack))
 
 
-# ---------------------------------------------------------------------- §2.4
+# ---------------------------------------------------------------------- nft_dev_fill_forward_path, nft_dev_path_info
 
 @attrs.frozen
 class _Fill:
@@ -381,7 +381,7 @@ _L2_TYPES = (DevPathType.ETHERNET, DevPathType.DSA, DevPathType.VLAN, DevPathTyp
 
 def nft_dev_path_info(ns, stack: Sequence[PathEntry], ha: str | None, ft: FlowtableRef,
                       profile: Profile) -> PathInfo:
-    """Mirrors nft_dev_path_info (REF), with the June-2026 early return as ``path_failure=no-flow``."""
+    """Mirrors nft_dev_path_info (7.0), with the June-2026 early return as ``path_failure=no-flow``."""
     info = _Info(ha)
     legacy = profile.encap_push_order == "legacy"
     stop_early = profile.path_failure == "no-flow"

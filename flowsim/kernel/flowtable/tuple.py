@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``struct flow_offload_tuple`` (reference §1.2) puts the lookup key before a
+``struct flow_offload_tuple`` (include/net/netfilter/nf_flow_table.h) puts the lookup key before a
 ``__hash`` marker: addresses, ports, ingress ifindex, L3 and L4 protocol, up
 to two L2 encapsulations (VLAN / PPPoE) and the tunnel's outer addresses.
 :class:`FlowTuple` holds exactly those key fields, in that order; everything
@@ -10,7 +10,7 @@ else about a direction of a flow (dir, xmit type, MTU, MACs…) lives in the
 flow entry, so equality can never depend on metadata by accident.
 
 The builders mirror ``nf_flow_table_ip.c`` step by step, with the checks in
-the kernel's order (§4.0–4.2, §5.1–5.2) and the same header access
+the kernel's order and the same header access
 (``pskb_may_pull`` where the kernel pulls, ``skb_header_pointer`` where it
 does not), so the skb's cost counters match the kernel's work:
 
@@ -26,7 +26,7 @@ The result is a :class:`TupleResult`: the tuple plus the parse context
 (``struct nf_flowtable_ctx``: offset, L4 header size, tunnel header size and
 protocol), or a slow-path reason id from :mod:`flowsim.reasons` with a
 human-readable detail.  Behaviour that differs between kernels comes from the
-:class:`~flowsim.profiles.Profile` switches (reference §9).
+:class:`~flowsim.profiles.Profile` switches.
 
 Example::
 
@@ -112,7 +112,7 @@ class Tunnel(NamedTuple):
 
 
 class FlowTuple(NamedTuple):
-    """The key fields of ``struct flow_offload_tuple``, in the kernel's order (§1.2).
+    """The key fields of ``struct flow_offload_tuple``, in the kernel's order (nf_flow_table.h).
 
     Addresses are the kernel's 16-byte unions (an IPv4 address in the first
     4 bytes).  ``encap`` holds the used entries only (index 0 = outermost);
@@ -248,10 +248,11 @@ def nf_flow_ip4_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
 def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[str, str] | None:
     """``nf_flow_ip6_tunnel_proto``: hop limit and extension headers of the (outer) IPv6 header.
 
-    REF (7.0) reads the header with ``skb_header_pointer``, skips extension
+    7.0 reads the header with ``skb_header_pointer``, skips extension
     headers with ``ipv6_skip_exthdr`` and stores the *absolute* offset it
     returns as the tunnel header size; 7.1.5 pulls, sends any extension
-    header to the slow path and stores the relative size (§5.2, §9).
+    header to the slow path and stores the relative size (profile switches
+    ``ip6_tunnel_header_access``, ``ip6_tunnel_exthdr``, ``ip6_tunnel_hdr_size``).
     """
     start = ctx.offset
     if profile.ip6_tunnel_header_access == "pull":
@@ -277,7 +278,7 @@ def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
         if hdrlen < 0:
             return "ipv6-exthdr-error", "IPv6 extension header chain cannot be walked"
     if nexthdr == IPPROTO_IPV6:
-        # REF stores the absolute offset (bug when an in-band header precedes).
+        # 7.0 stores the absolute offset (bug when an in-band header precedes).
         ctx.tun_hdr_size = hdrlen if profile.ip6_tunnel_hdr_size == "absolute" else hdrlen - start
         ctx.tun_proto = IPPROTO_IPV6
         ctx.offset += ctx.tun_hdr_size
@@ -406,7 +407,7 @@ def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> Flow
 
 
 def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[tuple[Encap, ...], Tunnel | None]:
-    """``nf_flow_tuple_encap``: the encap and tunnel fields of the key (§5.1).
+    """``nf_flow_tuple_encap``: the encap and tunnel fields of the key (nf_flow_table_ip.c).
 
     The hwaccel tag comes first with its full TCI (priority bits included);
     then one in-band 802.1Q (full TCI) or PPPoE (session id) header.  The
