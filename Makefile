@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench system-deps clean conform
+.PHONY: demo test bench system-deps clean conform mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: $(STAMP)
 # All conformance scenarios on Debian's 6.12 and 6.1 kernels in qemu (TCG); updates docs/conformance.md.
 conform: $(STAMP)
 	$(BIN)/flowsim conform topologies/conform-*.toml --kernel debian-6.12 --kernel debian-6.1 --problems --update-doc docs/conformance.md
+
+# Every switch of every profile flipped in turn; fails if a flip leaves the focused tests green
+# (tools/mutation.py; results cached in .mutation/, only survivors re-run).
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""Kernel behaviour profiles: named sets of switches and derived variants (reference §9)."""
+"""Kernel behaviour profiles (flowsim/profiles.py): named sets of switches and derived variants."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from flowsim.profiles import DEFAULT_PROFILE, PROFILES, SWITCHES, get_profile, p
     ("linux-7.1.5", True, True, "relative", "slowpath", "closing"),
 ])
 def test_named_profiles(name, ipip, ip6ip6, hdr_size, exthdr, fin):
-    """Each named profile carries the version table's switches (§9)."""
+    """Each named profile carries its kernel's switches: IPIP from 6.19 (fe8313316eaf), IP6IP6 from 7.0 (5e5180352193),
+    the June-2026 IPv6 tunnel parsing fixes in 7.1.5, FIN/RST CLOSING from 6.14."""
     p = get_profile(name)
     assert (p.ipip_rx, p.ip6ip6_rx, p.ip6_tunnel_hdr_size, p.ip6_tunnel_exthdr, p.tcp_fin_rst) == (
         ipip, ip6ip6, hdr_size, exthdr, fin)
