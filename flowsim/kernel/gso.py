@@ -1,19 +1,29 @@
-"""Software GSO on real bytes: ``skb_gso_segment`` for TCP / UDP in any depth of IP-in-IP.
+"""Software GSO on real bytes: ``skb_gso_segment`` for TCP / UDP in IP-in-IP, UDP tunnels and ESP.
 
 Theory of operation
 -------------------
 A GSO skb is one IP packet whose L4 payload is to be cut into ``gso_size``
 chunks before it reaches a wire.  When the device cannot do that (PPP has no
 GSO features; the flowtable fast path must segment before it pushes a PPPoE
-header) ``skb_gso_segment`` does it in software by walking the offload
-callbacks from the outside in::
+header; ovpn and software ESP always segment) ``skb_gso_segment`` does it in
+software by walking the offload callbacks from the outside in::
 
     inet_gso_segment / ipv6_gso_segment           the outer IP header
       ipip_gso_segment, sit_gso_segment,          one per IP-in-IP level: check
       ip4ip6_gso_segment, ip6ip6_gso_segment      SKB_GSO_IPXIP4/6, then recurse
+      esp4_gso_segment / esp6_gso_segment         SKB_GSO_ESP with xfrm_offload: pull ESP + IV, then
+        xfrm{4,6}_transport_gso_segment           inet_offloads[xo->proto], or
+        xfrm{4,6}_tunnel_gso_segment              skb_mac_gso_segment on the inner IP packet
+      udp4_ufo_fragment / udp6_ufo_fragment       with skb->encapsulation and SKB_GSO_UDP_TUNNEL(_CSUM):
+        __skb_udp_tunnel_segment                  pull UDP + tunnel header (to the inner MAC header),
+          skb_mac_gso_segment                     then the inner Ethernet frame's protocol
         inet_gso_segment / ipv6_gso_segment       the inner IP header
           tcp4_gso_segment / tcp6_gso_segment     → tcp_gso_segment
           udp4_ufo_fragment / udp6_ufo_fragment   → __udp_gso_segment
+
+The tunnel and ESP levels read skb metadata, not bytes: the inner MAC header
+offset and ``xfrm_offload(skb)`` (:class:`XfrmOffload`) are passed in; a
+:class:`GsoSkb` holds them with the packet for the models.
 
 Every check the kernel makes happens on the way in, before a byte is cut, so
 :func:`_walk` does them in the kernel's order (truncated header, protocol
@@ -403,9 +413,10 @@ def _segment(buf: bytes, gso_size: int, gso_type: int, trace: list[str] | None, 
     if gso_size <= 0:
         raise GsoError("skb_gso_segment", "-EINVAL", f"gso_size must be positive, not {gso_size}")
     chain, end = _walk(buf, gso_type, trace if trace is not None else [], inner_mac, xo)
-    l4 = chain[-1]
-    ips = [h for h in chain if h.kind in _L3_FUNC]
-    segs = _l4_segment(buf, ips[-1], l4, end, gso_size)
+    l4, ip = chain[-1], chain[-2]  # L4 follows an IP header, except after ESP + IV in transport mode
+    if ip.kind not in _L3_FUNC:
+        ip = chain[-3]
+    segs = _l4_segment(buf, ip, l4, end, gso_size)
     transport = l4.off
     for i in range(len(chain) - 2, -1, -1):
         h = chain[i]
