@@ -43,7 +43,7 @@ The flowtable calls the stack (:class:`Kernel`)
   towards *nexthop* the way ``ip_finish_output2`` does (neighbour resolution
   and link-layer header for Ethernet devices; VLAN, PPP, bridge and tunnel
   devices run their own xmit).  Used by the ≤ 6.18 NEIGH xmit;
-* ``kernel.xfrm_output(ns, skb, dst)`` — the XFRM xmit (§4.1 step 13):
+* ``kernel.xfrm_output(ns, skb, dst)`` — the XFRM xmit (``nf_flow_xmit_xfrm``):
   hand the L3 skb (``data`` at the IP header, TTL already decremented) to
   the IPsec output of the cached route *dst* (an xfrm bundle,
   :class:`flowsim.kernel.stack.xfrm.XfrmRoute`): POSTROUTING on the inner packet,
@@ -60,40 +60,93 @@ The flowtable calls the stack (:class:`Kernel`)
   more skbs (the fast path segmented a GSO skb), for packet accounting.
 
 ``ns`` is the stack's per-namespace state (:class:`NetnsState`).
+
+The classes below are :class:`typing.Protocol` types, checked by mypy:
+:class:`flowsim.kernel.stack.core.Kernel` is checked against :class:`Kernel`
+where it is defined, and the flowtable can annotate its ``kernel`` and
+``ns_state`` parameters with them without importing the stack.  This module
+imports only what sits below both sides (devices, FIB, neighbours,
+conntrack, skb, profiles).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
-__all__ = ["Kernel", "NetnsState"]
+from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.kernel.devices.base import NetDevice
+from flowsim.kernel.fib import Fib, IPAddress, Route
+from flowsim.kernel.neigh import NeighTable
+from flowsim.kernel.skb import SkBuff
+from flowsim.profiles import Profile
+
+__all__ = ["Kernel", "NetnsState", "Namespace", "Topology"]
+
+
+class Namespace(Protocol):
+    """What the flowtable reads of a network namespace (``struct net``; :class:`flowsim.config.network.Namespace`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def devices(self) -> Mapping[str, NetDevice]: ...
+
+    @property
+    def by_index(self) -> Mapping[int, NetDevice]: ...
+
+    @property
+    def fib(self) -> Fib: ...
+
+    @property
+    def neigh(self) -> NeighTable: ...
+
+    def sysctl(self, key: str, default: str | None = None) -> str | None: ...
+
+
+class Topology(Protocol):
+    """The namespaces by name (``nft_flow_route`` resolves paths across them)."""
+
+    def netns(self, name: str) -> Namespace: ...
 
 
 class NetnsState(Protocol):
     """Per-namespace state the flowtable reads."""
 
-    name: str
-    ns: Any  # flowsim.config.topology.Namespace: devices, by_index, fib, neigh, sysctls
-    conntrack: Any  # flowsim.kernel.conntrack.ConntrackTable
-    flowtables: dict  # name -> flowsim.kernel.flowtable.core.Flowtable
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ns(self) -> Namespace: ...
+
+    @property
+    def conntrack(self) -> ConntrackTable: ...
 
 
 class Kernel(Protocol):
     """Services of the simulated stack the flowtable uses."""
 
-    now: float
-    profile: Any
-    topo: Any
-    tracing: bool
+    @property
+    def now(self) -> float: ...
 
-    def dev_queue_xmit(self, dev: Any, skb: Any) -> None: ...
+    @property
+    def profile(self) -> Profile: ...
 
-    def neigh_output(self, dev: Any, skb: Any, nexthop: Any) -> None: ...
+    @property
+    def topo(self) -> Topology: ...
 
-    def xfrm_output(self, ns: Any, skb: Any, dst: Any) -> None: ...
+    @property
+    def tracing(self) -> bool: ...
 
-    def trace(self, skb: Any, where: str, what: str, **details: Any) -> None: ...
+    def dev_queue_xmit(self, dev: NetDevice, skb: SkBuff) -> None: ...
 
-    def account(self, skb: Any, kind: str) -> None: ...
+    def neigh_output(self, dev: NetDevice, skb: SkBuff, nexthop: IPAddress) -> None: ...
 
-    def add_pieces(self, skb: Any, n: int) -> None: ...
+    def xfrm_output(self, ns: NetnsState, skb: SkBuff, dst: Route) -> None: ...
+
+    def trace(self, skb: SkBuff, where: str, what: str, **details: object) -> None: ...
+
+    def account(self, skb: SkBuff, kind: str) -> None: ...
+
+    def add_pieces(self, skb: SkBuff, n: int) -> None: ...

@@ -35,11 +35,19 @@ Every packet ends in exactly one of: delivered to an endpoint
 :mod:`flowsim.reasons` (:meth:`Kernel.drop`), or still in flight; the
 :class:`Ledger` keeps the books and :meth:`Ledger.check` proves they add up.
 
-The flowtable side is called exactly as :mod:`flowsim.kernel.api` says: at
-the ingress hook (``fastpath.nf_flow_offload_hook``), from ``flow add``
-(``flowtable.nft_flow_offload_eval``) and by the GC tick of the simulation.
-With ``flowtables=False`` the flowtable entries of the ingress hook are
-skipped and ``flow add`` answers NFT_BREAK: the pure slow path.
+The stack depends on the flowtable, never the other way round: it imports
+:mod:`flowsim.kernel.flowtable` and calls it where the kernel does — at the
+netdev ingress hook (:func:`flowsim.kernel.flowtable.fastpath.nf_flow_offload_hook`,
+the function ``nf_flow_table_offload`` registers with ``nf_register_net_hook``
+for each device of a flowtable; :mod:`flowsim.kernel.stack.l2` runs it in the
+hook's priority order), from ``flow add``
+(:func:`flowsim.kernel.flowtable.core.nft_flow_offload_eval`, in
+:mod:`flowsim.kernel.stack.nf`) and by the GC tick of the simulation
+(:meth:`Kernel.gc`).  The flowtable calls back only through the services
+:class:`flowsim.kernel.api.Kernel` names, which :class:`Kernel` provides
+(mypy checks it: see :func:`_implements_api`).  With ``flowtables=False``
+the flowtable entries of the ingress hook are skipped and ``flow add``
+answers NFT_BREAK: the pure slow path.
 """
 
 from __future__ import annotations
@@ -47,18 +55,21 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from flowsim.kernel import api as kernel_api
 from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.core import Flowtable
+from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.pkt import new_skb
 from flowsim.nft.ruleset import Nftables, parse_ruleset
-from flowsim.profiles import get_profile
+from flowsim.profiles import Profile, get_profile
 from flowsim.reasons import reason
 
 __all__ = ["Kernel", "NetnsState", "PacketTag", "Ledger", "TraceRecord", "LINK_DELAY", "ORIGIN_HOST",
@@ -246,8 +257,10 @@ class Kernel:
     socket is bound to (a listening server), or returns None.
     """
 
-    def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
-                 tracing: bool = False, link_delay: float = LINK_DELAY):
+    def __init__(self, topo: Any, profile: Profile | str | None = None, *, flowtables: bool = True,
+                 headlen: int | None = None, tracing: bool = False, link_delay: float = LINK_DELAY) -> None:
+        # topo: a flowsim.config Topology (a layer above the kernel; flowsim.kernel.api.Topology is its part
+        # the flowtable reads)
         # the run's own network (struct net per namespace): a loaded topology is a frozen description,
         # so the kernel instantiates it and owns the live devices, FIBs and neighbour tables a run changes
         self.topo = topo = topo.live()
@@ -286,8 +299,8 @@ class Kernel:
         ruleset = parse_ruleset(text.text, file=text.file, line_offset=max(text.line - 1, 0))
         st.ruleset = ruleset
         st.nft = Nftables(ruleset)
-        st.ct_active = any(c.hook.hook != "ingress" and c.hook.hook != "egress" for c in ruleset.base_chains) \
-            or bool(ruleset.flowtables)
+        st.ct_active = any(c.hook is not None and c.hook.hook not in ("ingress", "egress")
+                           for c in ruleset.base_chains) or bool(ruleset.flowtables)
         for ft in ruleset.flowtables:  # nf_flow_table_init of each ``flowtable`` object
             obj = Flowtable.from_nft(ns.name, ft)
             st.flowtables.setdefault(ft.name, obj)
@@ -321,9 +334,13 @@ class Kernel:
         """``ip_finish_output2`` → ``neigh_output``: link-layer header for Ethernet devices, then xmit."""
         stack_l2.neigh_output(self, dev, skb, nexthop)
 
-    def xfrm_output(self, ns_state: NetnsState, skb, dst) -> None:
-        """The fast path's XFRM xmit: ``dst_output`` of the cached bundle (see :mod:`flowsim.kernel.stack.xfrm`)."""
-        stack_xfrm.xfrm_output_fast(self, ns_state, skb, dst)
+    def xfrm_output(self, ns: kernel_api.NetnsState, skb: SkBuff, dst: Route) -> None:
+        """The fast path's XFRM xmit: ``dst_output`` of the cached bundle (see :mod:`flowsim.kernel.stack.xfrm`).
+
+        The flowtable hands back the state it was given; the stack takes its own by name.
+        """
+        # an XFRM tuple caches the bundle flow add saw (nft_xmit_type: dst_xfrm(dst)), an XfrmRoute
+        stack_xfrm.xfrm_output_fast(self, self.netns[ns.name], skb, cast(stack_xfrm.XfrmRoute, dst))
 
     def trace(self, skb, where: str, what: str, **details) -> None:
         if self.tracing:
@@ -411,3 +428,9 @@ class Kernel:
                 ft.nf_flow_offload_work_gc(self, st)
             st.conntrack.gc(self.now)
             stack_ip.ip_expire_frags(self, st)
+
+
+if TYPE_CHECKING:
+    def _implements_api(kernel: Kernel, st: NetnsState) -> tuple[kernel_api.Kernel, kernel_api.NetnsState]:
+        """Never called: mypy proves here that the stack offers what :mod:`flowsim.kernel.api` names."""
+        return kernel, st
