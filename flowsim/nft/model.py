@@ -25,7 +25,6 @@ transport protocol it depends on (nft adds the implicit ``meta nfproto`` /
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -307,13 +306,6 @@ class Rule:
     index: int = 0  # position in its chain (0-based), set when the chain is frozen
     comment: str | None = None
 
-    @property
-    def terminal_verdict(self) -> str | None:
-        for e in self.exprs:
-            if isinstance(e, Verdict) and e.terminal:
-                return str(e)
-        return None
-
 
 @attrs.frozen
 class BaseHook:
@@ -442,9 +434,3 @@ class Ruleset:
     def base_chains(self) -> tuple[Chain, ...]:
         return tuple(c for t in self.tables for c in t.chains.values() if c.is_base)
 
-
-def ip_value(text: str):
-    """An address or network from its text (``10.0.0.0/8`` → IPv4Network)."""
-    if "/" in text:
-        return ipaddress.ip_network(text, strict=False)
-    return ipaddress.ip_address(text)
