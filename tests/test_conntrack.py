@@ -1,4 +1,4 @@
-"""Conntrack: state machines, timeouts, confirmation, NAT bindings and rewrites, flowtable fix-ups (reference §3, §4.4, §6, §7)."""
+"""Conntrack: state machines, timeouts, confirmation, NAT bindings and rewrites, flowtable fix-ups (nf_conntrack_core.c, nf_conntrack_proto_tcp.c, nf_nat_core.c, nf_flow_table_core.c)."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def test_accounting_fast_path_feed():
 # ---------------------------------------------------------------- NAT bindings
 
 def test_masquerade_binding_rewrites_reply_tuple():
-    """SNAT/masquerade: the REPLY tuple's destination becomes the masquerade address (§3 example)."""
+    """SNAT/masquerade: the REPLY tuple's destination becomes the masquerade address (``nf_nat_setup_info``)."""
     table = ConntrackTable()
     ct = table.nf_conntrack_in(tup(), 0, tcp_flags=TCP_SYN).entry
     assert table.nf_nat_setup_info(ct, "src", NatRange(M4, M4))
@@ -252,7 +252,7 @@ def test_masquerade_binding_rewrites_reply_tuple():
 
 
 def test_dnat_binding():
-    """DNAT 10.6.6.6:1666 → 10.0.2.99:12345: replies come from the real server (§8 scenario 4)."""
+    """DNAT 10.6.6.6:1666 → 10.0.2.99:12345: replies come from the real server (nft_flowtable.sh DNAT test)."""
     table = ConntrackTable()
     t = CtTuple(A4, ip("10.6.6.6"), 40000, 1666, 2, 6)
     ct = table.nf_conntrack_in(t, 0, tcp_flags=TCP_SYN).entry
@@ -329,7 +329,7 @@ def _check_with_scapy(raw: bytes, v: int, proto: str):
        sport=st.integers(1, 65535), dport=st.integers(1, 65535), new_port=st.integers(1, 65535),
        new_addr=st.integers(1, 2 ** 32 - 2), payload=st.binary(max_size=64))
 def test_nat_rewrite_checksums_scapy(v, proto, manip, sport, dport, new_port, new_addr, payload):
-    """nf_nat_packet rewrites both directions with incremental checksums equal to scapy's full recomputation (§4.4)."""
+    """nf_nat_packet rewrites both directions with incremental checksums equal to scapy's full recomputation (``nf_nat_ipv4_manip_pkt``)."""
     a, b = (A4, B4) if v == 4 else (A6, B6)
     nat_addr = ipaddress.IPv4Address(new_addr) if v == 4 else ipaddress.IPv6Address((0xFD << 120) | new_addr)
     l4 = 6 if proto == "tcp" else 17
@@ -426,7 +426,7 @@ def test_csum_replace_matches_full_checksum(data, draw):
     assert got == want or {got, want} == {0, 0xFFFF}  # both encode zero (RFC 1624 §3), only for all-zero data
 
 
-# ---------------------------------------------------------------- flowtable hooks (§3, §6)
+# ---------------------------------------------------------------- flowtable hooks (nft_flow_offload.c, nf_flow_table_core.c)
 
 def _established(table, v=4):
     ct = open_conn(table, v)
@@ -436,7 +436,7 @@ def _established(table, v=4):
 
 
 def test_flow_offload_ct_tcp_be_liberal():
-    """flow add sets IP_CT_TCP_FLAG_BE_LIBERAL in both directions (§3 step 11)."""
+    """flow add sets IP_CT_TCP_FLAG_BE_LIBERAL in both directions (``flow_offload_ct_tcp`` from ``nft_flow_offload_eval``)."""
     ct = _established(ConntrackTable())
     flow_offload_ct_tcp(ct)
     assert all(f & IP_CT_TCP_FLAG_BE_LIBERAL for f in ct.tcp_seen_flags)
@@ -462,7 +462,7 @@ FIXUP = [
 
 @pytest.mark.parametrize("proto, state, closing, expired, left, new_state, new_left", FIXUP)
 def test_flow_offload_fixup_ct(proto, state, closing, expired, left, new_state, new_left):
-    """§6 teardown fix-up: CLOSING → CLOSE; TCP keeps its state's timeout; UDP replied/unreplied; expired − 30 s."""
+    """``flow_offload_fixup_ct`` on teardown: CLOSING → CLOSE; TCP keeps its state's timeout; UDP replied/unreplied; expired − 30 s."""
     table = ConntrackTable()
     l4 = {"tcp": 6, "udp": 17, "gre": 47}[proto]
     ct = table.create(tup(proto=l4), 0)
@@ -489,7 +489,7 @@ def test_flow_offload_fixup_ct(proto, state, closing, expired, left, new_state, 
     (6, S.ESTABLISHED, True, 301.0, 301.0),
 ])
 def test_extend_ct_timeout(proto, state, offloaded, left, new_left):
-    """§6 nf_flow_table_extend_ct_timeout: under 5 min left on a confirmed offloaded ct: 1 day or 5 min by state."""
+    """nf_flow_table_extend_ct_timeout: under 5 min left on a confirmed offloaded ct: 1 day or 5 min by state."""
     table = ConntrackTable()
     ct = table.create(tup(proto=proto), 0)
     table.nf_conntrack_confirm(ct, 0)

@@ -1,4 +1,4 @@
-"""The nft evaluator: hook order, chains, every statement's effect, and the selftest's forward chain (reference §3, §7, §8)."""
+"""The nft evaluator: hook order, chains, every statement's effect, and the selftest's forward chain (nft_flowtable.sh)."""
 
 from __future__ import annotations
 
@@ -51,11 +51,11 @@ def tcp(v=4, dir=0, oif="veth1", iif="veth0", ct=None, state="established", **kw
     return NftPacket(**{**fields, **kw})
 
 
-# ---------------------------------------------------------------- the selftest's forward chain (§8)
+# ---------------------------------------------------------------- the selftest's forward chain (nft_flowtable.sh)
 
 @pytest.mark.parametrize("v", [4, 6])
 def test_selftest_rule_a_flow_add_fails_then_rule_b_counts(v):
-    """§3/§8: a refused `flow add` breaks rule A (no routed_orig count there); rule B sees ct mark 1 and counts."""
+    """nft_flowtable.sh: a refused `flow add` (NFT_BREAK) breaks rule A (no routed_orig count there); rule B sees ct mark 1 and counts."""
     n = load("selftest-nsr1-filter.nft")
     ct = ct_entry(v)
     calls = []
@@ -77,7 +77,7 @@ def test_selftest_rule_a_flow_add_succeeds():
 
 
 def test_selftest_reply_direction_counted_in_routed_repl():
-    """§8: reply packets (oif veth0) skip rule A and are counted by the direction map into routed_repl."""
+    """nft_flowtable.sh: reply packets (oif veth0) skip rule A and are counted by the direction map into routed_repl."""
     n = load("selftest-nsr1-filter.nft")
     res = n.eval_hook("forward", tcp(dir=1, ct=ct_entry(mark=1)))
     assert res.accepted and res.flow_adds == ()
@@ -92,13 +92,13 @@ def test_selftest_reply_direction_counted_in_routed_repl():
     (NftPacket(nfproto=2, l4proto=17, oif="veth1", ct_state="related"), "accept", 2),
 ])
 def test_selftest_other_traffic(pkt, verdict, rule):
-    """§8: ICMP per family accepted, established/related accepted, anything else hits policy drop."""
+    """nft_flowtable.sh: ICMP per family accepted, established/related accepted, anything else hits policy drop."""
     res = load("selftest-nsr1-filter.nft").eval_hook("forward", pkt)
     assert res.verdict == verdict and res.decided_by.index == rule
 
 
 def test_selftest_dscp_counters_on_ns2():
-    """§8 check_dscp: ns2's input chain counts CS3 and DSCP 0 TCP separately via the anonymous goto chain."""
+    """nft_flowtable.sh check_dscp: ns2's input chain counts CS3 and DSCP 0 TCP separately via the anonymous goto chain."""
     n = load("selftest-ns2-dscp.nft")
     for d in (24, 0, 0):
         assert n.eval_hook("input", tcp(dscp=d, length=100)).accepted
@@ -108,7 +108,7 @@ def test_selftest_dscp_counters_on_ns2():
 @pytest.mark.parametrize("name, hook, dev", [("selftest-dscp-ingress.nft", "ingress", "veth0"),
                                              ("selftest-dscp-egress.nft", "egress", "veth1")])
 def test_selftest_netdev_dscp_set(name, hook, dev):
-    """§8: the netdev chain sets CS3 on IPv4 packets of its device only; IPv6 breaks the rule (implicit dependency)."""
+    """nft_flowtable.sh: the netdev chain sets CS3 on IPv4 packets of its device only; IPv6 breaks the rule (implicit dependency)."""
     n = load(name)
     assert n.eval_hook(hook, tcp(iif="veth0", oif="veth1")).dscp == 24
     assert n.eval_hook(hook, tcp(v=6, iif="veth0", oif="veth1")).dscp is None
@@ -139,7 +139,7 @@ def test_nat_chains_run_at_nat_core_priority():
 
 
 def test_ingress_entries_include_flowtable():
-    """At ingress the flowtable is registered alongside netdev chains of the same device (§1.5)."""
+    """At ingress the flowtable is registered alongside netdev chains of the same device (``nft_register_flowtable_net_hooks``)."""
     n = nft("""table inet f { flowtable ft { hook ingress priority 10; devices = { veth0 }; } }
                table netdev d { chain c { type filter hook ingress device veth0 priority -10; }
                                 chain e { type filter hook ingress device veth1 priority 0; } }""")
@@ -190,7 +190,7 @@ def test_nat_request_for_new_connection():
 
 
 def test_selftest_nat_end_to_end():
-    """§8 scenario 4 with §3's keys: DNAT at prerouting, masquerade at postrouting, the REPLY tuple the flow will use."""
+    """nft_flowtable.sh's DNAT test with nft_flow_offload_eval's tuples: DNAT at prerouting, masquerade at postrouting, the REPLY tuple the flow will use."""
     from flowsim.kernel.conntrack import TCP_SYN, ConntrackTable, CtTuple, NatRange
     n, table = load("selftest-nsr1-nat.nft"), ConntrackTable()
     vip, masq = ipaddress.ip_address("10.6.6.6"), ipaddress.ip_address("192.168.10.1")

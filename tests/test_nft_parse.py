@@ -1,4 +1,4 @@
-"""The nft ruleset parser: the selftest's and OpenWrt's rulesets, every construct, and the errors (reference §3, §8)."""
+"""The nft ruleset parser: the selftest's and OpenWrt's rulesets, every construct, and the errors (nft_flowtable.sh, fw4)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def one_rule(rule: str, family: str = "inet", hook: str = "forward", ctype: str 
 
 @pytest.mark.parametrize("name", GOOD)
 def test_fixture_rulesets_parse(name):
-    """Every fixture ruleset (selftest §8, OpenWrt fw4) parses and has at least one base chain or flowtable."""
+    """Every fixture ruleset (selftest nft_flowtable.sh, OpenWrt fw4) parses and has at least one base chain or flowtable."""
     rs = parse_file(name)
     assert rs.base_chains or rs.flowtables
 
@@ -70,7 +70,7 @@ def test_shipped_topology_rulesets_parse(topo, netns):
 
 
 def test_selftest_nsr1_structure():
-    """§8: nsr1's table inet filter: flowtable f1 on veth0/veth1 at priority 0, counters, forward policy drop."""
+    """nft_flowtable.sh: nsr1's table inet filter: flowtable f1 on veth0/veth1 at priority 0, counters, forward policy drop."""
     rs = parse_file("selftest-nsr1-filter.nft")
     t = rs.table("inet", "filter")
     ft = t.flowtables["f1"]
@@ -89,7 +89,7 @@ def test_selftest_nsr1_structure():
 
 
 def test_selftest_nat_structure():
-    """§8: `dnat ip to 10.0.2.99:12345` in `table ip nat` and `masquerade` after `meta oifname "veth1"`."""
+    """nft_flowtable.sh: `dnat ip to 10.0.2.99:12345` in `table ip nat` and `masquerade` after `meta oifname "veth1"`."""
     rs = parse_file("selftest-nsr1-nat.nft")
     pre = rs.chain("ip", "nat", "prerouting")
     dnat = pre.rules[0].exprs[-1]
@@ -102,7 +102,7 @@ def test_selftest_nat_structure():
 @pytest.mark.parametrize("name, hook, device", [("selftest-dscp-ingress.nft", "ingress", "veth0"),
                                                 ("selftest-dscp-egress.nft", "egress", "veth1")])
 def test_selftest_netdev_dscp_chains(name, hook, device):
-    """§8 scenario 3: netdev ingress/egress chains bound to one device, `ip dscp set cs3` (= 24)."""
+    """nft_flowtable.sh DSCP test: netdev ingress/egress chains bound to one device, `ip dscp set cs3` (= 24)."""
     rs = parse_file(name)
     ch = rs.chain("netdev", "dscpmangle", "setdscp0")
     assert ch.hook.hook == hook and ch.hook.devices == (device,) and ch.hook.policy == "accept"
@@ -110,7 +110,7 @@ def test_selftest_netdev_dscp_chains(name, hook, device):
 
 
 def test_selftest_ns2_anonymous_goto_chain():
-    """§8 check_dscp: `goto { … }` makes an anonymous regular chain holding the two DSCP counters."""
+    """nft_flowtable.sh check_dscp: `goto { … }` makes an anonymous regular chain holding the two DSCP counters."""
     rs = parse_file("selftest-ns2-dscp.nft")
     t = rs.table("inet", "filter")
     verdict = t.chains["input"].rules[0].exprs[-1]
@@ -119,7 +119,7 @@ def test_selftest_ns2_anonymous_goto_chain():
 
 
 def test_insert_rule_prepends():
-    """`insert rule` puts the rule first, as the selftest's IPIP step relies on (§8 scenario 7)."""
+    """`insert rule` puts the rule first, as the selftest's IPIP step relies on (nft_flowtable.sh IPIP test)."""
     rs = parse_file("selftest-nsr1-ipip.nft")
     texts = [r.text for r in rs.chain("inet", "filter", "forward").rules]
     assert texts[0].startswith('meta oif "veth0" tcp sport 12345')

@@ -1,4 +1,4 @@
-"""The sk_buff model: header access and its cost, receive-side VLAN untagging (reference §4.0, §5.2)."""
+"""The sk_buff model: header access and its cost, receive-side VLAN untagging (``pskb_may_pull``, ``skb_vlan_untag``)."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def test_conntrack_entries_have_the_right_states(name, netns, expected):
 
 
 def test_conntrack_counts_every_slow_path_packet():
-    """Without the fast path, conntrack accounting of the forwarded connection sees every packet both ways (§7)."""
+    """Without the fast path, conntrack accounting of the forwarded connection sees every packet both ways (``nf_ct_acct_update``)."""
     sim = run("selftest")
     ct = next(c for c in sim.kernel.netns["nsr1"].conntrack.entries() if c.tuplehash[0].src.version == 4)
     conv = sim.conversations[0]
@@ -146,7 +146,7 @@ def test_conntrack_counts_every_slow_path_packet():
 
 
 def test_nft_named_counters_count_slow_path_packets():
-    """selftest: `ct mark 1 counter name ct direction map {…}` counts both directions of the slow path (§8)."""
+    """selftest: `ct mark 1 counter name ct direction map {…}` counts both directions of the slow path (nft_flowtable.sh)."""
     sim = run("selftest")
     nft = sim.kernel.netns["nsr1"].nft
     orig, repl = nft.counter("routed_orig"), nft.counter("routed_repl")
@@ -162,7 +162,7 @@ def test_nft_named_counters_count_slow_path_packets():
     (6, 2, (3, 0), "nsr2"),
 ])
 def test_ttl_expiry_sends_icmp_time_exceeded(v, ttl, icmp, where):
-    """TTL / hop limit <= 1 at ip_forward: ICMP time exceeded back to the sender, packet dropped (§4.3 ttl-expired)."""
+    """TTL / hop limit <= 1 at ip_forward: ICMP time exceeded back to the sender, packet dropped (``ip_forward``: ``ip_decrease_ttl`` only after the check)."""
     src, dst = ("10.0.1.99", "10.0.2.99") if v == 4 else ("dead:1::99", "dead:2::99")
     sim = run("selftest", traffic=[spec(src=src, dst=dst, ttl=ttl, packets=3, handshake=False)])
     ledger = sim.kernel.ledger
@@ -182,7 +182,7 @@ def test_routing_loop_ends_in_ttl_expiry():
 
 @pytest.mark.parametrize("v, reason, icmp", [(4, "frag-needed", (3, 4)), (6, "pkt-too-big", (2, 0))])
 def test_df_packets_over_the_mtu_get_icmp_and_the_sender_adapts(v, reason, icmp):
-    """DF (or IPv6) over the next hop MTU: ICMP frag needed / PTB with MTU 1500; the host lowers its path MTU (§4.3)."""
+    """DF (or IPv6) over the next hop MTU: ICMP frag needed / PTB with MTU 1500; the host lowers its path MTU (``ip_forward``, ``ip6_forward``)."""
     src, dst = ("10.0.1.99", "10.0.2.99") if v == 4 else ("dead:1::99", "dead:2::99")
     sim = run("selftest", traffic=[spec(src=src, dst=dst, packets=30, size=4000)])
     ledger = sim.kernel.ledger
@@ -248,7 +248,7 @@ def test_per_device_forwarding_sysctl_is_honoured():
 # ---------------------------------------------------------------- nftables effects
 
 def test_forward_chain_policy_drop_counts_as_nft_drop():
-    """selftest's forward chain (policy drop) refuses a new connection from ns2: nft-drop (§8)."""
+    """selftest's forward chain (policy drop) refuses a new connection from ns2: nft-drop (nft_flowtable.sh)."""
     sim = run("selftest", traffic=[spec(netns="ns2", src="10.0.2.99", dst="10.0.1.99", packets=2, handshake=False)])
     assert dict(sim.kernel.ledger.dropped) == {"nft-drop": 2}
     assert [w for *_x, w in sim.kernel.ledger.drop_log] == ["nsr1 forward"] * 2
@@ -264,7 +264,7 @@ def test_netdev_ingress_chain_runs_before_the_stack():
 
 
 def test_dscp_set_in_forward_rewrites_the_header(tmp_path):
-    """`ip dscp set cs3` in the forward chain: TOS 0x60 on the wire with a valid header checksum (§8 check_dscp)."""
+    """`ip dscp set cs3` in the forward chain: TOS 0x60 on the wire with a valid header checksum (nft_flowtable.sh check_dscp)."""
     nft = "table inet t { chain fwd { type filter hook forward priority 0; policy accept; ip dscp set cs3 } }"
     sim = Simulation(line(nft), traffic=[h1_to_h2(4, packets=2)], pcap_dir=tmp_path).run()
     assert sim.kernel.ledger.totals()["delivered"] == 2
@@ -305,7 +305,7 @@ def test_icmp_error_about_a_nated_packet_is_translated_back(tmp_path):
 # ---------------------------------------------------------------- L2
 
 def test_bridge_vlan_filtering_drops_at_egress():
-    """dsa: the printer's FDB entry points at lan4, which left VLAN 20: br_allowed_egress drops (§2.3 mode failure)."""
+    """dsa: the printer's FDB entry points at lan4, which left VLAN 20: the bridge (br_forward → br_allowed_egress) drops."""
     sim = run("dsa", traffic=[spec(proto="udp", netns="host1", src="192.168.1.10", dst="192.168.20.4", packets=2)])
     assert dict(sim.kernel.ledger.dropped) == {"bridge-vlan-filtered": 2}
 

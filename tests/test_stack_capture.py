@@ -77,7 +77,7 @@ def test_every_captured_frame_has_valid_checksums(name, tmp_path):
 
 
 def test_nat_is_visible_in_the_captures(tmp_path):
-    """bridge-vlan: DNAT 10.6.6.6:1666 → 10.0.2.99:12345 and masquerade to 192.168.10.1 on veth1; replies undone (§8 row 12)."""
+    """bridge-vlan: DNAT 10.6.6.6:1666 → 10.0.2.99:12345 and masquerade to 192.168.10.1 on veth1; replies undone (``nf_nat_packet``)."""
     topo = load_topology(TOPOLOGIES / "bridge-vlan.toml")
     Simulation(topo, flowtables=False, pcap_dir=tmp_path, traffic=small(topo)).run()
     wan = [Ether(bytes(p)) for p in rdpcap(str(tmp_path / "nsr1-veth1.pcap"))]
@@ -106,7 +106,7 @@ def test_masquerade_over_pppoe_in_vlan_on_the_wire(tmp_path):
     ("ip6ip6-rx-encaplimit", 60, 4),
 ])
 def test_ip6tnl_encap_limit_option_on_the_wire(name, nexthdr, limit, tmp_path):
-    """ip6tnl without `encaplimit none` sends a destination-options header with encap limit 4 (RFC 2473, §5.3)."""
+    """ip6tnl without `encaplimit none` sends a destination-options header with encap limit 4 (RFC 2473, ``ip6_tnl_xmit``)."""
     topo = load_topology(TOPOLOGIES / f"{name}.toml")
     Simulation(topo, flowtables=False, pcap_dir=tmp_path, traffic=small(topo)).run()
     outer = [Ether(bytes(p)) for p in rdpcap(str(tmp_path / "router-eth1.pcap"))]

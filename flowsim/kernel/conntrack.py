@@ -18,19 +18,20 @@ timeout and accounts the packet (``nf_ct_refresh_acct`` →
 ``nf_ct_acct_update``).  When the first packet has passed postrouting (or
 input) the stack calls :meth:`ConntrackTable.nf_conntrack_confirm`, which
 inserts both tuples: only then can later packets find the entry, and only
-then may ``flow add`` offload it (§3 condition 5).
+then may ``flow add`` offload it (``nft_flow_offload_eval`` skips an
+unconfirmed ``ct``).
 
 NAT (``nf_nat_setup_info``) rewrites the REPLY tuple once, at binding time,
 so that replies are found by their translated addresses; both directions'
 packets are then mangled by :func:`nf_nat_packet` from the tuples, exactly
-as the flowtable's NAT (§4.4) does.  The range, the tuple choice and the
+as the flowtable's NAT (``nf_flow_nat_ip``/``nf_flow_nat_ipv6``) does.  The range, the tuple choice and the
 packet mangling (:func:`nf_nat_manip_pkt`, the ``csum_*`` helpers) live in
 :mod:`flowsim.kernel.nat` and are re-exported here.
 
 The flowtable side: :func:`nf_conntrack_tcp_established`, IPS_OFFLOAD,
 :func:`flow_offload_ct_tcp` (BE_LIBERAL), the teardown fix-up
 :meth:`ConntrackTable.flow_offload_fixup_ct` and the GC's
-:meth:`ConntrackTable.nf_flow_table_extend_ct_timeout` (§6).
+:meth:`ConntrackTable.nf_flow_table_extend_ct_timeout` (``nf_flow_table_core.c``).
 
 Not modelled: TCP window tracking (``tcp_in_window``: every segment is in
 window), helpers and expectations (``helper`` is a plain attribute), zones,
@@ -288,12 +289,12 @@ def nft_ct_state(ctinfo: int | None, has_ct: bool = True) -> str:
 
 
 def nf_conntrack_tcp_established(ct: CtEntry) -> bool:
-    """TCP ESTABLISHED *and* IPS_ASSURED: what nft_flow_offload_eval requires of TCP (§3)."""
+    """TCP ESTABLISHED *and* IPS_ASSURED: what nft_flow_offload_eval requires of TCP."""
     return ct.tcp_state == TcpConntrack.ESTABLISHED and ct.test(IPS_ASSURED)
 
 
 def flow_offload_ct_tcp(ct: CtEntry) -> None:
-    """Set IP_CT_TCP_FLAG_BE_LIBERAL both ways: conntrack will miss offloaded segments (§3 step 11)."""
+    """Set IP_CT_TCP_FLAG_BE_LIBERAL both ways: conntrack will miss offloaded segments (``nft_flow_offload_eval``)."""
     ct.tcp_seen_flags[0] |= IP_CT_TCP_FLAG_BE_LIBERAL
     ct.tcp_seen_flags[1] |= IP_CT_TCP_FLAG_BE_LIBERAL
 
@@ -530,7 +531,7 @@ class ConntrackTable:
         ct.status |= done
         return changed
 
-    # --- flowtable hooks (§6)
+    # --- flowtable hooks (nf_flow_table_core.c)
     def flow_offload_fixup_ct(self, ct: CtEntry, now: float, *, closing: bool, flow_expired: bool,
                               offload_timeout: float = 30.0) -> None:
         """Hand the connection back to conntrack on flow teardown (flow_offload_fixup_ct)."""
@@ -557,7 +558,7 @@ class ConntrackTable:
             self.nf_ct_refresh(ct, now, timeout)
 
     def nf_flow_table_extend_ct_timeout(self, ct: CtEntry, now: float) -> None:
-        """Flowtable GC: keep an offloaded ct alive when under 5 minutes remain (§6)."""
+        """Flowtable GC: keep an offloaded ct alive when under 5 minutes remain (``nf_flow_offload_gc_step``)."""
         min_timeout = 300.0
         if ct.expires(now) >= min_timeout or not (ct.confirmed and ct.test(IPS_OFFLOAD)):
             return

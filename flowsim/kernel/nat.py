@@ -10,7 +10,7 @@ free, else pick an address and the first free port) and rewrites the REPLY
 tuple once, so that replies are found by their translated addresses.  Both
 directions' packets are then mangled from the tuples
 (:func:`flowsim.kernel.conntrack.nf_nat_packet` calls :func:`nf_nat_manip_pkt`),
-exactly as the flowtable's NAT (§4.4) does.  :func:`nf_nat_manip_pkt` and
+exactly as the flowtable's NAT (``nf_flow_nat_ip``/``nf_flow_nat_ipv6``) does.  :func:`nf_nat_manip_pkt` and
 the ``csum_*`` helpers work on a ``bytearray`` with incremental checksum
 updates (RFC 1624, :func:`flowsim.kernel.headers.csum_replace`) and are meant to be
 reused by the fast path.
@@ -206,7 +206,8 @@ def nf_nat_manip_pkt(buf: bytearray, l3off: int, manip: str, target: NatTuple) -
 
     Addresses and ports (ICMP echo: the id) are set from *target*; the IPv4
     header checksum and the L4 checksum (TCP always, UDP only when non-zero,
-    a zero result becoming 0xFFFF) are updated incrementally (§4.4).
+    a zero result becoming 0xFFFF) are updated incrementally (``inet_proto_csum_replace4``,
+    as ``nf_nat_ipv4_manip_pkt`` and the flowtable's ``nf_flow_nat_ip_l4`` do).
     """
     version = buf[l3off] >> 4
     if version == 4:

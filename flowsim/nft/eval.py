@@ -26,7 +26,8 @@ in which order (:meth:`Nftables.hook_entries`) and what they decide
   read it back).  ``flow add @ft`` asks the caller through ``on_flow_add``
   (nft_flow_offload_eval's conditions and flow creation are the flowtable's
   business); a False answer is ``NFT_BREAK``: the rest of that rule (say a
-  following ``counter … accept``) is not evaluated (§3).
+  following ``counter … accept``) is not evaluated (``nft_flow_offload_eval``
+  sets ``regs->verdict.code = NFT_BREAK``).
 
 The packet is an :class:`NftPacket` view so this module needs no other part
 of flowsim.  ``ct`` is duck-typed: the evaluator reads ``ct.mark``,

@@ -1,4 +1,4 @@
-"""IPsec in the slow path: ``ip xfrm`` states and policies, ESP output and input (reference §2.4, §4.1 step 13).
+"""IPsec in the slow path: ``ip xfrm`` states and policies, ESP output and input (``xfrm_lookup``, ``xfrm4_output``).
 
 Theory of operation
 -------------------
@@ -24,7 +24,7 @@ Output (``xfrm4_output``): POSTROUTING on the inner packet, then
 IPv4 header (``xfrm4_tunnel_encap_add`` + ``esp_output``, one sequence
 number per packet and state), and the outer packet leaves through OUTPUT,
 POSTROUTING and the underlay route (``xfrm_output_resume`` → ``dst_output``).
-The fast path's XFRM branch calls the same output (:meth:`Kernel.xfrm_output`).
+The fast path's XFRM branch (``nf_flow_xmit_xfrm``) calls the same output (:meth:`Kernel.xfrm_output`).
 
 Input (``xfrm4_rcv`` from ``ip_local_deliver``): the state is looked up by
 destination, SPI and protocol, the AEAD opened; in tunnel mode the inner
@@ -34,7 +34,7 @@ remembers the states that decrypted it (its ``sec_path``).
 
 Not modelled: the replay window on input, lifetimes, acquire, IPv6 SAs,
 other algorithms, ``dir in`` checks for local sockets, and the
-``sec_path`` test of ``flow add`` (§3 step 1).
+``sec_path`` test of ``flow add`` (``nft_flow_offload_skip``).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class XfrmRoute(Route):
 
     @property
     def xfrm(self) -> XfrmSA | None:
-        """Non-None: "the dst has an xfrm bundle" (reference §2.4)."""
+        """Non-None: "the dst has an xfrm bundle" (``dst_xfrm(dst)``, as ``nft_xmit_type`` asks)."""
         return self.sa
 
 
