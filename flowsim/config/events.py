@@ -16,28 +16,27 @@ with ``up``, ``down`` or ``mtu N``, and ``ip route``, ``ip neigh`` and
 ``ip addr`` lines (any ``-4``/``-6``).  Creating, deleting or moving devices
 is refused, since flows, hooks and caches of the run refer to them.
 
-The loader checks the events by running them, in time order, on a copy of
-the finished topology, so a bad event is one :class:`~flowsim.errors.TopologyError`
-naming the file and the line of its ``command`` before any packet is sent.
-During a run :class:`flowsim.sim.simulation.Simulation` executes each one at ``at`` on
-the live topology and hands the kernel the devices whose state changed
+The loader checks the events by running them, in time order, on a live
+copy of the finished topology (:meth:`~flowsim.config.network.Topology.instantiate`),
+so a bad event is one :class:`~flowsim.errors.TopologyError` naming the file
+and the line of its ``command`` before any packet is sent.  During a run
+:class:`flowsim.sim.simulation.Simulation` executes each one at ``at`` on
+the run's own copy of the topology (the kernel's) and hands the kernel the
+devices whose state changed
 (``Kernel.netdev_changes``: NETDEV_DOWN / NETDEV_UP notifiers, route cache
 flush) — which is where the flowtable's ``nf_flow_table_cleanup`` runs.
 """
 
 from __future__ import annotations
 
-import copy
-from typing import TYPE_CHECKING
-
 import attrs
 
+from flowsim.config import iproute
+from flowsim.config.network import Topology
+from flowsim.config.raw import RawToml
 from flowsim.kernel.devices.base import Command
 
-if TYPE_CHECKING:
-    from flowsim.config.topology import Topology, _RawToml
-
-__all__ = ["Event", "EVENT_KEYS"]
+__all__ = ["Event", "EVENT_KEYS", "read_events"]
 
 EVENT_KEYS = {"at", "netns", "command"}
 _LINK_SET_OPTIONS = {"up", "down", "mtu"}
@@ -53,7 +52,7 @@ class Event:
     command: Command
 
 
-def _events(items, topo: Topology, raw: _RawToml, file: str) -> list[Event]:
+def read_events(items, topo: Topology, raw: RawToml, file: str) -> list[Event]:
     """The checked events of a topology file, in time order (file order among equal times)."""
     out = []
     for i, header_line, item, bad in raw.tables(items, "event", file, EVENT_KEYS, ("at", "netns", "command")):
@@ -98,8 +97,6 @@ def _dry_run(events: list[Event], topo: Topology) -> None:
     """Run the events on a copy of *topo*: their errors surface at load time, with file and line."""
     if not events:
         return
-    from flowsim.config import iproute  # iproute imports the topology module; import late
-
-    scratch = copy.deepcopy(topo)
+    scratch = topo.instantiate()
     for e in events:
         iproute.run(scratch, e.command)

@@ -6,7 +6,7 @@ Theory of operation
 then dispatches on the program (``ip``, ``bridge``, ``sysctl``), the object
 (``link``, ``address``, ``route``, ``neigh``, ``vlan``, ``fdb``; abbreviations
 as iproute2 matches them) and the verb, each a small function applying the
-change to the :class:`~flowsim.config.topology.Topology`.  ``ip link add … type KIND``
+change to the :class:`~flowsim.config.network.Topology`.  ``ip link add … type KIND``
 hands the kind's options to the kind's module in :mod:`flowsim.kernel.devices`.
 ``ip xfrm state|policy`` hands its options to :mod:`flowsim.config.iproute_xfrm`.
 Every refusal is the kernel's or iproute2's, reported as one
@@ -37,8 +37,10 @@ import ipaddress
 import shlex
 from collections.abc import Callable
 
+from flowsim.config.ipcontext import IpContext
 from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
-from flowsim.config.topology import LinkRequest, Topology, shell_split
+from flowsim.config.network import LinkRequest, Topology
+from flowsim.config.raw import shell_split
 from flowsim.kernel.devices import KIND_MODULES
 from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_mac
 from flowsim.kernel.devices.bridge import BridgeDevice
@@ -50,7 +52,8 @@ __all__ = ["run", "Command"]
 
 
 def run(topo: Topology, cmd: Command) -> None:
-    """Apply one command line to *topo*."""
+    """Apply one command line to *topo* (a live one: a loaded description refuses, FrozenTopologyError)."""
+    topo._mutable()  # device fields (up, mtu, addresses) have no guard of their own
     tokens = shell_split(cmd)
     programs = {"ip": _ip, "bridge": _bridge, "sysctl": _sysctl}
     handler = programs.get(tokens[0])
@@ -68,19 +71,6 @@ def _match(cmd: Command, word: str, table: list[tuple[str, Callable]], what: str
 
 
 # ---------------------------------------------------------------------- ip
-
-class _Ip:
-    """Global ``ip`` options: family and namespace."""
-
-    def __init__(self, topo: Topology, cmd: Command, family: int | None, netns: str):
-        self.topo = topo
-        self.family = family
-        self.netns = netns
-        self.cmd = cmd if netns == cmd.netns else Command(cmd.text, netns, cmd.file, cmd.line)
-
-    def dev(self, name: str) -> NetDevice:
-        return self.topo.require_device(self.netns, name, self.cmd)
-
 
 def _ip(topo: Topology, cmd: Command, tokens: list[str]) -> None:
     family, netns = None, cmd.netns
@@ -102,7 +92,7 @@ def _ip(topo: Topology, cmd: Command, tokens: list[str]) -> None:
     if tokens[0] == "netns":
         _netns(topo, cmd, tokens[1:])
         return
-    ctx = _Ip(topo, cmd, family, netns)
+    ctx = IpContext(topo, cmd, family, netns)
     handler = _match(cmd, tokens[0], [("address", _addr), ("route", _route), ("neighbour", _neigh),
                                       ("neighbor", _neigh), ("link", _link), ("xfrm", _xfrm)], "ip object")
     handler(ctx, tokens[1:])
@@ -118,7 +108,7 @@ def _netns(topo: Topology, cmd: Command, tokens: list[str]) -> None:
                     expected="namespaces declared as [netns.NAME] tables")
 
 
-def _verb(ctx: _Ip, tokens: list[str], verbs: dict[str, Callable], obj: str) -> None:
+def _verb(ctx: IpContext, tokens: list[str], verbs: dict[str, Callable], obj: str) -> None:
     if not tokens:
         raise ctx.cmd.error(f"missing verb after {obj!r}", expected="one of " + ", ".join(verbs))
     verb = next((v for v in verbs if tokens[0] and v.startswith(tokens[0])), None)  # iproute2 matches()
@@ -130,12 +120,12 @@ def _verb(ctx: _Ip, tokens: list[str], verbs: dict[str, Callable], obj: str) -> 
 
 # --- ip link
 
-def _link(ctx: _Ip, tokens: list[str]) -> None:
+def _link(ctx: IpContext, tokens: list[str]) -> None:
     _verb(ctx, tokens, {"add": _link_add, "set": _link_set, "change": _link_set, "del": _link_del,
                         "delete": _link_del}, "link")
 
 
-def _link_add(ctx: _Ip, verb: str, args: Args) -> None:
+def _link_add(ctx: IpContext, verb: str, args: Args) -> None:
     fields: dict = {"link": None, "address": None, "mtu": None, "netns": ctx.netns, "name": None}
     up = False
     while True:
@@ -176,7 +166,7 @@ def _link_add(ctx: _Ip, verb: str, args: Args) -> None:
         dev.up = True
 
 
-def _link_set(ctx: _Ip, verb: str, args: Args) -> None:
+def _link_set(ctx: IpContext, verb: str, args: Args) -> None:
     """``ip link set``: attributes may come before or after ``[dev] DEV``, as in iplink_parse."""
     dev: NetDevice | None = None
     actions: list[tuple[str, object]] = []
@@ -215,31 +205,31 @@ def _link_set(ctx: _Ip, verb: str, args: Args) -> None:
         _LINK_SET[what](ctx, dev, value)
 
 
-def _set_up(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_up(ctx: IpContext, dev: NetDevice, value) -> None:
     dev.up = value
 
 
-def _set_mtu(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_mtu(ctx: IpContext, dev: NetDevice, value) -> None:
     dev.mtu, dev.mtu_set = value, True
 
 
-def _set_master(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_master(ctx: IpContext, dev: NetDevice, value) -> None:
     ctx.topo.set_master(dev, value, ctx.cmd)
 
 
-def _set_nomaster(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_nomaster(ctx: IpContext, dev: NetDevice, value) -> None:
     ctx.topo.clear_master(dev)
 
 
-def _set_netns(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_netns(ctx: IpContext, dev: NetDevice, value) -> None:
     ctx.topo.move(dev, value, ctx.cmd)
 
 
-def _set_address(ctx: _Ip, dev: NetDevice, value) -> None:
+def _set_address(ctx: IpContext, dev: NetDevice, value) -> None:
     dev.mac, dev.addr_set = value, True
 
 
-def _set_type(ctx: _Ip, dev: NetDevice, args: Args) -> None:
+def _set_type(ctx: IpContext, dev: NetDevice, args: Args) -> None:
     kind = args.next("a device kind")
     if kind != dev.kind or not isinstance(dev, BridgeDevice):
         raise ctx.cmd.error(f"cannot change type {kind!r} options of {dev.name}", value=kind,
@@ -251,7 +241,7 @@ _LINK_SET: dict[str, Callable] = {"up": _set_up, "mtu": _set_mtu, "master": _set
                                   "netns": _set_netns, "address": _set_address, "type": _set_type}
 
 
-def _link_del(ctx: _Ip, verb: str, args: Args) -> None:
+def _link_del(ctx: IpContext, verb: str, args: Args) -> None:
     word = args.next("a device")
     dev = ctx.dev(args.name("dev") if word == "dev" else word)
     ctx.topo.delete(dev, ctx.cmd)
@@ -259,12 +249,12 @@ def _link_del(ctx: _Ip, verb: str, args: Args) -> None:
 
 # --- ip address
 
-def _addr(ctx: _Ip, tokens: list[str]) -> None:
+def _addr(ctx: IpContext, tokens: list[str]) -> None:
     _verb(ctx, tokens, {"add": _addr_add, "replace": _addr_add, "del": _addr_del, "delete": _addr_del,
                         "flush": _addr_flush}, "address")
 
 
-def _prefix(ctx: _Ip, text: str, what: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+def _prefix(ctx: IpContext, text: str, what: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
     try:
         value = ipaddress.ip_interface(text)
     except ValueError:
@@ -274,7 +264,7 @@ def _prefix(ctx: _Ip, text: str, what: str) -> ipaddress.IPv4Interface | ipaddre
     return value
 
 
-def _addr_opts(ctx: _Ip, args: Args) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, dict]:
+def _addr_opts(ctx: IpContext, args: Args) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, dict]:
     local = _prefix(ctx, args.next("an address"), "an address")
     opts: dict = {"peer": None, "dev": None}
     while args:
@@ -294,7 +284,7 @@ def _addr_opts(ctx: _Ip, args: Args) -> tuple[ipaddress.IPv4Interface | ipaddres
     return local, opts
 
 
-def _addr_add(ctx: _Ip, verb: str, args: Args) -> None:
+def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
     local, opts = _addr_opts(ctx, args)
     dev: NetDevice = opts["dev"]
     if opts["peer"] is not None:
@@ -308,7 +298,7 @@ def _addr_add(ctx: _Ip, verb: str, args: Args) -> None:
     dev.addrs.append(IfAddr(local, opts["peer"]))
 
 
-def _addr_del(ctx: _Ip, verb: str, args: Args) -> None:
+def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
     local, opts = _addr_opts(ctx, args)
     dev: NetDevice = opts["dev"]
     for a in dev.addrs:
@@ -319,7 +309,7 @@ def _addr_del(ctx: _Ip, verb: str, args: Args) -> None:
                         expected="an address of the device (RTNETLINK answers: Cannot assign requested address)")
 
 
-def _addr_flush(ctx: _Ip, verb: str, args: Args) -> None:
+def _addr_flush(ctx: IpContext, verb: str, args: Args) -> None:
     word = args.next("'dev DEV'")
     dev = ctx.dev(args.name("dev") if word == "dev" else word)
     dev.addrs[:] = [a for a in dev.addrs if ctx.family is not None and a.version != ctx.family]
@@ -327,7 +317,7 @@ def _addr_flush(ctx: _Ip, verb: str, args: Args) -> None:
 
 # --- ip route
 
-def _route(ctx: _Ip, tokens: list[str]) -> None:
+def _route(ctx: IpContext, tokens: list[str]) -> None:
     verbs = {"add": "add", "append": "add", "change": "change", "replace": "replace", "del": "del",
              "delete": "del"}
     verb = next((v for v in verbs if tokens and tokens[0] and v.startswith(tokens[0])), None)
@@ -337,7 +327,7 @@ def _route(ctx: _Ip, tokens: list[str]) -> None:
     _route_change(ctx, verbs[verb], Args(ctx.cmd, tokens[1:]))
 
 
-def _route_change(ctx: _Ip, mode: str, args: Args) -> None:
+def _route_change(ctx: IpContext, mode: str, args: Args) -> None:
     rtype = "unicast"
     first = args.next("a prefix or 'default'")
     if first in ("unicast", "blackhole", "unreachable", "prohibit"):
@@ -391,7 +381,7 @@ def _route_change(ctx: _Ip, mode: str, args: Args) -> None:
                             expected="an existing route (RTNETLINK answers: No such file or directory)") from None
 
 
-def _route_prefix(ctx: _Ip, text: str, via) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+def _route_prefix(ctx: IpContext, text: str, via) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     if text == "default":
         version = ctx.family or (via.version if via is not None else 4)
         return ipaddress.ip_network("0.0.0.0/0" if version == 4 else "::/0")
@@ -408,7 +398,7 @@ def _route_prefix(ctx: _Ip, text: str, via) -> ipaddress.IPv4Network | ipaddress
     return prefix
 
 
-def _route_nexthop(ctx: _Ip, prefix, rtype: str, opts: dict) -> Route:
+def _route_nexthop(ctx: IpContext, prefix, rtype: str, opts: dict) -> Route:
     """``fib_check_nh`` / ``ip6_route_check_nh``: the gateway must be on-link; find the device."""
     dev: NetDevice | None = opts["dev"]
     via = opts["via"]
@@ -433,7 +423,7 @@ def _route_nexthop(ctx: _Ip, prefix, rtype: str, opts: dict) -> Route:
                  scope="universe" if scope == "global" else scope, onlink=opts["onlink"])
 
 
-def _route_del(ctx: _Ip, prefix, opts: dict) -> None:
+def _route_del(ctx: IpContext, prefix, opts: dict) -> None:
     try:
         ctx.topo.netns(ctx.netns).fib.delete(prefix, metric=opts["metric"],
                                              dev=opts["dev"].name if opts["dev"] is not None else None,
@@ -445,12 +435,12 @@ def _route_del(ctx: _Ip, prefix, opts: dict) -> None:
 
 # --- ip neigh
 
-def _neigh(ctx: _Ip, tokens: list[str]) -> None:
+def _neigh(ctx: IpContext, tokens: list[str]) -> None:
     _verb(ctx, tokens, {"add": _neigh_add, "replace": _neigh_add, "change": _neigh_add, "del": _neigh_del,
                         "delete": _neigh_del}, "neigh")
 
 
-def _neigh_add(ctx: _Ip, verb: str, args: Args) -> None:
+def _neigh_add(ctx: IpContext, verb: str, args: Args) -> None:
     addr = args.addr("neigh", ctx.family)
     lladdr, dev, state, router = None, None, NudState.PERMANENT, False
     while args:
@@ -481,7 +471,7 @@ def _neigh_add(ctx: _Ip, verb: str, args: Args) -> None:
     table.add(NeighEntry(addr, dev.name, lladdr, state, router=router))
 
 
-def _neigh_del(ctx: _Ip, verb: str, args: Args) -> None:
+def _neigh_del(ctx: IpContext, verb: str, args: Args) -> None:
     addr = args.addr("neigh", ctx.family)
     word = args.next("'dev DEV'")
     if word != "dev":
@@ -493,18 +483,18 @@ def _neigh_del(ctx: _Ip, verb: str, args: Args) -> None:
 
 # --- ip xfrm (the state and policy options are parsed in flowsim.config.iproute_xfrm)
 
-def _xfrm(ctx: _Ip, tokens: list[str]) -> None:
+def _xfrm(ctx: IpContext, tokens: list[str]) -> None:
     if not tokens:
         raise ctx.cmd.error("missing object after 'ip xfrm'", expected="state or policy")
     handler = _match(ctx.cmd, tokens[0], [("state", _xfrm_state), ("policy", _xfrm_policy)], "ip xfrm object")
     handler(ctx, tokens[1:])
 
 
-def _xfrm_state(ctx: _Ip, tokens: list[str]) -> None:
+def _xfrm_state(ctx: IpContext, tokens: list[str]) -> None:
     _verb(ctx, tokens, {"add": _xfrm_state_add, "update": _xfrm_state_add}, "xfrm state")
 
 
-def _xfrm_policy(ctx: _Ip, tokens: list[str]) -> None:
+def _xfrm_policy(ctx: IpContext, tokens: list[str]) -> None:
     _verb(ctx, tokens, {"add": _xfrm_policy_add, "update": _xfrm_policy_add}, "xfrm policy")
 
 
@@ -518,7 +508,7 @@ def _bridge(topo: Topology, cmd: Command, tokens: list[str]) -> None:
             netns = topo.require_netns(tokens.pop(0), cmd).name
         elif opt not in ("-d", "-s", "-j", "-p"):
             raise cmd.error(f"unknown bridge option {opt!r}", value=opt, expected="-n NS")
-    ctx = _Ip(topo, cmd, None, netns)
+    ctx = IpContext(topo, cmd, None, netns)
     if not tokens:
         raise cmd.error("missing object", expected="vlan or fdb")
     handler = _match(cmd, tokens[0], [("vlan", _bridge_vlan), ("fdb", _bridge_fdb)], "bridge object")
@@ -530,7 +520,7 @@ def _bridge(topo: Topology, cmd: Command, tokens: list[str]) -> None:
     handler(ctx, verb, Args(ctx.cmd, tokens[2:]))
 
 
-def _bridge_of(ctx: _Ip, dev: NetDevice, self_: bool) -> tuple[BridgeDevice, str | None]:
+def _bridge_of(ctx: IpContext, dev: NetDevice, self_: bool) -> tuple[BridgeDevice, str | None]:
     """The bridge and the VLAN group owner (None = the bridge itself) that *dev* names."""
     if isinstance(dev, BridgeDevice) and (self_ or dev.master is None):
         return dev, None
@@ -540,7 +530,7 @@ def _bridge_of(ctx: _Ip, dev: NetDevice, self_: bool) -> tuple[BridgeDevice, str
     return ctx.topo.netns(ctx.netns).devices[dev.master], dev.name
 
 
-def _bridge_vlan(ctx: _Ip, verb: str, args: Args) -> None:
+def _bridge_vlan(ctx: IpContext, verb: str, args: Args) -> None:
     vids, dev, flags = None, None, {"pvid": False, "untagged": False, "self": False, "switchdev": None}
     while args:
         word = args.next("a vlan option")
@@ -572,7 +562,7 @@ def _bridge_vlan(ctx: _Ip, verb: str, args: Args) -> None:
             raise ctx.cmd.error(f"VLAN {vid} is not on {dev.name}", value=vid, expected="a configured VLAN")
 
 
-def _vid_range(ctx: _Ip, text: str) -> list[int]:
+def _vid_range(ctx: IpContext, text: str) -> list[int]:
     lo, sep, hi = text.partition("-")
     try:
         first, last = int(lo), int(hi) if sep else int(lo)
@@ -583,7 +573,7 @@ def _vid_range(ctx: _Ip, text: str) -> list[int]:
     return list(range(first, last + 1))
 
 
-def _bridge_fdb(ctx: _Ip, verb: str, args: Args) -> None:
+def _bridge_fdb(ctx: IpContext, verb: str, args: Args) -> None:
     text = args.next("a MAC address")
     try:
         mac = parse_mac(text)

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :mod:`flowsim.config.iproute` dispatches ``ip xfrm state add|update`` to
 :func:`_xfrm_state_add` and ``ip xfrm policy add|update`` to
-:func:`_xfrm_policy_add` with its ``ip`` context (family, namespace,
+:func:`_xfrm_policy_add` with its :class:`~flowsim.config.ipcontext.IpContext` (family, namespace,
 command) and the remaining words as :class:`~flowsim.kernel.devices.base.Args`.
 They fill the namespace's :class:`~flowsim.kernel.stack.xfrm.XfrmDb`
 (``Namespace.xfrm``, created by the first ``ip xfrm`` line) with
@@ -28,14 +28,10 @@ for the other ``ip`` objects.
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
+from flowsim.config.ipcontext import IpContext
 from flowsim.kernel.devices.base import Args
 from flowsim.kernel.stack.xfrm import XfrmDb, XfrmPolicy, XfrmSA, XfrmTmpl
-
-if TYPE_CHECKING:
-    from flowsim.config.iproute import _Ip
-
 
 _XFRM_MODES = {"tunnel": "tunnel", "transport": "transport"}
 _XFRM_DIRS = {"out": "out", "in": "in", "fwd": "fwd"}
@@ -49,14 +45,14 @@ def _xfrm_proto(args, ctx) -> None:
         raise ctx.cmd.error(f"xfrm proto {proto!r} is not modelled", value=proto, expected="esp")
 
 
-def _xfrm_db(ctx: _Ip) -> XfrmDb:
+def _xfrm_db(ctx: IpContext) -> XfrmDb:
     ns = ctx.topo.netns(ctx.netns)
     if ns.xfrm is None:
         ns.xfrm = XfrmDb()
     return ns.xfrm
 
 
-def _xfrm_net(ctx: _Ip, args: Args, keyword: str):
+def _xfrm_net(ctx: IpContext, args: Args, keyword: str):
     text = args.next(f"a prefix after {keyword!r}")
     try:
         return ipaddress.ip_network(text, strict=False)
@@ -64,7 +60,7 @@ def _xfrm_net(ctx: _Ip, args: Args, keyword: str):
         raise ctx.cmd.error(f"bad prefix {text!r} for {keyword!r}", value=text, expected="ADDR[/LEN]") from None
 
 
-def _xfrm_key(ctx: _Ip, text: str) -> bytes:
+def _xfrm_key(ctx: IpContext, text: str) -> bytes:
     hexpart = text[2:] if text.lower().startswith("0x") else None
     try:
         key = bytes.fromhex(hexpart) if hexpart is not None else text.encode()
@@ -76,7 +72,7 @@ def _xfrm_key(ctx: _Ip, text: str) -> bytes:
     return key
 
 
-def _xfrm_sel(ctx: _Ip, args: Args) -> tuple:
+def _xfrm_sel(ctx: IpContext, args: Args) -> tuple:
     src = dst = None
     while args and args.peek() in ("src", "dst", "proto", "sport", "dport", "dev"):
         word = args.next("a selector option")
@@ -89,7 +85,7 @@ def _xfrm_sel(ctx: _Ip, args: Args) -> tuple:
     return src, dst
 
 
-def _xfrm_state_add(ctx: _Ip, verb: str, args: Args) -> None:
+def _xfrm_state_add(ctx: IpContext, verb: str, args: Args) -> None:
     opts: dict = {"mode": "transport", "reqid": 0}
     key = None
     while args:
@@ -136,7 +132,7 @@ def _xfrm_state_add(ctx: _Ip, verb: str, args: Args) -> None:
     db.states.append(XfrmSA(key=key, **opts))
 
 
-def _xfrm_policy_add(ctx: _Ip, verb: str, args: Args) -> None:
+def _xfrm_policy_add(ctx: IpContext, verb: str, args: Args) -> None:
     opts: dict = {}
     tmpls = []
     while args:
@@ -169,7 +165,7 @@ def _xfrm_policy_add(ctx: _Ip, verb: str, args: Args) -> None:
     _xfrm_db(ctx).policies.append(XfrmPolicy(tmpls=tuple(tmpls), **opts))
 
 
-def _xfrm_tmpl(ctx: _Ip, args: Args) -> XfrmTmpl:
+def _xfrm_tmpl(ctx: IpContext, args: Args) -> XfrmTmpl:
     opts: dict = {}
     while args and args.peek() in ("src", "dst", "proto", "spi", "reqid", "mode", "level"):
         word = args.next("a template option")

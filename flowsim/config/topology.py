@@ -1,35 +1,17 @@
-"""Topologies: namespaces, devices and their links as a networkx graph, loaded from TOML.
+"""Topology files: the TOML reader that builds a :class:`~flowsim.config.network.Topology` and freezes it.
 
 Theory of operation
 -------------------
-A :class:`Topology` is a set of :class:`Namespace` objects (each with its
-devices, IPv4/IPv6 :class:`~flowsim.kernel.fib.Fib`, :class:`~flowsim.kernel.neigh.NeighTable`,
-sysctls and nftables ruleset text) plus :attr:`Topology.graph`, a
-``networkx.MultiDiGraph`` whose nodes are ``(netns, name)`` (attribute
-``device``) and whose edges are keyed by their kind:
-
-* ``peer`` — the two ends of a veth pair or a DSA/NIC cable (one edge each way);
-* ``lower`` (VLAN or macvlan → real device), ``pppoe`` (ppp unit → Ethernet
-  device), ``conduit`` (DSA user port → conduit), ``master`` (bridge → port):
-  upper → lower, the relations ``netdev_upper_dev_link`` keeps acyclic;
-* ``underlay`` — a tunnel bound with ``dev D`` → D (not an upper relation).
-
-It is built by replaying, namespace by namespace in file order, the iproute2 /
-bridge command lines of a topology file (:mod:`flowsim.config.iproute`).  ifindexes
-are allocated per namespace like the kernel's ``dev_index_reserve``: ``lo`` is
-1, then increasing in creation order (a veth's peer is registered before the
-device itself); a device moved to another namespace keeps its ifindex unless
-it is taken there.  MACs are derived from ``netns/name`` (locally
-administered) so runs are reproducible; VLANs and DSA user ports inherit their
-lower device's, a bridge takes its lowest port MAC, as the kernel does, unless
-``address`` is given.
-
-After the commands, :meth:`Topology.discover` floods one broadcast frame from
-every Ethernet device through veth peers, VLAN tags, bridges (with their VLAN
-filtering) and DSA cables: bridges learn each sender's MAC on the port and
-VID it arrived in (the pre-learnt FDB the path resolver needs), and every
-device that receives the frame untagged resolves as a ``reachable``
-neighbour of the sender for its addresses inside the sender's subnets.
+:func:`load_topology_text` reads the TOML document, creates the namespaces
+of ``[netns.*]``, replays each one's command lines in file order through the
+interpreter (:mod:`flowsim.config.iproute`), sets its sysctls and keeps its
+nftables text, runs L2 discovery (:meth:`Topology.discover
+<flowsim.config.network.Topology.discover>`), then reads the ``[[traffic]]``
+(:mod:`flowsim.config.traffic`) and ``[[event]]`` (:mod:`flowsim.config.events`)
+tables.  The result is frozen: a description that runs instantiate
+(:mod:`flowsim.config.network` explains why).  This module is the top of
+:mod:`flowsim.config`: it imports the interpreter and the table readers, none
+of which imports it; :class:`Topology` and its parts are re-exported here.
 
 Topology file (TOML)
 --------------------
@@ -78,415 +60,24 @@ absolute line, the command and what was expected.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import shlex
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
-import networkx as nx
-
-from flowsim.config.events import Event, _events
-from flowsim.config.traffic import Traffic, _traffic
+from flowsim.config import iproute
+from flowsim.config.events import Event, read_events
+from flowsim.config.network import UPPER_EDGES, LinkRequest, Namespace, NftText, Topology
+from flowsim.config.raw import RawToml
+from flowsim.config.traffic import Traffic, read_traffic
 from flowsim.errors import TopologyError
-from flowsim.kernel.devices.base import Command, Encap, IfAddr, NetDevice, mac_for
-from flowsim.kernel.devices.bridge import BridgeDevice
-from flowsim.kernel.devices.dsa import DsaUserDevice
-from flowsim.kernel.devices.ethernet import LoopbackDevice
-from flowsim.kernel.devices.vlan import VlanDevice
-from flowsim.kernel.fib import Fib
-from flowsim.kernel.neigh import NeighTable, discover
+from flowsim.kernel.devices.base import Command
 
 __all__ = ["Topology", "Namespace", "NftText", "Traffic", "Event", "LinkRequest", "UPPER_EDGES",
            "load_topology", "load_topology_text"]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-UPPER_EDGES = frozenset({"lower", "pppoe", "conduit", "master"})
-
-
-@attrs.frozen
-class NftText:
-    """A namespace's nftables ruleset text and where it starts (absolute line of its first line)."""
-
-    text: str
-    file: str | None
-    line: int
-
-
-@attrs.frozen
-class LinkRequest:
-    """The kind-independent part of ``ip link add`` (``name``, ``link``, ``address``, ``mtu``, ``netns``)."""
-
-    name: str
-    netns: str
-    kind: str
-    link: str | None = None
-    address: str | None = None
-    mtu: int | None = None
-
-
-class Namespace:
-    """One network namespace (``struct net``)."""
-
-    def __init__(self, topo: Topology, name: str):
-        self.topo = topo
-        self.name = name
-        self.devices: dict[str, NetDevice] = {}
-        self.by_index: dict[int, NetDevice] = {}
-        self.next_ifindex = 1
-        self.fib = Fib(self)
-        self.neigh = NeighTable()
-        self.sysctls: dict[str, str] = {}
-        self.nft: NftText | None = None
-        self.xfrm = None  # flowsim.kernel.stack.xfrm.XfrmDb once an 'ip xfrm' line ran
-
-    def __repr__(self) -> str:
-        return f"<Namespace {self.name}: {', '.join(self.devices)}>"
-
-    def alloc_ifindex(self) -> int:
-        """``dev_index_reserve(net, 0)``: the next free index at or after the cyclic cursor."""
-        index = self.next_ifindex
-        while index in self.by_index:
-            index += 1
-        self.next_ifindex = index + 1
-        return index
-
-    def dev_by_index(self, ifindex: int) -> NetDevice | None:
-        """``dev_get_by_index``."""
-        return self.by_index.get(ifindex)
-
-    def owner_of(self, addr: IPAddress) -> NetDevice | None:
-        """The device holding *addr* locally, if any."""
-        for dev in self.devices.values():
-            if any(a.ip == addr for a in dev.addrs):
-                return dev
-        return None
-
-    def sysctl(self, key: str, default: str | None = None) -> str | None:
-        return self.sysctls.get(key, default)
-
-
-class Topology:
-    """Namespaces, devices and links (see the module docstring)."""
-
-    def __init__(self, file: str | None = None):
-        self.file = file
-        self.graph = nx.MultiDiGraph()
-        self.namespaces: dict[str, Namespace] = {}
-        self.traffic: list[Traffic] = []
-        self.events: list[Event] = []  # [[event]] tables: iproute2 lines a run executes at a time
-        self.description = ""
-        self.source = ""
-
-    # ------------------------------------------------------------------ queries
-    def netns(self, name: str) -> Namespace:
-        try:
-            return self.namespaces[name]
-        except KeyError:
-            raise TopologyError(f"no namespace {name!r}", file=self.file, value=name,
-                                expected="one of " + ", ".join(self.namespaces)) from None
-
-    def device(self, netns: str, name: str) -> NetDevice:
-        """The device *name* in *netns* (``__dev_get_by_name``)."""
-        dev = self.netns(netns).devices.get(name)
-        if dev is None:
-            raise TopologyError(f"no device {name!r} in namespace {netns!r}", file=self.file, value=name,
-                                expected="one of " + ", ".join(self.netns(netns).devices))
-        return dev
-
-    def device_by_index(self, netns: str, ifindex: int) -> NetDevice | None:
-        return self.netns(netns).dev_by_index(ifindex)
-
-    def devices(self) -> Iterator[NetDevice]:
-        for ns in self.namespaces.values():
-            yield from ns.devices.values()
-
-    def _related(self, dev: NetDevice, kind: str, out: bool = True) -> list[NetDevice]:
-        node = (dev.netns, dev.name)
-        edges = self.graph.out_edges(node, keys=True) if out else self.graph.in_edges(node, keys=True)
-        other = 1 if out else 0
-        return [self.graph.nodes[e[other]]["device"] for e in edges if e[2] == kind]
-
-    def peer(self, dev: NetDevice) -> NetDevice | None:
-        """The other end of a veth pair or cable."""
-        peers = self._related(dev, "peer")
-        return peers[0] if peers else None
-
-    def uppers(self, dev: NetDevice) -> list[NetDevice]:
-        """Devices stacked directly on *dev* (``netdev_for_each_upper_dev``)."""
-        return [u for kind in UPPER_EDGES for u in self._related(dev, kind, out=False)]
-
-    def vlan_upper(self, dev: NetDevice, tag: Encap) -> VlanDevice | None:
-        """``__vlan_find_dev_deep_rcu``: the VLAN device on *dev* for *tag*."""
-        for up in self._related(dev, "lower", out=False):
-            if isinstance(up, VlanDevice) and up.vlan_id == tag.id and up.vlan_proto == tag.proto:
-                return up
-        return None
-
-    # ------------------------------------------------------------------ building
-    def add_netns(self, name: str) -> Namespace:
-        """``ip netns add``: a namespace with its loopback device (ifindex 1)."""
-        ns = Namespace(self, name)
-        self.namespaces[name] = ns
-        lo = LoopbackDevice(name, "lo", "loopback", mac="00:00:00:00:00:00", mtu=65536,
-                            addrs=[IfAddr(ipaddress.ip_interface("127.0.0.1/8")),
-                                   IfAddr(ipaddress.ip_interface("::1/128"))])
-        self._register(ns, lo)
-        return ns
-
-    def _register(self, ns: Namespace, dev: NetDevice) -> None:
-        dev.netns = ns.name
-        dev.ifindex = ns.alloc_ifindex()
-        ns.devices[dev.name] = dev
-        ns.by_index[dev.ifindex] = dev
-        self.graph.add_node((ns.name, dev.name), device=dev)
-
-    def require_netns(self, name: str, cmd: Command) -> Namespace:
-        if name not in self.namespaces:
-            raise cmd.error(f"namespace {name!r} does not exist", value=name,
-                            expected="a namespace of this file (" + ", ".join(self.namespaces) + ")")
-        return self.namespaces[name]
-
-    def require_device(self, netns: str, name: str, cmd: Command) -> NetDevice:
-        ns = self.require_netns(netns, cmd)
-        dev = ns.devices.get(name)
-        if dev is None:
-            raise cmd.error(f"device {name!r} does not exist in namespace {netns!r}", value=name,
-                            expected="an existing device (" + ", ".join(ns.devices) + ")")
-        return dev
-
-    def new_device(self, cls: type, cmd: Command, *, netns: str, name: str, kind: str,
-                   address: str | None = None, mtu: int | None = None, **fields) -> NetDevice:
-        """Create and register a device (``register_netdevice``); duplicate names are refused."""
-        ns = self.require_netns(netns, cmd)
-        if name in ns.devices:
-            raise cmd.error(f"device {name!r} already exists in namespace {netns!r}", value=name,
-                            expected="a new device name (RTNETLINK answers: File exists)")
-        dev = cls(netns, name, kind, **fields)
-        dev.mac = address or mac_for(netns, name)
-        dev.addr_set = address is not None
-        if mtu:
-            dev.mtu = mtu
-            dev.mtu_set = True
-        dev.line = cmd.line
-        self._register(ns, dev)
-        return dev
-
-    def link_upper(self, upper: NetDevice, lower: NetDevice, kind: str, cmd: Command) -> None:
-        """``netdev_upper_dev_link``: refuse a relation that would make the uppers a cycle."""
-        u, lo = (upper.netns, upper.name), (lower.netns, lower.name)
-        view = nx.subgraph_view(self.graph, filter_edge=lambda a, b, k: k in UPPER_EDGES)
-        if u == lo or nx.has_path(view, lo, u):
-            chain = [upper.name] + ([n[1] for n in nx.shortest_path(view, lo, u)] if u != lo else [upper.name])
-            raise cmd.error("cycle of upper devices " + " -> ".join(chain), value=upper.name,
-                            expected="a device that is not already stacked above it (-EBUSY)")
-        self.graph.add_edge(u, lo, key=kind)
-        if kind != "master":
-            upper.lower = lower.name
-
-    def link_peer(self, a: NetDevice, b: NetDevice) -> None:
-        self.graph.add_edge((a.netns, a.name), (b.netns, b.name), key="peer")
-        self.graph.add_edge((b.netns, b.name), (a.netns, a.name), key="peer")
-
-    def set_master(self, dev: NetDevice, br: NetDevice, cmd: Command) -> None:
-        """``br_add_if``: *dev* becomes a port of bridge *br*."""
-        if not isinstance(br, BridgeDevice):
-            raise cmd.error(f"{br.name} is not a bridge", value=br.name, expected="a bridge device")
-        if dev.master == br.name:
-            return
-        if dev.master is not None:
-            self.clear_master(dev)
-        if dev.link_type != "ether" or isinstance(dev, LoopbackDevice):
-            raise cmd.error(f"{dev.name} cannot be a bridge port", value=dev.name,
-                            expected="an Ethernet-like device")
-        self.link_upper(br, dev, "master", cmd)
-        dev.master = br.name
-        br.add_port(dev, switchdev=isinstance(dev, DsaUserDevice))
-        self._bridge_recalc(br)
-
-    def clear_master(self, dev: NetDevice) -> None:
-        """``br_del_if``."""
-        if dev.master is None:
-            return
-        br = self.namespaces[dev.netns].devices[dev.master]
-        self.graph.remove_edge((br.netns, br.name), (dev.netns, dev.name), key="master")
-        br.del_port(dev.name)
-        dev.master = None
-        self._bridge_recalc(br)
-
-    def _bridge_recalc(self, br: BridgeDevice) -> None:
-        """``br_stp_recalculate_bridge_id`` and ``br_mtu_auto_adjust``: lowest port MAC, smallest MTU."""
-        ports = [self.namespaces[br.netns].devices[p] for p in br.ports]
-        if ports and not br.addr_set:
-            br.mac = min(p.mac for p in ports)
-        if ports and not br.mtu_set:
-            br.mtu = min(p.mtu for p in ports)
-
-    def move(self, dev: NetDevice, netns: str, cmd: Command) -> None:
-        """``dev_change_net_namespace``: keep the ifindex unless taken; addresses and routes go."""
-        target = self.require_netns(netns, cmd)
-        if netns == dev.netns:
-            return
-        if dev.name in target.devices:
-            raise cmd.error(f"device {dev.name!r} already exists in namespace {netns!r}", value=dev.name,
-                            expected="a namespace without a device of that name")
-        stacked = self.uppers(dev) or dev.master is not None or dev.lower is not None
-        if stacked or isinstance(dev, (BridgeDevice, LoopbackDevice)):
-            raise cmd.error(f"cannot move {dev.name}: it is stacked or namespace-local", value=dev.name,
-                            expected="a device without uppers, lower or master (move it before stacking)")
-        old = self.namespaces[dev.netns]
-        old_node = (old.name, dev.name)
-        del old.devices[dev.name]
-        del old.by_index[dev.ifindex]
-        old.fib.flush_dev(dev.name)
-        old.neigh.flush_dev(dev.name)
-        if dev.ifindex in target.by_index:
-            dev.ifindex = target.alloc_ifindex()
-        dev.netns = netns
-        dev.addrs.clear()
-        dev.up = False
-        target.devices[dev.name] = dev
-        target.by_index[dev.ifindex] = dev
-        nx.relabel_nodes(self.graph, {old_node: (netns, dev.name)}, copy=False)
-
-    def delete(self, dev: NetDevice, cmd: Command) -> None:
-        """``ip link del``: also the veth peer, the uppers, and the ports' membership."""
-        if isinstance(dev, LoopbackDevice):
-            raise cmd.error("cannot delete lo", value=dev.name, expected="another device")
-        doomed = [dev]
-        peer = self.peer(dev)
-        if peer is not None and dev.kind == "veth":
-            doomed.append(peer)
-        for d in doomed:
-            self._unregister(d)
-
-    def _unregister(self, dev: NetDevice) -> None:
-        node = (dev.netns, dev.name)
-        if node not in self.graph:
-            return
-        for up in self.uppers(dev):
-            if isinstance(up, BridgeDevice):
-                self.clear_master(dev)
-            else:
-                self._unregister(up)
-        if isinstance(dev, BridgeDevice):
-            for port in list(dev.ports):
-                self.clear_master(self.namespaces[dev.netns].devices[port])
-        self.clear_master(dev)
-        ns = self.namespaces[dev.netns]
-        del ns.devices[dev.name]
-        del ns.by_index[dev.ifindex]
-        ns.fib.flush_dev(dev.name)
-        ns.neigh.flush_dev(dev.name)
-        self.graph.remove_node(node)
-
-    # ------------------------------------------------------------------ L2 discovery
-    def discover(self) -> None:
-        """Pre-learn bridge FDBs and fill neighbour tables (:func:`flowsim.kernel.neigh.discover`)."""
-        discover(self)
-
-
-# ---------------------------------------------------------------------- loading
 
 _TOP_KEYS = {"description", "source", "netns", "traffic", "event"}
 _NETNS_KEYS = {"commands", "sysctls", "nft"}
-
-
-class _RawToml:
-    """Line numbers for a TOML text (tomllib gives none): headers and keys outside strings."""
-
-    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=\s*(.*)$")
-
-    def __init__(self, text: str):
-        self.lines = text.split("\n")
-        self.headers: list[tuple[int, str, bool]] = []  # (line, dotted name, is array)
-        self.keys: list[tuple[int, int, str, str]] = []  # (line, header index, key, value text)
-        ml: str | None = None
-        for no, raw in enumerate(self.lines, 1):
-            if ml is not None:
-                if raw.count(ml) % 2 == 1:
-                    ml = None
-                continue
-            m = self._HEADER.match(raw)
-            if m:
-                name = ".".join(p.strip().strip('"') for p in m.group(2).split("."))
-                self.headers.append((no, name, m.group(1) == "[["))
-                continue
-            m = self._KEY.match(raw)
-            if m:
-                value = m.group(2)
-                self.keys.append((no, len(self.headers) - 1, m.group(1).strip('"'), value))
-                for delim in ("'''", '"""'):
-                    if value.count(delim) % 2 == 1:
-                        ml = delim
-                        break
-
-    def tables(self, items, name: str, file: str, allowed: set[str], required: tuple[str, ...]):
-        """The ``[[name]]`` array of tables: (index, header line, table, bad) for each, once its keys are
-        checked (no unknown key, every *required* one present).
-
-        ``bad(message, value, expected, key)`` builds the TopologyError of that
-        table, at the line of *key* (of the header without one).
-        """
-        if not isinstance(items, list):
-            raise TopologyError(f"{name} must be an array of tables", file=file, line=self.header_line(name),
-                                expected=f"[[{name}]] tables")
-        for i, item in enumerate(items):
-            line = self.header_line(name, i)
-
-            def bad(message: str, value=None, expected: str | None = None, key: str | None = None, i=i, line=line):
-                found = self.key(name, key, i) if key else None
-                return TopologyError(message, file=file, line=found[0] if found else line, command=f"[[{name}]]",
-                                     value=value, expected=expected)
-
-            if not isinstance(item, dict):
-                raise bad(f"{name} entries must be tables", item, f"[[{name}]] tables")
-            for key in item:
-                if key not in allowed:
-                    raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(allowed)), key)
-            for key in required:
-                if key not in item:
-                    raise bad(f"{name} needs {key!r}", expected=", ".join(required[:-1]) + f" and {required[-1]}")
-            yield i, line, item, bad
-
-    def header_line(self, name: str, occurrence: int = 0) -> int | None:
-        found = [h[0] for h in self.headers if h[1] == name]
-        return found[occurrence] if occurrence < len(found) else None
-
-    def key(self, header: str | None, key: str, occurrence: int = 0) -> tuple[int, str] | None:
-        """(line, raw value text) of *key* in the *occurrence*-th table named *header* (None: top level)."""
-        want = None
-        if header is not None:
-            idx = [i for i, h in enumerate(self.headers) if h[1] == header]
-            if occurrence >= len(idx):
-                return None
-            want = idx[occurrence]
-        for line, hidx, k, value in self.keys:
-            if (want is None and hidx == -1 or hidx == want) and k == key:
-                return line, value
-        return None
-
-    def value_start(self, header: str | None, key: str) -> int | None:
-        """The line where a (multi-line) string value's text starts."""
-        found = self.key(header, key)
-        if found is None:
-            return None
-        line, value = found
-        value = value.strip()
-        for delim in ("'''", '"""'):
-            if value.startswith(delim) and value[3:].strip() == "":
-                return line + 1
-        return line
-
-    def find(self, text: str, start: int) -> int | None:
-        """First line at or after *start* containing *text*."""
-        for no in range(max(start, 1), len(self.lines) + 1):
-            if text in self.lines[no - 1]:
-                return no
-        return None
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -501,16 +92,14 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def load_topology_text(text: str, file: str = "<topology>") -> Topology:
-    """Load a topology from TOML *text* (``file`` is used in error messages)."""
-    from flowsim.config import iproute  # the command interpreter needs Topology; import late
-
+    """Load a topology from TOML *text* (``file`` is used in error messages), frozen (a description)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise TopologyError(f"invalid TOML: {exc}", file=file, line=int(m.group(1)) if m else None,
                             expected="a TOML document") from None
-    raw = _RawToml(text)
+    raw = RawToml(text)
     topo = Topology(file)
     _check_keys(data, _TOP_KEYS, raw, None, file)
     topo.description = _opt_str(data, "description", raw, file)
@@ -528,7 +117,8 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
                                 expected="[netns.NAME] with commands, sysctls, nft")
         _check_keys(table, _NETNS_KEYS, raw, header, file)
         ns = topo.namespaces[name]
-        for cmd in _commands(table.get("commands", []), name, raw, header, file):
+        ns.commands = tuple(_commands(table.get("commands", []), name, raw, header, file))
+        for cmd in ns.commands:
             iproute.run(topo, cmd)
         ns.sysctls.update(_sysctls(table.get("sysctls", {}), raw, header, file))
         if "nft" in table:
@@ -537,17 +127,17 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
                                     expected="the ruleset text in nft syntax ('''...''')")
             ns.nft = NftText(table["nft"], file, raw.value_start(header, "nft") or 0)
     topo.discover()
-    topo.traffic = _traffic(data.get("traffic", []), topo, raw, file)
-    topo.events = _events(data.get("event", []), topo, raw, file)
-    return topo
+    topo.traffic = read_traffic(data.get("traffic", []), topo, raw, file)
+    topo.events = read_events(data.get("event", []), topo, raw, file)
+    return topo.freeze()
 
 
-def _line(raw: _RawToml, header: str | None, key: str) -> int | None:
+def _line(raw: RawToml, header: str | None, key: str) -> int | None:
     found = raw.key(header, key)
     return found[0] if found else raw.header_line(header) if header else None
 
 
-def _check_keys(table: dict, allowed: set, raw: _RawToml, header: str | None, file: str) -> None:
+def _check_keys(table: dict, allowed: set, raw: RawToml, header: str | None, file: str) -> None:
     for key in table:
         if key not in allowed:
             raise TopologyError(f"unknown key {key!r}" + (f" in [{header}]" if header else ""), file=file,
@@ -555,7 +145,7 @@ def _check_keys(table: dict, allowed: set, raw: _RawToml, header: str | None, fi
                                 value=key, expected="one of " + ", ".join(sorted(allowed)))
 
 
-def _opt_str(data: dict, key: str, raw: _RawToml, file: str) -> str:
+def _opt_str(data: dict, key: str, raw: RawToml, file: str) -> str:
     value = data.get(key, "")
     if not isinstance(value, str):
         raise TopologyError(f"{key} must be a string", file=file, line=_line(raw, None, key), value=value,
@@ -563,7 +153,7 @@ def _opt_str(data: dict, key: str, raw: _RawToml, file: str) -> str:
     return value
 
 
-def _commands(value, netns: str, raw: _RawToml, header: str, file: str) -> list[Command]:
+def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[Command]:
     """Split ``commands`` into :class:`Command` values with absolute line numbers."""
     key_line = _line(raw, header, "commands")
     if isinstance(value, str):
@@ -595,7 +185,7 @@ def _commands(value, netns: str, raw: _RawToml, header: str, file: str) -> list[
     return out
 
 
-def _sysctls(value, raw: _RawToml, header: str, file: str) -> dict[str, str]:
+def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
     line = _line(raw, header, "sysctls")
     if isinstance(value, list):
         items = {}
@@ -619,11 +209,3 @@ def _sysctls(value, raw: _RawToml, header: str, file: str) -> dict[str, str]:
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')
-
-
-def shell_split(cmd: Command) -> list[str]:
-    """Split a command line like a shell would (quotes allowed)."""
-    try:
-        return shlex.split(cmd.text)
-    except ValueError as exc:
-        raise cmd.error(f"cannot split command line: {exc}", expected="balanced quotes") from None

@@ -24,37 +24,39 @@ are checked against the built :class:`~flowsim.config.topology.Topology`.
 Every error is one :class:`~flowsim.errors.TopologyError` naming the file,
 the command ``[[traffic]]`` and the absolute line of the offending key (of
 the table's header when the key is missing), found through the topology
-loader's raw-TOML line index (``flowsim.config.topology._RawToml``, since tomllib
+loader's raw-TOML line index (:class:`flowsim.config.raw.RawToml`, since tomllib
 gives no line numbers); a duplicate ``name`` names only the file.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
 import attrs
 
+from flowsim.config.network import Topology
+from flowsim.config.raw import RawToml
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import IPAddress
+from flowsim.kernel.stack.pkt import IP_DEFAULT_TTL
 
-if TYPE_CHECKING:
-    from flowsim.config.topology import Topology, _RawToml
-
-__all__ = ["Traffic"]
+__all__ = ["Traffic", "TRAFFIC_KEYS", "read_traffic"]
 
 
 @attrs.frozen
 class Traffic:
-    """One ``[[traffic]]`` table: a flow the simulator will generate.
+    """One ``[[traffic]]`` table: a flow the simulator will generate (the one declaration of its fields:
+    :class:`flowsim.sim.traffic.TrafficSpec` derives from it).
 
     ``packets`` go from ``src`` (an address of netns ``from``; default its
     first address of ``to``'s family) to ``to``; ``reply_packets`` come back.
-    TCP flows do the three-way handshake and FIN close unless disabled.
+    TCP flows do the three-way handshake and a FIN close unless disabled
+    (``close = false`` in the file: no close; ``"rst"`` through the API).
     ``rate`` is packets per second (0: back to back), ``start`` seconds.
     With ``gso_size`` the endpoints hand the stack GSO skbs (TSO /
     ``UDP_SEGMENT``): data packets of ``size`` bytes cut later into segments
-    of ``gso_size`` payload bytes.
+    of ``gso_size`` payload bytes.  ``flows``, ``ttl`` and ``df`` have no key
+    in the file: sweeps and the API set them.  ``line`` is the table's header line.
     """
 
     name: str
@@ -69,20 +71,24 @@ class Traffic:
     reply_packets: int = 0
     reply_size: int | None = None
     handshake: bool = True
-    close: bool = True
+    close: str | None = "fin"  # "fin", "rst" or None (TCP only)
     rate: float = 0.0
     start: float = 0.0
-    gso_size: int | None = None
+    flows: int = 1  # several flows: client ports sport, sport+1, …
+    ttl: int = IP_DEFAULT_TTL  # TTL / hop limit the endpoints send with
+    df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
+    gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
     line: int | None = None
 
 
-_TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
+TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
                  "reply_size", "handshake", "close", "rate", "start", "gso_size"}
 
 
-def _traffic(items, topo: Topology, raw: _RawToml, file: str) -> list[Traffic]:
+def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic]:
+    """The checked ``[[traffic]]`` tables of a topology file, in file order."""
     out = []
-    for _i, line, item, bad in raw.tables(items, "traffic", file, _TRAFFIC_KEYS,
+    for _i, line, item, bad in raw.tables(items, "traffic", file, TRAFFIC_KEYS,
                                           ("name", "proto", "from", "to", "dport")):
         out.append(_one_traffic(item, topo, line, bad))
     names = [t.name for t in out]
@@ -148,5 +154,5 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    packets=integer("packets", 1, 10**9, 10), size=integer("size", 1, 65535, 1000),
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
-                   close=flag("close"), rate=number("rate"), start=number("start"),
+                   close="fin" if flag("close") else None, rate=number("rate"), start=number("start"),
                    gso_size=integer("gso_size", 1, 65535, None), line=line)

@@ -62,7 +62,8 @@ from pathlib import Path
 
 import attrs
 
-from flowsim.config.topology import Topology, Traffic, shell_split
+from flowsim.config.raw import shell_split
+from flowsim.config.topology import Topology, Traffic
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
@@ -190,7 +191,7 @@ def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=t.packets, size=t.size, reply_packets=t.reply_packets, reply_size=t.reply_size or t.size,
-            close=t.close if t.proto == "tcp" else False, rate=t.rate))
+            close=t.proto == "tcp" and t.close is not None, rate=t.rate))
     ft_ns = tuple(ns.name for ns in topo.namespaces.values() if ns.nft and ruleset_flowtables(ns.nft.text))
     name = Path(topo.file or "topology").stem
     return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans))
@@ -234,19 +235,8 @@ def render_command(cmd) -> str:
 
 
 def topology_commands(topo: Topology) -> dict[str, list]:
-    """Each namespace's command lines (Command objects) in file order, re-read from the TOML file."""
-    have = {name: getattr(ns, "commands", None) for name, ns in topo.namespaces.items()}
-    if all(v is not None for v in have.values()):
-        return {k: list(v) for k, v in have.items()}
-    import tomllib
-
-    from flowsim.config import topology as tmod
-
-    text = Path(topo.file).read_text(encoding="utf-8")
-    raw = tmod._RawToml(text)
-    data = tomllib.loads(text)
-    return {name: tmod._commands(table.get("commands", []), name, raw, f"netns.{name}", topo.file)
-            for name, table in data.get("netns", {}).items()}
+    """Each namespace's command lines (Command objects) in file order, as the topology reader replayed them."""
+    return {name: list(ns.commands) for name, ns in topo.namespaces.items()}
 
 
 # ---------------------------------------------------------------------- probe

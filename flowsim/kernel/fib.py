@@ -108,12 +108,17 @@ def _no_route(daddr: IPAddress) -> Route:
 class Fib:
     """The routing tables (main and local) of one namespace."""
 
-    def __init__(self, ns):
+    def __init__(self, ns) -> None:
         self.ns = ns  # flowsim.config.topology.Namespace: devices with their addresses and state
         self.static: list[Route] = []
         # rt_genid / fib6 sernum: bumped by every route change, so cached routes
         # (a flow's dst_cache) can tell they are obsolete (dst_check)
         self.genid = 0
+        self.frozen = False  # the FIB of a loaded description (flowsim.config.network.Topology.freeze)
+
+    def _mutable(self) -> None:
+        if self.frozen:
+            raise TypeError("the FIB of a loaded topology is a description: change the run's live copy")
 
     # --- derived routes
     def connected(self, version: int | None = None) -> list[Route]:
@@ -159,6 +164,7 @@ class Fib:
 
         Raises LookupError (no such route) or KeyError (route exists) for the caller to report.
         """
+        self._mutable()
         self.genid += 1
         old = self.find(route.prefix, route.metric, route.table)
         if mode == "add" and old is not None:
@@ -178,6 +184,7 @@ class Fib:
 
     def delete(self, prefix: IPNetwork, *, metric: int | None = None, dev: str | None = None,
                gateway: IPAddress | None = None) -> Route:
+        self._mutable()
         for r in self.static:
             if (r.prefix == prefix and (metric is None or r.metric == metric) and (dev is None or r.dev == dev)
                     and (gateway is None or r.gateway == gateway)):
@@ -188,6 +195,7 @@ class Fib:
 
     def flush_dev(self, dev: str) -> None:
         """Routes through a device that leaves the namespace go with it (NETDEV_UNREGISTER)."""
+        self._mutable()
         self.static = [r for r in self.static if r.dev != dev]
         self.genid += 1
 

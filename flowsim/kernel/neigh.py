@@ -63,7 +63,7 @@ class NudState(enum.IntFlag):
 
 
 NUD_VALID = NudState.PERMANENT | NudState.NOARP | NudState.REACHABLE | NudState.PROBE | NudState.STALE | NudState.DELAY
-NUD_NAMES: dict[str, NudState] = {s.name.lower(): s for s in NudState}
+NUD_NAMES: dict[str, NudState] = {name.lower(): s for name, s in NudState.__members__.items()}
 
 
 @attrs.frozen
@@ -90,11 +90,16 @@ class NeighEntry:
 class NeighTable:
     """Neighbours of one namespace, both families."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.entries: dict[tuple[str, IPAddress], NeighEntry] = {}
         # bumped by every change: a reader may keep an entry for as long as it stays the same
         # (the fast path reads the neighbour of a flow's next hop for every packet)
         self.version = 0
+        self.frozen = False  # the table of a loaded description (flowsim.config.network.Topology.freeze)
+
+    def _mutable(self) -> None:
+        if self.frozen:
+            raise TypeError("the neighbour table of a loaded topology is a description: change the run's live copy")
 
     def __iter__(self):
         return iter(self.entries.values())
@@ -108,6 +113,7 @@ class NeighTable:
 
     def add(self, entry: NeighEntry, *, replace: bool = True) -> NeighEntry:
         """``neigh_add``; with *replace* False an existing entry is kept (returned)."""
+        self._mutable()
         key = (entry.dev, entry.addr)
         if not replace and key in self.entries:
             return self.entries[key]
@@ -128,6 +134,7 @@ class NeighTable:
         The kernel also drops entries not updated since the last flush; the
         simulator's tables are not aged, so those never qualify.
         """
+        self._mutable()
         doomed = [k for k, e in self.entries.items() if e.state in (NudState.FAILED, NudState.NOARP)]
         for key in doomed:
             del self.entries[key]
@@ -146,11 +153,13 @@ class NeighTable:
         return self.add(NeighEntry(addr, dev, lladdr, state, router=router, origin="discovered"))
 
     def delete(self, dev: str, addr: IPAddress) -> bool:
+        self._mutable()
         self.version += 1
         return self.entries.pop((dev, addr), None) is not None
 
     def flush_dev(self, dev: str) -> None:
         """``neigh_ifdown``: entries of a device that went away."""
+        self._mutable()
         for key in [k for k in self.entries if k[0] == dev]:
             del self.entries[key]
         self.version += 1
@@ -177,9 +186,11 @@ class _Flood:
 
     MAX_TAGS = 4
 
-    def __init__(self, topo, src: NetDevice):
+    def __init__(self, topo, src: NetDevice) -> None:
+        assert src.mac is not None  # discover() floods only from devices with a MAC
         self.topo = topo
         self.src = src
+        self.src_mac: str = src.mac
         self.seen: set = set()
         self.receivers: list[NetDevice] = []
 
@@ -189,6 +200,15 @@ class _Flood:
 
     def _dev(self, netns: str, name: str) -> NetDevice:
         return self.topo.namespaces[netns].devices[name]
+
+    def _lower(self, dev: VlanDevice | MacvlanDevice) -> NetDevice:
+        assert dev.lower is not None  # a VLAN or macvlan device is created on its lower device
+        return self._dev(dev.netns, dev.lower)
+
+    def _master(self, dev: NetDevice, master: str) -> BridgeDevice:
+        br = self._dev(dev.netns, master)
+        assert isinstance(br, BridgeDevice)  # only a bridge is a master (Topology.set_master)
+        return br
 
     def _visit(self, op: str, dev: NetDevice, tags: tuple) -> bool:
         key = (op, dev.netns, dev.name, tags)
@@ -202,13 +222,13 @@ class _Flood:
         if not self._visit("tx", dev, tags):
             return
         if isinstance(dev, VlanDevice):
-            self.tx(self._dev(dev.netns, dev.lower), tags + (Encap(dev.vlan_id, dev.vlan_proto),))
+            self.tx(self._lower(dev), tags + (Encap(dev.vlan_id, dev.vlan_proto),))
         elif isinstance(dev, BridgeDevice):
             vid, inner = self._classify(dev, None, tags)
             if vid is not None:
                 self._forward(dev, vid, inner, exclude=None)
         elif isinstance(dev, MacvlanDevice):
-            self.tx(self._dev(dev.netns, dev.lower), tags)
+            self.tx(self._lower(dev), tags)
         else:
             peer = self.topo.peer(dev)
             if peer is not None:
@@ -222,11 +242,11 @@ class _Flood:
         if upper is not None:
             self.rx(upper, tags[:-1])
         elif dev.master is not None:
-            br = self._dev(dev.netns, dev.master)
+            br = self._master(dev, dev.master)
             vid, inner = self._classify(br, dev.name, tags)
             if vid is None:
                 return
-            br.fdb_learn(self.src.mac, vid, dev.name)
+            br.fdb_learn(self.src_mac, vid, dev.name)
             self._forward(br, vid, inner, exclude=dev.name)
         elif not tags:
             if dev is not self.src:

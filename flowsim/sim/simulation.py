@@ -40,6 +40,7 @@ import collections
 import heapq
 from pathlib import Path
 
+from flowsim.config import iproute
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import PcapWriter
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
@@ -54,23 +55,25 @@ PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
 class Simulation:
     """A topology, its traffic and one kernel profile on a virtual clock.
 
-    A run changes its topology the way the kernel changes a namespace: run
+    A run changes its network the way the kernel changes a namespace: run
     events reconfigure it and the fast path creates the neighbours it misses.
-    Load one topology per run (as every command does) to compare runs.
+    It changes the kernel's own instance (``Kernel.topo``,
+    :meth:`flowsim.config.network.Topology.live`), never the loaded
+    description: one loaded topology runs many times with identical results.
     """
 
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  pcap_dir: str | Path | None = None, tracing: bool = False,
                  traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY):
-        self.topo = topo
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
                              link_delay=link_delay)
+        self.topo = self.kernel.topo  # the run's live instance of *topo*
         if tracing:
             self.kernel.ledger.all_tags = []
         self.kernel.schedule = self.at
         self.kernel.accept = self._accept
         if traffic is None:
-            traffic = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
+            traffic = [TrafficSpec.from_topology(t, i) for i, t in enumerate(self.topo.traffic)]
         self.specs = list(traffic)
         self.conversations = [Conversation(s, f) for s in self.specs for f in range(s.flows)]
         self._by_key = {(c.spec.name, c.flow): c for c in self.conversations}
@@ -100,9 +103,7 @@ class Simulation:
         self._order += 1
 
     def _event(self, event) -> None:
-        """A ``[[event]]`` line runs on the live topology; the kernel hears what changed."""
-        from flowsim.config import iproute  # the command interpreter; import late, as the topology loader does
-
+        """A ``[[event]]`` line runs on the run's live topology; the kernel hears what changed."""
         ns = self.topo.namespaces[event.netns]
         before = {name: (dev.up, dev.mtu) for name, dev in ns.devices.items()}
         iproute.run(self.topo, event.command)

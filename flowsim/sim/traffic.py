@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A :class:`TrafficSpec` is one traffic table (:class:`flowsim.config.topology.Traffic`
-plus what only the API sets: RST close, several flows).  Each flow is a
+A :class:`TrafficSpec` is one traffic table (:class:`flowsim.config.traffic.Traffic`,
+the one declaration of its fields) with its client port chosen.  Each flow is a
 :class:`Conversation` between two :class:`Endpoint` objects:
 
 * the **client** lives in the ``from`` namespace and is bound from the
@@ -52,16 +52,16 @@ server), a sequence number, its kind and the flow index.
 
 from __future__ import annotations
 
-import ipaddress
 import zlib
 
 import attrs
 
+from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.stack.core import ORIGIN_HOST
-from flowsim.kernel.stack.pkt import IP_DEFAULT_TTL, IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
+from flowsim.kernel.stack.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
 
@@ -74,38 +74,17 @@ GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the 
 
 
 @attrs.frozen
-class TrafficSpec:
-    """One traffic table, as the generator uses it."""
-
-    name: str
-    proto: str  # tcp | udp
-    netns: str
-    src: ipaddress.IPv4Address | ipaddress.IPv6Address
-    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
-    dport: int
-    sport: int | None = None
-    packets: int = 10
-    size: int = 1000
-    reply_packets: int = 0
-    reply_size: int | None = None
-    handshake: bool = True
-    close: str | None = "fin"  # "fin", "rst" or None (TCP only)
-    rate: float = 0.0
-    start: float = 0.0
-    flows: int = 1  # several flows: client ports sport, sport+1, …
-    ttl: int = IP_DEFAULT_TTL  # TTL / hop limit the endpoints send with
-    df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
-    gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
+class TrafficSpec(Traffic):
+    """One traffic table as the generator uses it: a :class:`~flowsim.config.traffic.Traffic` (every field is
+    declared there) whose client port is chosen."""
 
     @classmethod
-    def from_topology(cls, t, index: int = 0) -> TrafficSpec:
-        """From a :class:`flowsim.config.topology.Traffic`: every field the two share is copied; the client port
-        defaults to 40000 + 100 × index, and the table's ``close`` flag becomes a FIN close (TCP only)."""
-        tcp = t.proto == "tcp"
-        shared = {a.name for a in attrs.fields(cls)} & {a.name for a in attrs.fields(type(t))}
-        values = {name: getattr(t, name) for name in shared}
-        values.update(sport=t.sport if t.sport is not None else EPHEMERAL_BASE + 100 * index,
-                      handshake=t.handshake and tcp, close=("fin" if t.close else None) if tcp else None)
+    def from_topology(cls, t: Traffic, index: int = 0) -> TrafficSpec:
+        """From a :class:`flowsim.config.traffic.Traffic` of a topology file: the client port defaults to
+        40000 + 100 × *index* (the table's place in the file)."""
+        values = {a.name: getattr(t, a.name) for a in attrs.fields(Traffic)}
+        if t.sport is None:
+            values["sport"] = EPHEMERAL_BASE + 100 * index
         return cls(**values)
 
     @property

@@ -1,0 +1,129 @@
+"""The raw text of a topology file: line numbers of its TOML keys, and shell words of its command lines.
+
+Theory of operation
+-------------------
+``tomllib`` gives values without line numbers, yet every
+:class:`~flowsim.errors.TopologyError` names the absolute line of what it
+refuses.  :class:`RawToml` indexes the TOML text once — table headers and
+keys outside multi-line strings, with the line each is on — so the readers
+(:mod:`flowsim.config.topology`, :mod:`flowsim.config.traffic`,
+:mod:`flowsim.config.events`) can point at a key, at a table of an array, or
+at the first line of a multi-line string.  :func:`shell_split` splits one
+command line into words as a shell would.
+
+This module is the bottom of :mod:`flowsim.config`: it imports nothing else
+from the package.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from flowsim.errors import TopologyError
+from flowsim.kernel.devices.base import Command
+
+__all__ = ["RawToml", "shell_split"]
+
+
+class RawToml:
+    """Line numbers for a TOML text (tomllib gives none): headers and keys outside strings."""
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=\s*(.*)$")
+
+    def __init__(self, text: str):
+        self.lines = text.split("\n")
+        self.headers: list[tuple[int, str, bool]] = []  # (line, dotted name, is array)
+        self.keys: list[tuple[int, int, str, str]] = []  # (line, header index, key, value text)
+        ml: str | None = None
+        for no, raw in enumerate(self.lines, 1):
+            if ml is not None:
+                if raw.count(ml) % 2 == 1:
+                    ml = None
+                continue
+            m = self._HEADER.match(raw)
+            if m:
+                name = ".".join(p.strip().strip('"') for p in m.group(2).split("."))
+                self.headers.append((no, name, m.group(1) == "[["))
+                continue
+            m = self._KEY.match(raw)
+            if m:
+                value = m.group(2)
+                self.keys.append((no, len(self.headers) - 1, m.group(1).strip('"'), value))
+                for delim in ("'''", '"""'):
+                    if value.count(delim) % 2 == 1:
+                        ml = delim
+                        break
+
+    def tables(self, items, name: str, file: str, allowed: set[str], required: tuple[str, ...]):
+        """The ``[[name]]`` array of tables: (index, header line, table, bad) for each, once its keys are
+        checked (no unknown key, every *required* one present).
+
+        ``bad(message, value, expected, key)`` builds the TopologyError of that
+        table, at the line of *key* (of the header without one).
+        """
+        if not isinstance(items, list):
+            raise TopologyError(f"{name} must be an array of tables", file=file, line=self.header_line(name),
+                                expected=f"[[{name}]] tables")
+        for i, item in enumerate(items):
+            line = self.header_line(name, i)
+
+            def bad(message: str, value=None, expected: str | None = None, key: str | None = None, i=i, line=line):
+                found = self.key(name, key, i) if key else None
+                return TopologyError(message, file=file, line=found[0] if found else line, command=f"[[{name}]]",
+                                     value=value, expected=expected)
+
+            if not isinstance(item, dict):
+                raise bad(f"{name} entries must be tables", item, f"[[{name}]] tables")
+            for key in item:
+                if key not in allowed:
+                    raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(allowed)), key)
+            for key in required:
+                if key not in item:
+                    raise bad(f"{name} needs {key!r}", expected=", ".join(required[:-1]) + f" and {required[-1]}")
+            yield i, line, item, bad
+
+    def header_line(self, name: str, occurrence: int = 0) -> int | None:
+        found = [h[0] for h in self.headers if h[1] == name]
+        return found[occurrence] if occurrence < len(found) else None
+
+    def key(self, header: str | None, key: str, occurrence: int = 0) -> tuple[int, str] | None:
+        """(line, raw value text) of *key* in the *occurrence*-th table named *header* (None: top level)."""
+        want = None
+        if header is not None:
+            idx = [i for i, h in enumerate(self.headers) if h[1] == header]
+            if occurrence >= len(idx):
+                return None
+            want = idx[occurrence]
+        for line, hidx, k, value in self.keys:
+            if (want is None and hidx == -1 or hidx == want) and k == key:
+                return line, value
+        return None
+
+    def value_start(self, header: str | None, key: str) -> int | None:
+        """The line where a (multi-line) string value's text starts."""
+        found = self.key(header, key)
+        if found is None:
+            return None
+        line, value = found
+        value = value.strip()
+        for delim in ("'''", '"""'):
+            if value.startswith(delim) and value[3:].strip() == "":
+                return line + 1
+        return line
+
+    def find(self, text: str, start: int) -> int | None:
+        """First line at or after *start* containing *text*."""
+        for no in range(max(start, 1), len(self.lines) + 1):
+            if text in self.lines[no - 1]:
+                return no
+        return None
+
+
+def shell_split(cmd: Command) -> list[str]:
+    """Split a command line like a shell would (quotes allowed)."""
+    try:
+        return shlex.split(cmd.text)
+    except ValueError as exc:
+        raise cmd.error(f"cannot split command line: {exc}", expected="balanced quotes") from None
