@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:func:`compare` runs one topology twice — under profile A and profile B (each
+:func:`compare` runs one loaded topology twice — under profile A and profile B (each
 possibly derived with ``--set``) — with tracing on and every frame written to
 a device kept in memory.  The runs are deterministic, so packets line up by
 their label (traffic, direction, sequence number) and frames by device and
@@ -27,7 +27,7 @@ import collections
 
 import attrs
 
-from flowsim.config.topology import load_topology
+from flowsim.config.topology import Topology, load_topology
 from flowsim.profiles import Profile, profile_from_cli
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
@@ -205,8 +205,8 @@ def hexdump_frame(frame: bytes) -> str:
     return " | ".join(parts)
 
 
-def _run(topology: str, profile: Profile, *, headlen: int | None, duration: float | None) -> Side:
-    sim = Simulation(load_topology(topology), profile, tracing=True, headlen=headlen)
+def _run(topo: Topology, profile: Profile, *, headlen: int | None, duration: float | None) -> Side:
+    sim = Simulation(topo, profile, tracing=True, headlen=headlen)
     frames: dict = collections.defaultdict(list)
     xmit = sim.kernel.capture
 
@@ -223,10 +223,13 @@ def _run(topology: str, profile: Profile, *, headlen: int | None, duration: floa
     return Side(profile, build_report(sim), dict(traces), dict(frames))
 
 
-def compare(topology: str, profile_a: str | Profile, profile_b: str | Profile, *, settings_a=(), settings_b=(),
+def compare(topology: str | Topology, profile_a: str | Profile, profile_b: str | Profile, *, settings_a=(), settings_b=(),
             headlen: int | None = None, duration: float | None = None) -> Comparison:
-    """Run *topology* under both profiles and line the results up."""
+    """Run *topology* (a file, or a loaded :class:`~flowsim.config.topology.Topology`) under both profiles
+    and line the results up; it is loaded once, each run instantiates it."""
     pa = profile_a if isinstance(profile_a, Profile) else profile_from_cli(profile_a, settings_a)
     pb = profile_b if isinstance(profile_b, Profile) else profile_from_cli(profile_b, settings_b)
-    return Comparison(str(topology), _run(topology, pa, headlen=headlen, duration=duration),
-                      _run(topology, pb, headlen=headlen, duration=duration))
+    topo = topology if isinstance(topology, Topology) else load_topology(topology)
+    name = str(topology) if not isinstance(topology, Topology) else str(topo.file)
+    return Comparison(name, _run(topo, pa, headlen=headlen, duration=duration),
+                      _run(topo, pb, headlen=headlen, duration=duration))

@@ -35,7 +35,9 @@ before any run starts, so a bad one is a single
 Each point becomes a :class:`SweepTask` holding the topology's *text*
 (workers of a remote Dask cluster need not share a file system) and the
 point's settings; :func:`run_point` builds the simulation from it, runs
-it and measures it.  ``fixed`` settings apply to every point and are not
+it and measures it.  A process loads a topology text once and every point
+it runs instantiates that description (its sysctls set on the point's own
+copy), so reading the file is not repeated per point.  ``fixed`` settings apply to every point and are not
 columns; a grid key overrides the same fixed key.
 
 Execution: by default a local :class:`~concurrent.futures.ProcessPoolExecutor`
@@ -72,6 +74,7 @@ The module is callable: ``flowsim.sim.sweep(...)`` is :func:`sweep`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import multiprocessing
@@ -83,7 +86,7 @@ from typing import Any
 
 import attrs
 
-from flowsim.config.topology import load_topology_text
+from flowsim.config.topology import Topology, load_topology_text
 from flowsim.errors import ConfigError, FlowsimError, ProfileError
 from flowsim.profiles import DEFAULT_PROFILE, SWITCHES, get_profile
 from flowsim.sim.progress import count_bar
@@ -381,7 +384,7 @@ def _topology_text(topology) -> tuple[str, str]:
 def plan(topology, grid, fixed: Mapping | None = None) -> SweepPlan:
     """Check *grid* and *fixed* against the topology and make one :class:`SweepTask` per point."""
     file, text = _topology_text(topology)
-    topo = load_topology_text(text, file=file)
+    topo = _loaded(file, text)
     traffic = {t.name: t.proto for t in topo.traffic}
     grid = _as_grid(grid)
     fixed = {str(k).strip(): v for k, v in (fixed or {}).items() if str(k).strip() not in grid}
@@ -394,6 +397,13 @@ def plan(topology, grid, fixed: Mapping | None = None) -> SweepPlan:
 
 
 # ----------------------------------------------------------------- one run
+
+@functools.lru_cache(maxsize=4)
+def _loaded(file: str, text: str) -> Topology:
+    """The topology of a task, loaded once per process: every point a worker runs instantiates the same
+    description (tasks carry the text, so that remote workers need no shared file system)."""
+    return load_topology_text(text, file=file)
+
 
 def _of_kind(settings, kind: str) -> list[Setting]:
     return [s for s in settings if s.kind == kind]
@@ -424,7 +434,7 @@ def _traffic_specs(topo, settings) -> list[TrafficSpec]:
 
 
 def _simulation(task: SweepTask) -> tuple[Simulation, float | None]:
-    topo = load_topology_text(task.text, file=task.file)
+    topo = _loaded(task.file, task.text).instantiate()  # the point's sysctls change its own live copy
     _apply_sysctls(topo, task.settings)
     run = {s.target[0]: s.value for s in _of_kind(task.settings, "run")}
     sim = Simulation(topo, _profile(task.settings), flowtables=run.get("flowtables", True),
