@@ -1,10 +1,16 @@
-"""Topology files: what a scenario says, read once.
+"""Topology files: what a scenario says, read once, then frozen.
 
-``topology`` (the TOML reader and :class:`~flowsim.config.topology.Topology`),
-``iproute`` (the ``ip``/``bridge`` command interpreter), ``iproute_xfrm``
-(``ip xfrm state|policy``), ``traffic`` (``[[traffic]]`` tables) and
-``events`` (``[[event]]`` tables: iproute2 lines run at a virtual time).
-Every error names the file, the line and what was expected.
+``topology`` (the TOML reader, at the top: it imports the others),
+``events`` (``[[event]]`` tables: iproute2 lines run at a virtual time),
+``traffic`` (``[[traffic]]`` tables; :class:`~flowsim.config.traffic.Traffic`
+declares a flow's fields), ``iproute`` (the ``ip``/``bridge`` command
+interpreter), ``iproute_xfrm`` (``ip xfrm state|policy``), ``ipcontext``
+(the family and namespace of one ``ip`` line), ``network``
+(:class:`~flowsim.config.network.Topology`: namespaces, devices and links;
+a loaded one is a frozen description that each run instantiates) and
+``raw`` (TOML line numbers, shell words).  Each imports only the ones after
+it in this list.  Every error names the file, the line and what was
+expected.
 
 May import: ``flowsim.kernel`` (devices, FIB, neighbours the commands
 build), ``flowsim.nft`` and the shared vocabulary.  Never ``sim``,
