@@ -30,10 +30,24 @@ tag by ``skb_vlan_untag`` before any ingress hook runs.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 
 from flowsim.errors import SkbPullBug
 from flowsim.kernel.headers import ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, VLAN_HLEN
+
+_bytes = bytes  # inside SkBuff the method SkBuff.bytes shadows the builtin in annotations
+
+
+class SkbTag(Protocol):
+    """What the kernel reads of the simulator's label on a packet (:class:`flowsim.kernel.stack.core.PacketTag`)."""
+
+    @property
+    def traffic(self) -> str | None: ...
+
+    @property
+    def direction(self) -> str | None: ...
 
 __all__ = ["SkbCost", "SkBuff", "skb_from_frame", "NET_SKB_PAD"]
 
@@ -77,7 +91,7 @@ class SkBuff:
     gso_type: int = 0  # skb_shinfo(skb)->gso_type: SKB_GSO_* bits (flowsim.kernel.gso)
     tailroom: int = 0  # free bytes after the linear area (none for a head filled by the driver)
     mark: int = 0  # skb->mark
-    tag: object = None  # the simulator's label: which traffic, direction and packet this is
+    tag: SkbTag | None = None  # the simulator's label: which traffic, direction and packet this is
     drop_reason: str | None = None  # reason id when a hook returned NF_DROP
     sec_path: tuple = ()  # skb_sec_path: the xfrm states that decrypted it, outermost first
     # Cost counters kept as plain fields: one object less per packet.
@@ -153,7 +167,7 @@ class SkBuff:
             raise SkbPullBug(self.data, length, self.headlen)
         self.data += length
 
-    def push(self, header: bytes) -> None:
+    def push(self, header: _bytes) -> None:
         """``skb_cow_head`` + ``skb_push``: prepend *header*, reallocating the head if headroom is short."""
         n = len(header)
         if self.data < n:

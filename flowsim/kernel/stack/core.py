@@ -107,15 +107,17 @@ class PacketTag:
 class Ledger:
     """Packet conservation: injected = delivered + dropped (by reason) + in flight."""
 
-    def __init__(self):
-        self.injected: collections.Counter = collections.Counter()  # origin -> n
-        self.delivered: collections.Counter = collections.Counter()  # origin -> n
-        self.dropped: collections.Counter = collections.Counter()  # reason -> n
+    def __init__(self) -> None:
+        self.injected: collections.Counter[str] = collections.Counter()  # origin -> n
+        self.delivered: collections.Counter[str] = collections.Counter()  # origin -> n
+        self.dropped: collections.Counter[str] = collections.Counter()  # reason -> n
         self.live: dict[int, PacketTag] = {}
         # per traffic: (name, direction, origin) -> Counter(sent, delivered, dropped)
-        self.per_traffic: dict = collections.defaultdict(collections.Counter)
-        self.drop_log: list = []  # (time, tag, reason, where) of the first drops, for reports
-        self.all_tags: list | None = None  # every packet in injection order, when kept (tracing)
+        self.per_traffic: collections.defaultdict[tuple[str | None, str | None, str], collections.Counter[str]] = \
+            collections.defaultdict(collections.Counter)
+        # (time, tag, reason, where) of the first drops, for reports
+        self.drop_log: list[tuple[float, str, str | None, str | None]] = []
+        self.all_tags: list[PacketTag] | None = None  # every packet in injection order, when kept (tracing)
 
     def inject(self, tag: PacketTag) -> None:
         if self.all_tags is not None:

@@ -47,9 +47,11 @@ OUTPUT and POSTROUTING of the namespace like ``iptunnel_xmit`` →
 from __future__ import annotations
 
 import zlib
+from ipaddress import IPv4Address, IPv6Address
 
 from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
+from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
     AF_INET,
@@ -91,6 +93,7 @@ from flowsim.kernel.stack.pkt import (
     l4_checksum,
     new_skb,
     parse_ip,
+    reparse_ip,
 )
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
@@ -98,7 +101,7 @@ __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_outpu
            "IPFRAG_TIME"]
 
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
-_OPPOSITE = {"original": "reply", "reply": "original"}
+_OPPOSITE: dict[str | None, str] = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
 
 
@@ -212,7 +215,7 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
             return
         # the slow path of GSO: segment, then ip_fragment each segment (refused with DF)
         for seg in stack_l2.gso_segment(kernel, skb, f"{st.name} output") or ():
-            _ip_finish_output(kernel, st, seg, parse_ip(seg.buf, seg.data), mtu, out_dev, nexthop)
+            _ip_finish_output(kernel, st, seg, reparse_ip(seg.buf, seg.data), mtu, out_dev, nexthop)
         return
     _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop)
 
@@ -390,19 +393,18 @@ def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo) -> None:
     stack_l2.netif_receive_skb(kernel, tun, skb)
 
 
-def _tunnel_route(kernel, st, tun, skb: SkBuff, info: PktInfo | None, where: str):
-    """The underlay route to the tunnel's remote end, or None (packet dropped)."""
-    if info is None:
-        kernel.drop(skb, "ip-header-invalid", where)
-        return None
-    if tun.remote is None:
+def _tunnel_route(kernel, st, tun: IpipDevice | Ip6tnlDevice, skb: SkBuff,
+                  where: str) -> tuple[Route, IPv4Address | IPv6Address] | None:
+    """The underlay route to the tunnel's remote end and that end, or None (packet dropped)."""
+    remote = tun.remote
+    if remote is None:
         kernel.drop(skb, "no-route", where, reason="tunnel without a remote address")
         return None
-    rt = st.route(tun.remote)
+    rt = st.route(remote)
     if rt.error or rt.type == "local" or rt.dev == tun.name:
-        kernel.drop(skb, "no-route", where, dst=tun.remote)
+        kernel.drop(skb, "no-route", where, dst=remote)
         return None
-    return rt
+    return rt, remote
 
 
 def _flowlabel(info: PktInfo) -> int:
@@ -415,9 +417,13 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
     """``ipip_tunnel_xmit`` → ``ip_tunnel_xmit``: outer IPv4 header, then ``ip_local_out``."""
     where = f"{st.name} {tun.name} xmit"
     info = parse_ip(skb.buf, skb.data)
-    rt = _tunnel_route(kernel, st, tun, skb, info, where)
-    if rt is None:
+    if info is None:
+        kernel.drop(skb, "ip-header-invalid", where)
         return
+    found = _tunnel_route(kernel, st, tun, skb, where)
+    if found is None:
+        return
+    rt, remote = found
     if info.version != 4:
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}")
         return
@@ -426,12 +432,12 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
         icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
         kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
         return
-    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(tun.remote), 4)
+    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(remote), 4)
     inner = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
     tos = skb.buf[info.l3off + 1] & 0x03  # ECN of the inner header (INET_ECN_encapsulate)
-    outer = build_ipv4(src, tun.remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
+    outer = build_ipv4(src, remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
                        ident=st.next_ident(), df=True)
-    kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote)
+    kernel.trace(skb, where, "encapsulated", src=src, dst=remote)
     # iptunnel_handle_offloads(skb, SKB_GSO_IPXIP4): a GSO skb stays one, segmented with its outer header
     ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
                                      skb.gso_type | SKB_GSO_IPXIP4 if skb.gso_size else 0), route=rt)
@@ -451,9 +457,13 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     """``ip6_tnl_start_xmit`` → ``ip6_tnl_xmit``: encap-limit option, outer IPv6 header, ``ip6tunnel_xmit``."""
     where = f"{st.name} {tun.name} xmit"
     info = parse_ip(skb.buf, skb.data)
-    rt = _tunnel_route(kernel, st, tun, skb, info, where)
-    if rt is None:
+    if info is None:
+        kernel.drop(skb, "ip-header-invalid", where)
         return
+    found = _tunnel_route(kernel, st, tun, skb, where)
+    if found is None:
+        return
+    rt, remote = found
     proto = IPPROTO_IPV6 if info.version == 6 else IPPROTO_IPIP
     if not _mode_accepts(tun, proto):
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}", mode=tun.mode)
@@ -477,11 +487,11 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     if limit is not None:  # ipv6_push_frag_opts: destination options with IPV6_TLV_TNL_ENCAP_LIMIT, PadN
         payload = bytes((proto, 0, 4, 1, limit, 1, 1, 0)) + payload
         nexthdr = 60
-    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(tun.remote), 6)
+    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(remote), 6)
     ecn = _ecn(skb, info)
-    outer = build_ipv6(src, tun.remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
+    outer = build_ipv6(src, remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
                        flowlabel=_flowlabel(info))
-    kernel.trace(skb, where, "encapsulated", src=src, dst=tun.remote, encaplimit=limit)
+    kernel.trace(skb, where, "encapsulated", src=src, dst=remote, encaplimit=limit)
     ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
                                      skb.gso_type | SKB_GSO_IPXIP6 if skb.gso_size else 0), route=rt)
 
@@ -508,6 +518,7 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
     back = st.route(info.src)
     if back.error:
         return
+    src: IPv4Address | IPv6Address | None
     if local:
         src = info.dst
     else:

@@ -291,10 +291,10 @@ def br_handle_frame(kernel, st, port, skb: SkBuff) -> None:
         return
     dmac = mac_ntoa(dst)
     f = br.fdb_find(dmac, vid)
-    if f is not None and (f.port is None or f.local):
-        _br_pass_frame_up(kernel, st, br, skb, vid)
-    elif f is None:
+    if f is None:
         _br_flood(kernel, st, br, skb, vid, exclude=port.name)
+    elif f.port is None or f.local:
+        _br_pass_frame_up(kernel, st, br, skb, vid)
     elif f.port == port.name:
         kernel.drop(skb, "bridge-no-destination", where, reason="destination behind the ingress port")
     else:

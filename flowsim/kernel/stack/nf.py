@@ -46,6 +46,7 @@ from flowsim.kernel.conntrack import (
     IPS_NAT_MASK,
     IPS_SRC_NAT,
     IPS_SRC_NAT_DONE,
+    CtEntry,
     CtTuple,
     NatRange,
     nf_nat_manip_pkt,
@@ -53,7 +54,14 @@ from flowsim.kernel.conntrack import (
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
 from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
-from flowsim.kernel.stack.pkt import PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip
+from flowsim.kernel.stack.pkt import (
+    PktInfo,
+    ipv4_change_dsfield,
+    ipv6_change_dsfield,
+    l4_checksum,
+    parse_ip,
+    reparse_ip,
+)
 from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["NfCtx", "nf_hook", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
@@ -76,7 +84,7 @@ _DONE = {"src": IPS_SRC_NAT_DONE, "dst": IPS_DST_NAT_DONE}
 class NfCtx:
     """What conntrack attached to the packet in this namespace (``skb->_nfct`` + ctinfo)."""
 
-    ct: object = None
+    ct: CtEntry | None = None
     dir: int | None = None
     state: str | None = None
     ctinfo: int | None = None
@@ -135,8 +143,8 @@ def nat_source_address(st, out_dev, nexthop, version: int):
 
 def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_dev, route) -> PktInfo:
     """Bind NAT if the nat chains ran (``nf_nat_inet_fn``), then rewrite the packet (``nf_nat_packet``)."""
-    ct = nfc.ct
-    if ct is None:
+    ct, d = nfc.ct, nfc.dir
+    if ct is None or d is None:  # conntrack sets both or neither (_conntrack_in)
         return info
     manip = _MANIP[hook]
     if res is not None and res.nat_manip is not None and not ct.status & _DONE[manip]:
@@ -157,17 +165,17 @@ def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_de
     if not ct.status & IPS_NAT_MASK:
         return info
     if nfc.ctinfo is not None and nfc.ctinfo % 3 == IP_CT_RELATED and info.is_icmp_error:
-        changed = nf_nat_icmp_reply_translation(ct, nfc.dir, hook, skb.buf, info)
+        changed = nf_nat_icmp_reply_translation(ct, d, hook, skb.buf, info)
     else:
-        changed = nf_nat_packet(ct, nfc.dir, hook, skb.buf, info.l3off)
+        changed = nf_nat_packet(ct, d, hook, skb.buf, info.l3off)
     if changed:
-        info = parse_ip(skb.buf, info.l3off)
+        info = reparse_ip(skb.buf, info.l3off)
         kernel.trace(skb, f"{st.name} {hook}", "NAT rewrite", src=info.src, dst=info.dst, sport=info.sport,
                      dport=info.dport)
     return info
 
 
-def nf_nat_icmp_reply_translation(ct, dir: int, hook: str, buf: bytearray, info: PktInfo) -> bool:
+def nf_nat_icmp_reply_translation(ct: CtEntry, dir: int, hook: str, buf: bytearray, info: PktInfo) -> bool:
     """Translate an ICMP error about a NATed connection: the quoted packet back, then the outer header.
 
     The quoted packet gets the *opposite* manipulation towards the tuple of
@@ -190,7 +198,7 @@ def nf_nat_icmp_reply_translation(ct, dir: int, hook: str, buf: bytearray, info:
     if info.version == 4:
         check = internet_checksum(buf[at:end])
     else:
-        o = parse_ip(buf, info.l3off)
+        o = reparse_ip(buf, info.l3off)
         check = l4_checksum(o.src, o.dst, IPPROTO_ICMPV6, buf[at:end])
     buf[at + 2:at + 4] = check.to_bytes(2, "big")
     return True

@@ -38,6 +38,7 @@ import struct
 
 import attrs
 
+from flowsim.errors import KernelBugError
 from flowsim.kernel.headers import (
     ETH_P_IP,
     ETH_P_IPV6,
@@ -50,12 +51,12 @@ from flowsim.kernel.headers import (
     internet_checksum,
     ipv6_ext_hdr,
 )
-from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
+from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
 
 __all__ = [
     "PktInfo", "parse_ip", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
-    "ip_fragment", "FragQueue", "new_skb", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
+    "ip_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
@@ -81,16 +82,16 @@ _V6ADDR = ipaddress.IPv6Address
 
 
 @functools.lru_cache(maxsize=8192)
-def _addr4(raw: bytes):
+def _addr4(raw: bytes) -> ipaddress.IPv4Address:
     return _V4ADDR(raw)
 
 
 @functools.lru_cache(maxsize=8192)
-def _addr6(raw: bytes):
+def _addr6(raw: bytes) -> ipaddress.IPv6Address:
     return _V6ADDR(raw)
 
 
-def new_skb(packet: bytes, tag: object, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
+def new_skb(packet: bytes, tag: SkbTag | None, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
     """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
     buf = bytearray(NET_SKB_PAD) + packet
     skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
@@ -118,8 +119,8 @@ class PktInfo:
     tot_len: int
     l4proto: int
     l4off: int
-    src: object
-    dst: object
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
     ttl: int
     dscp: int = 0
     df: bool = False
@@ -226,6 +227,14 @@ def _parse_l4(info: PktInfo, buf, end: int) -> None:
 
 
 # ----------------------------------------------------------------- building
+
+def reparse_ip(buf: bytearray, off: int) -> PktInfo:
+    """``parse_ip`` of a packet the stack itself has just written (NAT, GSO segments): valid by construction."""
+    info = parse_ip(buf, off)
+    if info is None:
+        raise KernelBugError(f"the stack wrote an invalid IP header at offset {off}")
+    return info
+
 
 def build_ipv4(src, dst, proto: int, payload: bytes, *, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
                ident: int = 0, df: bool = True, frag: int = 0) -> bytes:

@@ -76,26 +76,31 @@ def xfrm_state_register_afinfo(family: int, afinfo: XfrmStateAfinfo) -> None:
     """``xfrm_state_register_afinfo``: the IP layer of *family* registers itself (``xfrm4_state_init``)."""
     _AFINFO[family] = afinfo
 
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
 @attrs.frozen
 class XfrmSA:
     """``ip xfrm state``: one ESP SA with ``rfc4106(gcm(aes))``."""
 
-    src: object
-    dst: object
+    src: IpAddress
+    dst: IpAddress
     spi: int
     key: bytes  # AES key + 4-byte salt
     reqid: int = 0
     mode: str = "tunnel"
     icv_bits: int = 128
-    sel_src: object = None  # ipaddress network or None
-    sel_dst: object = None
+    sel_src: IpNetwork | None = None
+    sel_dst: IpNetwork | None = None
 
     @property
     def esp_state(self) -> esp.XfrmState:
         return _esp_state(self)
 
 
-_ESP_STATES: dict = {}
+_ESP_STATES: dict[XfrmSA, esp.XfrmState] = {}
 
 
 def _esp_state(sa: XfrmSA) -> esp.XfrmState:
@@ -110,8 +115,8 @@ def _esp_state(sa: XfrmSA) -> esp.XfrmState:
 class XfrmTmpl:
     """One ``tmpl src A dst B proto esp [reqid N] [mode M]`` of a policy."""
 
-    src: object
-    dst: object
+    src: IpAddress
+    dst: IpAddress
     proto: str = "esp"
     reqid: int = 0
     mode: str = "transport"
@@ -121,15 +126,15 @@ class XfrmTmpl:
 class XfrmPolicy:
     """``ip xfrm policy``: selector, direction, templates."""
 
-    src: object  # ipaddress network
-    dst: object
+    src: IpNetwork
+    dst: IpNetwork
     dir: str  # out | in | fwd
-    tmpls: tuple = ()
+    tmpls: tuple[XfrmTmpl, ...] = ()
     priority: int = 0
     action: str = "allow"
     proto: int = 0  # selector's upper-layer protocol, 0 = any
 
-    def matches(self, src, dst, proto: int) -> bool:
+    def matches(self, src: IpAddress, dst: IpAddress, proto: int) -> bool:
         return (src.version == self.src.version and src in self.src and dst in self.dst
                 and (not self.proto or self.proto == proto))
 
@@ -138,10 +143,10 @@ class XfrmPolicy:
 class XfrmDb:
     """A namespace's SAD and SPD."""
 
-    states: list = attrs.Factory(list)
-    policies: list = attrs.Factory(list)
+    states: list[XfrmSA] = attrs.Factory(list)
+    policies: list[XfrmPolicy] = attrs.Factory(list)
 
-    def policy(self, dir: str, src, dst, proto: int) -> XfrmPolicy | None:
+    def policy(self, dir: str, src: IpAddress, dst: IpAddress, proto: int) -> XfrmPolicy | None:
         """``xfrm_policy_lookup``: the matching policy with the lowest priority value (first added on a tie)."""
         best = None
         for p in self.policies:
@@ -149,7 +154,7 @@ class XfrmDb:
                 best = p
         return best
 
-    def state_for(self, tmpl: XfrmTmpl, src, dst) -> XfrmSA | None:
+    def state_for(self, tmpl: XfrmTmpl, src: IpAddress, dst: IpAddress) -> XfrmSA | None:
         """``xfrm_state_find``: a state for the template (and the packet, if the state has a selector)."""
         for sa in self.states:
             if (sa.src == tmpl.src and sa.dst == tmpl.dst and sa.mode == tmpl.mode
@@ -170,12 +175,13 @@ class XfrmDb:
 class XfrmRoute(Route):
     """An xfrm bundle (``struct xfrm_dst``): the underlay route, with the SA and the reduced MTU."""
 
-    sa: XfrmSA | None = None
-    policy: XfrmPolicy | None = None
-    route: Route | None = None  # xfrm_dst->route: the underlay route the outer packet takes
+    # keyword-only: Route's own fields have defaults, and a bundle always has its state and underlay route
+    sa: XfrmSA = attrs.field(kw_only=True)
+    policy: XfrmPolicy | None = attrs.field(default=None, kw_only=True)
+    route: Route = attrs.field(kw_only=True)  # xfrm_dst->route: the underlay route the outer packet takes
 
     @property
-    def xfrm(self) -> XfrmSA | None:
+    def xfrm(self) -> XfrmSA:
         """Non-None: "the dst has an xfrm bundle" (``dst_xfrm(dst)``, as ``nft_xmit_type`` asks)."""
         return self.sa
 
