@@ -20,8 +20,8 @@ the kernel's order: the tuple and the table lookup
 writability, ``flow_offload_refresh``, :func:`nf_flow_encap_pop` (as many
 VLAN/PPPoE/tunnel layers as the *flow* says), NAT (``nf_flow_nat_ip`` /
 ``nf_flow_nat_ipv6``, incremental checksums), TTL / hop limit and the
-conntrack counters (``nf_ct_acct_update``).  Then :func:`nf_flow_offload_xmit`:
-``nf_flow_xmit_xfrm``, or the tunnel push (:func:`nf_flow_tunnel_push`:
+conntrack counters (``nf_ct_acct_update``).  Then, in the hook as in the
+kernel: ``nf_flow_xmit_xfrm``, or the tunnel push (:func:`nf_flow_tunnel_push`:
 ``nf_flow_tunnel_v4_push`` / ``nf_flow_tunnel_v6_push``) and the switch on
 ``tuple->xmit_type`` (the :data:`XMIT` dispatch table: NEIGH, DIRECT), both
 ending in :func:`nf_flow_queue_xmit` (``nf_flow_encap_push`` of VLAN/PPPoE,
@@ -79,7 +79,7 @@ from flowsim.kernel.headers import (
 from flowsim.reasons import ACCEPT, DROP, STOLEN
 
 __all__ = [
-    "nf_flow_offload_hook", "nf_flow_offload_forward", "nf_flow_offload_xmit", "nf_flow_xmit_xfrm",
+    "nf_flow_offload_hook", "nf_flow_offload_forward", "nf_flow_xmit_xfrm",
     "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_queue_xmit", "nf_flow_encap_gso_xmit",
     "nf_flow_encap_pop", "nf_flow_tunnel_push", "nf_flow_tunnel_ipip_push", "nf_flow_tunnel_ip6ip6_push",
     "nf_flow_encap_push", "nf_flow_vlan_push", "nf_flow_pppoe_push",
@@ -164,10 +164,11 @@ def _near_miss(ft: Flowtable, key) -> None:
 def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     """The flowtable's ingress hook for *skb* received on *in_dev*: ACCEPT, DROP or STOLEN.
 
-    ``nf_flow_offload_ip_hook`` / ``nf_flow_offload_ipv6_hook``: lookup, then
-    :func:`nf_flow_offload_forward` and :func:`nf_flow_offload_xmit`.  The
-    skb's header-access cost during the hook (copies, head reallocations,
-    pulls of non-linear data) is added to ``ft.cost``.
+    ``nf_flow_offload_ip_hook`` / ``nf_flow_offload_ipv6_hook``: the lookup,
+    :func:`nf_flow_offload_forward`, then :func:`nf_flow_xmit_xfrm`, or
+    :func:`nf_flow_tunnel_push` and the :data:`XMIT` entry of the tuple's
+    xmit type.  The skb's header-access cost during the hook (copies, head
+    reallocations, pulls of non-linear data) is added to ``ft.cost``.
     """
     copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
     try:
@@ -187,11 +188,23 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             kernel.trace(skb, f"flowtable @{ft.name}",
                          f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(res.tuple))
         v4 = res.hook == "ipv4"
+        other = flow.tuplehash[1 - th.dir]
         try:
-            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, res.ctx, v4)
+            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res.ctx, v4)
             if verdict is not None:
                 return verdict
-            return nf_flow_offload_xmit(kernel, ns_state, ft, skb, th, v4)
+            # the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
+            xmit_type = th.xmit_type
+            if xmit_type == _XFRM:
+                return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
+            if other.key.tun is None:  # nf_flow_tunnel_push returns at once: no call for the common case
+                ip_daddr = other.key.src
+            else:
+                ip_daddr = nf_flow_tunnel_push(kernel.profile, ft, skb, th, other, v4)
+            xmit = XMIT.get(xmit_type)
+            if xmit is None:  # default: WARN_ON_ONCE(1); NF_DROP
+                return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
+            return xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
         except KernelBugError as exc:
             ft.kernel_bugs.append(str(exc))
             return _drop(kernel, ft, skb, "kernel-bug", str(exc))
@@ -205,15 +218,14 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             c.pull_bugs += skb.pull_bugs - bugs
 
 
-def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, ctx: FlowtableCtx,
-                            v4: bool) -> str | None:
+def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
+                            ctx: FlowtableCtx, v4: bool) -> str | None:
     """``nf_flow_offload_forward``: None when the packet goes on to the transmit, else the verdict.
 
     The checks that send the packet to the slow path (MTU, TCP state, stale
     route), writability, the refresh, then the packet's own rewrite: pop,
     NAT, TTL / hop limit and the counters.
     """
-    profile = kernel.profile
     flow = th.flow
     buf = skb.buf
     ih = skb.network_header + ctx.offset
@@ -221,8 +233,8 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
     thoff = ctx.offset + l3len  # from skb->data (= the network header at ingress)
     l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
     mtu = th.mtu + ctx.offset
-    if flow.tuplehash[1 - th.dir].key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
-        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
+    if other.key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
+        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if kernel.profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
         l4len = (buf[skb.data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
         if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
@@ -233,7 +245,7 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
             ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
             return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
         if flags & (TCP_FIN | TCP_RST):
-            if profile.tcp_fin_rst == "teardown":
+            if kernel.profile.tcp_fin_rst == "teardown":
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
@@ -268,19 +280,6 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
 
 
 # --- transmit ------------------------------------------------------------------------
-
-def nf_flow_offload_xmit(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, v4: bool) -> str:
-    """The hook's tail after ``nf_flow_offload_forward``: XFRM first, else tunnel push and the xmit switch."""
-    xmit_type = th.xmit_type
-    if xmit_type == _XFRM:
-        return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
-    other = th.flow.tuplehash[1 - th.dir]
-    ip_daddr = nf_flow_tunnel_push(kernel.profile, ft, skb, th, other, v4)
-    xmit = XMIT.get(xmit_type)
-    if xmit is None:  # default: WARN_ON_ONCE(1); NF_DROP
-        return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
-    return xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
-
 
 def nf_flow_xmit_xfrm(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple) -> str:
     """``nf_flow_xmit_xfrm``: IPCB reset, IPSKB_FORWARDED, ``skb_dst_set_noref`` (cached route),
@@ -362,8 +361,8 @@ XMIT: dict[XmitType, Callable[..., str]] = {_NEIGH: nf_flow_xmit_neigh, _DIRECT:
 def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple, outdev,
                        hh: bytes | None) -> str:
     """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple, the Ethernet header, ``dev_queue_xmit``."""
-    order = kernel.profile.encap_push_order
     if other.key.encap:
+        order = kernel.profile.encap_push_order
         if skb.gso_size and th.needs_gso_segment:
             return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
         if not nf_flow_encap_push(skb, other, order):
