@@ -57,6 +57,10 @@ class FakeKernel:
 def setup(topology: str, netns: str, profile: str):
     """A kernel and one namespace's state with its flowtables, from a shipped topology."""
     topo = load_topology(TOPOLOGIES / topology)
+    # tests change routes and neighbours: they need a run's live copy where a loaded topology is a
+    # read-only description (Topology.live, from the config rework); an older topology is live already
+    live = getattr(topo, "live", None)
+    topo = live() if live is not None else topo
     kernel = FakeKernel(topo, get_profile(profile))
     ns = topo.netns(netns)
     ruleset = parse_ruleset(ns.nft.text)
