@@ -13,7 +13,8 @@ TOPO = Path(__file__).resolve().parent.parent / "topologies"
 
 
 def test_fast_path_packet_never_reaches_forward(capsys):
-    """A data packet of an offloaded flow: lookup hit, fast-path xmit, no forward-chain step (§4.3)."""
+    """A data packet of an offloaded flow: lookup hit, fast-path xmit, no forward-chain step
+    (nf_flow_offload_ip_hook)."""
     assert main(["trace", str(TOPO / "selftest.toml"), "--match", "traffic=tcp-12345,kind=data", "--limit", "1",
                  "--json"]) == 0
     (pkt,) = json.loads(capsys.readouterr().out)
@@ -24,7 +25,7 @@ def test_fast_path_packet_never_reaches_forward(capsys):
 
 
 def test_first_packet_goes_through_forward_with_its_rule(capsys):
-    """The SYN misses the flowtable and crosses the forward chain, where `flow add` breaks (§3)."""
+    """The SYN misses the flowtable and crosses the forward chain, where `flow add` breaks (nft_flow_offload_eval)."""
     assert main(["trace", str(TOPO / "selftest.toml"), "--traffic", "tcp-12345", "--packet", "0", "--hex"]) == 0
     out = capsys.readouterr().out
     assert "no-flow-entry" in out and "flow add @f1 failed" in out and " | " in out

@@ -14,7 +14,8 @@ TOPO = Path(__file__).resolve().parent.parent / "topologies"
 
 
 def test_715_vs_70_encaplimit():
-    """7.0 accelerates a tunnel with the default encap limit; 7.1.5 refuses to resolve it (§9)."""
+    """7.0 accelerates a tunnel with the default encap limit; 7.1.5 refuses to resolve it
+    (ip6_tnl_fill_forward_path requires 'encaplimit none')."""
     c = compare(str(TOPO / "ip6ip6-rx-encaplimit.toml"), "linux-7.0", "linux-7.1.5")
     (ft,) = c.flowtables()
     assert ft["a"]["fastpath"] > 1000 and ft["b"]["fastpath"] == 0
@@ -24,7 +25,8 @@ def test_715_vs_70_encaplimit():
 
 
 def test_header_access_cost_with_non_linear_frames():
-    """With 14 linear bytes, REF's header pointer copies the outer IPv6 header; 7.1.5 pulls it instead (§5.2)."""
+    """With 14 linear bytes, REF's header pointer copies the outer IPv6 header; 7.1.5 pulls it instead
+    (nf_flow_ip6_tunnel_proto: skb_header_pointer vs pskb_may_pull)."""
     c = compare(str(TOPO / "ip6ip6-rx.toml"), "linux-7.0", "linux-7.1.5", headlen=14)
     (ft,) = c.flowtables()
     a, b = ft["skb_cost"]["a"], ft["skb_cost"]["b"]
@@ -59,3 +61,14 @@ def test_hexdump_marks_header_boundaries():
     frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=5) / IP() / UDP())
     parts = hexdump_frame(frame).split(" | ")
     assert [len(p) for p in parts[:3]] == [28, 8, 40]
+
+
+def test_one_loaded_topology_serves_both_sides():
+    """compare loads a file once and instantiates it per side; a loaded topology gives the same comparison."""
+    from flowsim.config.topology import load_topology
+
+    path = TOPO / "selftest.toml"
+    by_file = compare(str(path), "linux-7.0", "linux-7.1.5")
+    loaded = compare(load_topology(path), "linux-7.0", "linux-7.1.5")
+    assert loaded.topology == by_file.topology
+    assert (loaded.a.report, loaded.b.report) == (by_file.a.report, by_file.b.report)

@@ -30,7 +30,8 @@ def answers(name, profile="linux-7.1.5", **switches):
     ("ip6ip6-rx.toml", "linux-6.18", None, "no resolver for ip6tnl", "7.0"),
 ])
 def test_explanations(topology, profile, offloaded, needle, fix):
-    """Each scenario's answer names what the kernel did, e.g. which device, setting or version to change (§2-§5)."""
+    """Each scenario's answer names what the kernel did, e.g. which device, setting or version to change
+    (nft_flow_route, nft_flow_offload_eval, nf_flow_offload_ip_hook)."""
     got = answers(topology, profile)
     hits = [a for a in got.values() if needle in a.why + json.dumps(a.directions, default=str)]
     assert hits, [a.why for a in got.values()]
@@ -42,7 +43,8 @@ def test_explanations(topology, profile, offloaded, needle, fix):
 
 
 def test_device_missing_from_flowtable_names_the_device(tmp_path):
-    """A flowtable without the egress device: explain names the device to add (§2.4 step 3)."""
+    """A flowtable without the egress device: explain names the device to add (nft_dev_forward_path:
+    nft_flowtable_find_dev)."""
     text = (TOPO / "selftest.toml").read_text().replace("devices = { veth0, veth1 }", "devices = { veth0 }")
     path = tmp_path / "t.toml"
     path.write_text(text)

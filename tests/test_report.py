@@ -55,7 +55,8 @@ def test_conntrack_entries_in_the_report(bridge_vlan):
 
 
 def test_named_counters_in_the_report(bridge_vlan):
-    """nft named counters per namespace: only slow-path packets reach the forward chain (§7)."""
+    """nft named counters per namespace: only slow-path packets reach the forward chain (nft_flowtable.sh's
+    routed_orig / routed_repl counters)."""
     c = bridge_vlan["counters"]["nsr1"]
     assert set(c) == {"inet filter routed_orig", "inet filter routed_repl"}
     assert 0 < c["inet filter routed_orig"]["packets"] < 10

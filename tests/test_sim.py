@@ -71,7 +71,7 @@ def test_conntrack_gc_reaps_unreplied_udp_after_30_seconds():
 
 
 def test_flowtable_gc_runs_every_second():
-    """nf_flow_offload_work_gc on the virtual clock: an idle UDP flow is removed after its 30 s timeout (§6)."""
+    """nf_flow_offload_work_gc on the virtual clock: an idle UDP flow is removed after its 30 s timeout (nf_flow_table_core.c)."""
     t = topo("pppoe-over-vlan")
     traffic = [attrs.evolve(TrafficSpec.from_topology(t.traffic[1], 1), packets=5)]
     sim = Simulation(t, traffic=traffic).run(duration=40.0)
@@ -80,7 +80,7 @@ def test_flowtable_gc_runs_every_second():
 
 
 def test_flowtable_hooks_take_packets_off_the_slow_path():
-    """With the flowtable, most selftest packets are stolen at nsr1's ingress; everything still arrives (§8)."""
+    """With the flowtable, most selftest packets are stolen at nsr1's ingress; everything still arrives (as nft_flowtable.sh checks)."""
     sim = Simulation(topo("selftest")).run()
     k = sim.kernel
     ft = k.netns["nsr1"].flowtables["f1"].report()

@@ -257,3 +257,13 @@ def test_cli_errors_are_one_line(capsys, args, fragment):
     """Bad grid keys or values: exit status 2 and one line on stderr."""
     rc, out, err = _cli(capsys, *args)
     assert rc == 2 and out == "" and fragment in err and err.count("\n") == 1
+
+
+def test_points_of_a_process_share_one_loaded_topology():
+    """A process loads a task's topology text once; every point it runs instantiates that description."""
+    from flowsim.sim import sweep as sweep_mod
+
+    sweep_mod._loaded.cache_clear()
+    sweep(TOPO, {"udp_timeout": [1, 30, 60]}, fixed=SMALL, workers=1)
+    info = sweep_mod._loaded.cache_info()
+    assert info.misses == 1 and info.hits == 3  # the plan's load, then the three points
