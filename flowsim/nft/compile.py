@@ -12,18 +12,23 @@ loops (ELOOP), ``flow add``/``flow offload`` only under a forward hook
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
 import lark
 
+from flowsim.errors import RulesetError
 from flowsim.nft.model import (
     CT_DIR_KEYS,
     FAMILIES,
     NFPROTO_IPV4,
     NFPROTO_IPV6,
     SELECTORS,
+    BaseHook,
     Chain,
     CounterStmt,
     FlowAdd,
     Flowtable,
+    Loc,
     LogStmt,
     Match,
     NamedSet,
@@ -57,12 +62,37 @@ _NAT_FLAGS = frozenset({"random", "fully-random", "persistent"})
 _TERMINAL = (Verdict, NatStmt, RejectStmt, VerdictMap)
 
 
-class RuleCompiler:
+class _NamedChain(Protocol):
+    name: str
+
+
+_Table = TypeVar("_Table")  # the builder's table under construction (flowsim.nft.parse._TableB)
+
+
+class RuleCompiler(Generic[_Table]):
     """Mixin of the ruleset builder: raw values, rule expressions, validation.
 
-    Expects ``err``, ``loc``, ``tokens``, ``trees``, ``anonymous_chain`` and
-    ``devices`` from the builder.
+    Expects ``err``, ``loc``, ``tokens``, ``trees``, ``set_element``,
+    ``anonymous_chain`` and ``devices`` from the builder
+    (``flowsim.nft.parse._Builder``); they are declared below for mypy only.
     """
+
+    if TYPE_CHECKING:
+        devices: list[tuple[str, Loc]]
+
+        def loc(self, x: lark.Token | lark.Tree) -> Loc: ...
+
+        def err(self, message: str, where: object, value: object = None, expected: object = None) -> RulesetError: ...
+
+        @staticmethod
+        def tokens(node: lark.Tree, *types: str) -> list[lark.Token]: ...
+
+        @staticmethod
+        def trees(node: lark.Tree, *names: str) -> list[lark.Tree]: ...
+
+        def set_element(self, dtype: str, e: object, is_map: bool, map_dtype: str | None) -> object: ...
+
+        def anonymous_chain(self, tb: _Table, body: lark.Tree, defines: object) -> _NamedChain: ...
 
     # --- raw values (variables substituted)
     def var(self, tok, defines, flatten=False):
@@ -122,7 +152,7 @@ class RuleCompiler:
             tok = node.children[0].children[0]
             return Selector("meta", tok.value)
         if node.data == "sel_ct_dir":
-            d = self.trees(node, "ct_dir")[0].children[0]
+            d = self.tokens(self.trees(node, "ct_dir")[0])[0]
             key = self.tokens(node, "IDENT")[0]
             if key.value not in CT_DIR_KEYS:
                 raise self.err(f"unknown ct {d.value} key {key.value!r}", key, key.value, ", ".join(sorted(CT_DIR_KEYS)))
@@ -142,7 +172,7 @@ class RuleCompiler:
 
     def compile_rule(self, tb, entry) -> Rule:
         node, text, loc, defines = entry
-        exprs = []
+        exprs: list[object] = []
         comment = None
         for el in node.children:
             if el.data == "rule_comment":
@@ -428,8 +458,8 @@ class RuleCompiler:
                     for e in rule.exprs:
                         self.check_expr(t, e)
             for ch in t.chains.values():
-                if ch.is_base:
-                    self.walk(t, ch, ch, [])
+                if ch.hook is not None:  # a base chain
+                    self.walk(t, ch, ch.hook, ch, [])
 
     def check_expr(self, t: Table, e):
         verdicts = [e] if isinstance(e, Verdict) else [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
@@ -446,14 +476,14 @@ class RuleCompiler:
             raise self.err(f"flow {e.spelling} to undefined flowtable {e.flowtable!r}", e.loc, e.flowtable,
                            f"a flowtable of table {t.family} {t.name}")
 
-    def walk(self, t: Table, base: Chain, ch: Chain, path: list, done: set | None = None):
+    def walk(self, t: Table, base: Chain, hook: BaseHook, ch: Chain, path: list[str],
+             done: set[str] | None = None) -> None:
         """Depth-first from a base chain: loops, and statements valid only at some hooks."""
         done = set() if done is None else done
         if ch.name in path:
             raise self.err(f"jump loop: {' -> '.join(path + [ch.name])}", ch.loc, ch.name, "no loops (ELOOP)")
         if ch.name in done:
             return  # already explored from this base chain (diamond-shaped jumps)
-        hook = base.hook
         for rule in ch.rules:
             for e in rule.exprs:
                 if isinstance(e, FlowAdd) and hook.hook != "forward":
@@ -469,7 +499,7 @@ class RuleCompiler:
                     [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
                 for v in verdicts:
                     if v.chain is not None:
-                        self.walk(t, base, t.chains[v.chain], path + [ch.name], done)
+                        self.walk(t, base, hook, t.chains[v.chain], path + [ch.name], done)
         done.add(ch.name)
 
 

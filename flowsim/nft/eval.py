@@ -38,7 +38,8 @@ l3proto/l4proto``, and writes ``ct.mark``.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -84,6 +85,16 @@ _NAT_DONE_BIT = {"src": 1 << 7, "dst": 1 << 8}
 _ETHERTYPE = {NFPROTO_IPV4: 0x0800, NFPROTO_IPV6: 0x86DD}
 
 
+class NftConntrack(Protocol):
+    """What the evaluator reads and writes of a conntrack entry (``struct nf_conn``; see the module docstring)."""
+
+    status: int
+    mark: int
+
+    @property
+    def tuplehash(self) -> Sequence[object]: ...
+
+
 @attrs.frozen
 class NftPacket:
     """What the rules may read of one packet at one hook.
@@ -111,7 +122,7 @@ class NftPacket:
     tcp_flags: int | None = None
     icmp_type: int | None = None
     icmp_code: int | None = None
-    ct: object = None
+    ct: NftConntrack | None = None
     ct_state: str | None = None
     ct_dir: int | None = None
     nftrace: bool = False
@@ -263,7 +274,7 @@ class _Ifref:
     def __eq__(self, other):
         return other == (self.index if isinstance(other, int) else self.name)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # equal to an int and to a str: unhashable, as a list is
 
 
 def _ct_state_bit(pkt: NftPacket) -> int:
@@ -466,8 +477,8 @@ class Nftables:
         verdict, decided = "accept", None
         for entry in entries:
             ch = entry.chain
-            if ch is None:
-                continue  # a flowtable: the fast path is the caller's
+            if ch is None or ch.hook is None:
+                continue  # a flowtable: the fast path is the caller's (a chain entry is always a base chain)
             if ch.hook.type == "nat":
                 if not nat_open or ctx.nat is not None:
                     why = "NAT already set up" if nat_open or ctx.nat else "not a new connection"
@@ -507,15 +518,20 @@ class Nftables:
                     chain, i = stack.pop()
                     continue
                 return self._policy(base, ctx)
+            if v.chain is None:
+                raise ValueError(f"verdict {v.kind} without a chain")  # the parser gives jump and goto one
             if v.kind == "jump":
                 stack.append((chain, i))
             chain, i = table.chains[v.chain], 0  # jump or goto
 
-    def _policy(self, base: Chain, ctx: _Ctx):
-        ref = RuleRef(base.family, base.table, base.name, None, f"policy {base.hook.policy}", base.loc)
+    def _policy(self, base: Chain, ctx: _Ctx) -> tuple[str, RuleRef]:
+        if base.hook is None:
+            raise ValueError(f"chain {base.name} is not a base chain")  # hook_entries yields base chains only
+        policy = base.hook.policy
+        ref = RuleRef(base.family, base.table, base.name, None, f"policy {policy}", base.loc)
         ctx.trace.append(TraceStep(ctx.hook, base.family, base.table, base.name, None, ref.text, base.loc,
-                                   True, base.hook.policy))
-        return base.hook.policy, ref
+                                   True, policy))
+        return policy, ref
 
     @staticmethod
     def _ref(chain: Chain, rule: Rule) -> RuleRef:
@@ -617,7 +633,7 @@ class Nftables:
 
 _BREAK = object()
 
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[..., object]] = {
     Match: Nftables._h_match, VerdictMap: Nftables._h_vmap, Verdict: Nftables._h_verdict,
     CounterStmt: Nftables._h_counter, FlowAdd: Nftables._h_flow_add, SetStmt: Nftables._h_set,
     NatStmt: Nftables._h_nat, LogStmt: Nftables._h_log, RejectStmt: Nftables._h_reject,

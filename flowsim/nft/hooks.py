@@ -65,19 +65,18 @@ def nf_hook_entries(ruleset: Ruleset, hook: str, nfproto: int | None = None,
                     continue
             elif t.family != "inet" and nfproto is not None and t.nfproto != nfproto:
                 continue
-            chains.append(ch)
+            chains.append((ch, h))
         if hook == "ingress":
             fts += [ft for ft in t.flowtables.values() if device in ft.devices]
     manip = NAT_MANIP.get(hook)
-    nat = [c for c in chains if c.hook.type == "nat"]
-    core_order = min((c.order for c in nat), default=0)
+    core_order = min((c.order for c, h in chains if h.type == "nat"), default=0)
     out = []
-    for c in chains:
-        if c.hook.type == "nat":
+    for c, h in chains:
+        if h.type == "nat" and manip is not None:  # NAT_MANIP names every hook a nat chain may have
             prio = _NAT_PRIO[manip]
-            key = (prio, -core_order, c.hook.priority, -c.order)
+            key = (prio, -core_order, h.priority, -c.order)
         else:
-            prio = c.hook.priority
+            prio = h.priority
             key = (prio, -c.order, 0, 0)
         out.append(HookEntry(prio, key, chain=c))
     out += [HookEntry(ft.priority, (ft.priority, -ft.order, 0, 0), flowtable=ft) for ft in fts]

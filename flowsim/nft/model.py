@@ -254,7 +254,7 @@ class SetStmt:
     """
 
     selector: Selector
-    value: object
+    value: int | Selector
     loc: Loc | None = attrs.field(default=None, eq=False)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from importlib import resources
 from types import MappingProxyType
 
@@ -74,7 +75,7 @@ class _BracePostLex(PostLex):
     _BLOCK_KW = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "COUNTER", "SET", "MAP", "JUMP", "GOTO"})
     _NAMEISH = frozenset({"IDENT", "STRING", "VAR", "IP", "IP6", "INET", "NETDEV", "BRIDGE", "ARP"})
 
-    def process(self, stream):
+    def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
         stack: list[str] = []
         header: str | None = None  # block keyword seen, waiting for its "{"
         names = 0
@@ -243,7 +244,7 @@ class _TableB:
     anon: int = 0
 
 
-class _Builder(RuleCompiler):
+class _Builder(RuleCompiler[_TableB]):
     """Applies the parsed commands in order, then types rules and validates."""
 
     def __init__(self, text: str, file: str | None, line_offset: int):
@@ -258,7 +259,7 @@ class _Builder(RuleCompiler):
     # --- helpers
     def loc(self, x) -> Loc:
         if isinstance(x, lark.Token):
-            return Loc(self.file, x.line + self.off, x.column)
+            return Loc(self.file, (x.line or 0) + self.off, x.column or 0)  # parsed tokens always have both
         return Loc(self.file, x.meta.line + self.off, x.meta.column)
 
     def err(self, message, where, value=None, expected=None) -> RulesetError:
@@ -490,7 +491,7 @@ class _Builder(RuleCompiler):
                     flags.add(f.value)
             elif item.data == "ft_counter":
                 counter = True
-        if hook is None:
+        if hook is None or prio is None:  # set together by ft_hook
             raise self.err(f"flowtable {name.value!r} has no hook", name, name.value,
                            "'hook ingress priority N'")
         tb.flowtables[name.value] = Flowtable(
