@@ -138,3 +138,13 @@ def test_instantiate_is_a_live_independent_copy():
     assert "net.ipv4.ip_forward" not in topo.netns("nsr1").sysctls
     assert one.peer(one.device("nsr1", "veth1")) is one.device("nsr2", "veth0")  # the graph holds the copies
     assert one.traffic is topo.traffic and one.live() is one and not one.frozen
+
+
+@pytest.mark.parametrize("name", ["bridge-vlan.toml", "dsa.toml", "pppoe-over-vlan.toml"])
+def test_instances_keep_the_graph_order(name):
+    """uppers() and peers are found in adjacency order: an instance keeps every in- and out-edge order."""
+    topo = load(name)
+    live = topo.instantiate()
+    for node in topo.graph:
+        assert list(live.graph.in_edges(node, keys=True)) == list(topo.graph.in_edges(node, keys=True))
+        assert list(live.graph.out_edges(node, keys=True)) == list(topo.graph.out_edges(node, keys=True))

@@ -70,6 +70,15 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 UPPER_EDGES = frozenset({"lower", "pppoe", "conduit", "master"})
 
 
+def _thaw(graph: nx.MultiDiGraph) -> None:
+    """Undo ``nx.freeze`` on a copy: its marks are per-instance attributes shadowing the methods.  Unlike
+    building a new graph, this keeps every adjacency in its order (uppers and peers are found in it)."""
+    for name, value in list(vars(graph).items()):
+        if value is nx.classes.function.frozen:
+            delattr(graph, name)
+    vars(graph).pop("frozen", None)
+
+
 class FrozenTopologyError(TypeError):
     """A change asked of a description (a loaded topology): change :meth:`Topology.instantiate` instead."""
 
@@ -177,7 +186,7 @@ class Topology:
                 memo[id(ns.nft)] = ns.nft
                 memo[id(ns.sysctls)] = dict(ns.sysctls)
         live = copy.deepcopy(self, memo)
-        live.graph = nx.MultiDiGraph(live.graph)  # nx.freeze's marks are per instance: a new graph has none
+        _thaw(live.graph)
         for ns in live.namespaces.values():
             ns.fib.frozen = False
             ns.neigh.frozen = False
