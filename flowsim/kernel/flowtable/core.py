@@ -50,6 +50,7 @@ from flowsim.kernel.conntrack import (
     flow_offload_ct_tcp,
     nf_conntrack_tcp_established,
 )
+from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
 from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
 from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
@@ -97,7 +98,7 @@ class FlowOffloadTuple:
     dir: int
     xmit_type: XmitType = XmitType.UNSPEC
     mtu: int = 0
-    dst: object = None  # dst_cache: the flowsim.kernel.fib.Route (NEIGH/XFRM, and DIRECT in ≤ 6.18)
+    dst: Route | None = None  # dst_cache (NEIGH/XFRM: an XfrmRoute for XFRM; DIRECT too in ≤ 6.18)
     dst_genid: int = 0  # the FIB generation the route was looked up in (dst_cookie / rt_genid)
     ifidx: int = 0  # NEIGH/XFRM egress device
     out_ifidx: int = 0  # DIRECT egress device
@@ -106,7 +107,7 @@ class FlowOffloadTuple:
     h_dest: str = "00:00:00:00:00:00"
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
-    flow: FlowOffload | None = None
+    flow: FlowOffload = attrs.field(kw_only=True)  # container_of(): the entry this half belongs to
     l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
@@ -137,7 +138,7 @@ class FlowOffloadTuple:
 class FlowOffload:
     """``struct flow_offload``: one connection's two directions."""
 
-    tuplehash: list  # [FlowOffloadTuple ORIGINAL, FlowOffloadTuple REPLY]
+    tuplehash: list[FlowOffloadTuple]  # [ORIGINAL, REPLY]
     ct: CtEntry
     flags: int = 0
     timeout: float = 0.0
@@ -167,16 +168,13 @@ def flow_offload_alloc(ct: CtEntry) -> FlowOffload | None:
     """
     if ct.dying:
         return None
-    halves = []
+    flow = FlowOffload(tuplehash=[], ct=ct)
     for d in (IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY):
         t = ct.tuplehash[d]
         ports = (t.sport, t.dport) if t.l4proto in (IPPROTO_TCP, IPPROTO_UDP) else (0, 0)
         l3 = AF_INET if t.l3proto == 2 else AF_INET6
         key = FlowTuple(_addr16(t.src), _addr16(t.dst), ports[0], ports[1], 0, l3, t.l4proto)
-        halves.append(FlowOffloadTuple(key=key, dir=d))
-    flow = FlowOffload(tuplehash=halves, ct=ct)
-    for half in halves:
-        half.flow = flow
+        flow.tuplehash.append(FlowOffloadTuple(key=key, dir=d, flow=flow))
     if ct.status & IPS_SRC_NAT:
         flow.set(NF_FLOW_SNAT)
     if ct.status & IPS_DST_NAT:
@@ -439,6 +437,7 @@ def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry |
         return False
     ct.status |= IPS_OFFLOAD
     ns = ns_state.ns
+    assert ctdir is not None  # nf_ct_get gives the direction with the ct
     fr = nft_flow_route(kernel.topo, ns_state.name, (ct.tuplehash[0], ct.tuplehash[1]), ctdir, in_dev,
                         ft.ref, kernel.profile, this_dst=route, mark=skb.mark)
     if fr.error is not None:

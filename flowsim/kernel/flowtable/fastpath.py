@@ -323,7 +323,7 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
     rt = th.dst
     if kernel.profile.encap_push_order == "legacy":
         dev = ns.devices.get(rt.dev) if rt is not None else None
-        if dev is None:
+        if rt is None or dev is None:
             ft.flow_offload_teardown(th.flow, kernel, ns_state, "no egress device")
             return _drop(kernel, ft, skb, "no-egress-device")
         _stolen(kernel, ft, skb, dev, "neigh_xmit")
@@ -335,6 +335,7 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
         return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
     l2 = th.l2_cache
     if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
+        assert rt is not None  # flow_offload_fill_route gives every NEIGH tuple its route
         l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
         if l2 is None:  # __neigh_create failed: the neighbour table is full
             ft.flow_offload_teardown(th.flow, kernel, ns_state, "neighbour table overflow")

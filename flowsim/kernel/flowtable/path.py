@@ -48,10 +48,11 @@ for it (default: looked up again).
 
 from __future__ import annotations
 
+import builtins
 import enum
 import errno
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -105,12 +106,16 @@ class CtTuple:
     dst: IPAddress
 
 
+def _device_names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
 @attrs.frozen
 class FlowtableRef:
     """What path resolution needs of a flowtable: its devices and the HW-offload flag."""
 
     name: str
-    devices: frozenset[str] = attrs.field(converter=frozenset)
+    devices: frozenset[str] = attrs.field(converter=_device_names)
     hw_offload: bool = False
 
     def find_dev(self, dev: str | None) -> bool:
@@ -225,7 +230,7 @@ class FlowRoute:
     netns: str
     dir: int
     tuple: tuple[RouteDir, RouteDir]
-    paths: tuple[DirPath | None, DirPath | None]
+    paths: builtins.tuple[DirPath | None, DirPath | None]  # builtins: the field above shadows the name
     error: PathError | None = None
 
     @property
@@ -344,9 +349,11 @@ def _info_l2(ns, info: _Info, i: int, e: PathEntry, profile: Profile, legacy: bo
         return True
     if legacy and info.outdev is None:
         info.outdev = e.dev
-    info.encaps.append(Encap(e.encap.id, e.encap.proto))
+    enc = e.encap
+    assert enc is not None  # VLAN and PPPOE entries record their encap
+    info.encaps.append(Encap(enc.id, enc.proto))
     if e.type == DevPathType.PPPOE:
-        info.h_dest = e.encap.h_dest
+        info.h_dest = enc.h_dest or ZERO_MAC  # ppp_fill_forward_path: the connected peer's MAC
         if profile.pppoe_direct_xmit:
             info.xmit_type = XmitType.DIRECT
             info.needs_gso_segment = True
@@ -357,7 +364,9 @@ def _info_bridge(ns, info: _Info, i: int, e: PathEntry, profile: Profile) -> Non
     """DEV_PATH_BRIDGE branch: MAC, VLAN mode, DIRECT xmit."""
     if is_zero_mac(info.h_source):
         info.h_source = ns.devices[e.dev].h_source()
-    mode = e.bridge.vlan_mode
+    br = e.bridge
+    assert br is not None  # a BRIDGE entry records its VLAN mode
+    mode = br.vlan_mode
     if mode == BrVlanMode.UNTAG_HW:
         if info.encaps:
             info.ingress_vlans |= 1 << (len(info.encaps) - 1)
@@ -367,7 +376,7 @@ def _info_bridge(ns, info: _Info, i: int, e: PathEntry, profile: Profile) -> Non
         else:
             if len(info.encaps) >= NF_FLOW_TABLE_ENCAP_MAX:
                 info.notes.append(f"entry {i}: TAG writes encap[{len(info.encaps)}] past the array (no check before 6.19)")
-            info.encaps.append(Encap(e.bridge.vlan_id, e.bridge.vlan_proto))
+            info.encaps.append(Encap(br.vlan_id, br.vlan_proto))
     elif mode == BrVlanMode.UNTAG:
         if not info.encaps:
             info.fail(i, e, "UNTAG with no encapsulation recorded (WARN_ON_ONCE)")
@@ -424,18 +433,18 @@ def resolve_path(ns, route: Route, daddr: IPAddress, ft: FlowtableRef, profile: 
         return DirPath(dir, route, daddr, error=PathError(route.error or -errno.ENETUNREACH, None, "nf_route",
                                                           f"no usable route to {daddr} ({route.type})"))
     fill = nft_dev_fill_forward_path(ns, route, daddr, profile)
-    base = dict(dir=dir, route=route, daddr=daddr, nexthop=fill.nexthop, ha=fill.ha, neigh_state=fill.neigh_state,
-                stack=fill.path.stack if fill.path else ())
-    if fill.error is not None:
-        return DirPath(**base, error=fill.error)
-    info = nft_dev_path_info(ns, fill.path.stack, fill.ha, ft, profile)
+    stack = fill.path.stack if fill.path else ()
+    if fill.error is not None or fill.path is None:
+        return DirPath(dir, route, daddr, fill.nexthop, fill.ha, fill.neigh_state, stack, error=fill.error)
+    info = nft_dev_path_info(ns, stack, fill.ha, ft, profile)
     error = None
     if info.indev is None:
         error = info.error or PathError(-1, None, "nft_dev_path_info", "no ingress device found")
     if error is None and not ft.find_dev(info.indev):
         error = PathError(-1, info.indev, "nft_dev_forward_path",
                           f"{info.indev} is not a device of flowtable {ft.name}")
-    return DirPath(**base, info=info, error=error, warnings=info.notes)
+    return DirPath(dir, route, daddr, fill.nexthop, fill.ha, fill.neigh_state, stack, info=info, error=error,
+                   warnings=info.notes)
 
 
 # ---------------------------------------------------------------------- forward path and flow route
@@ -451,6 +460,7 @@ def nft_dev_forward_path(ns, route: list[RouteDir], tuples: Sequence[CtTuple], d
     """Mirrors nft_dev_forward_path: fill ``route[dir].out`` and ``route[!dir].in`` (mutates *route*)."""
     other = 1 - dir
     dst = route[dir].dst
+    assert dst is not None  # nft_default_forward_path gave both directions their route
     daddr = tuples[other].src
     p = resolve_path(ns, dst, daddr, ft, profile, dir)
     info = p.info or PathInfo()  # a failed fill leaves info zeroed
@@ -460,14 +470,15 @@ def nft_dev_forward_path(ns, route: list[RouteDir], tuples: Sequence[CtTuple], d
     if info.indev is None or not ft.find_dev(info.indev):
         return p
     route[other] = attrs.evolve(route[other], in_ifindex=ns.devices[info.indev].ifindex, in_encaps=info.encaps)
-    if info.num_tuns:
-        tun_dst = nft_flow_tunnel_update_route(ns, info.tun, in_dev, mark)
+    tun = info.tun
+    if info.num_tuns and tun is not None:
+        tun_dst = nft_flow_tunnel_update_route(ns, tun, in_dev, mark)
         if tun_dst is not None:
             route[dir] = attrs.evolve(route[dir], dst=tun_dst)
-            route[other] = attrs.evolve(route[other], in_tun=PathTun(info.tun.dst, info.tun.src, info.tun.l3_proto),
+            route[other] = attrs.evolve(route[other], in_tun=PathTun(tun.dst, tun.src, tun.l3_proto),
                                         in_num_tuns=info.num_tuns)
         else:
-            p = attrs.evolve(p, warnings=p.warnings + (f"no underlay route to tunnel remote {info.tun.dst}: "
+            p = attrs.evolve(p, warnings=p.warnings + (f"no underlay route to tunnel remote {tun.dst}: "
                                                        "tunnel ignored",))
     route[other] = attrs.evolve(route[other], in_num_encaps=len(info.encaps), in_ingress_vlans=info.ingress_vlans)
     if info.xmit_type == XmitType.DIRECT:
@@ -487,19 +498,19 @@ def nft_flow_route(topo, netns: str, tuples: Sequence[CtTuple], dir: int, in_dev
     """Mirrors nft_flow_route (+ nft_default_forward_path); see the module docstring for the call."""
     profile = get_profile(profile)
     ns = topo.netns(netns)
-    in_dev = _dev_name(in_dev)
+    in_name = _dev_name(in_dev)
     other = 1 - dir
     empty = (RouteDir(), RouteDir())
     if this_dst is None:
         this_dst = ns.fib.lookup(tuples[other].src)
     if this_dst.error or this_dst.dev is None:
         return FlowRoute(netns, dir, empty, (None, None),
-                         PathError(-errno.ENOENT, in_dev, "nft_flow_route", f"current packet has no route ({this_dst})"))
-    other_dst = ns.fib.lookup(tuples[dir].src, saddr=tuples[other].src, oif=in_dev, mark=mark)
+                         PathError(-errno.ENOENT, in_name, "nft_flow_route", f"current packet has no route ({this_dst})"))
+    other_dst = ns.fib.lookup(tuples[dir].src, saddr=tuples[other].src, oif=in_name, mark=mark)
     if other_dst.error or other_dst.dev is None:
         return FlowRoute(netns, dir, empty, (None, None),
-                         PathError(-errno.ENOENT, in_dev, "nft_flow_route",
-                                   f"no route back to {tuples[dir].src} through {in_dev}"))
+                         PathError(-errno.ENOENT, in_name, "nft_flow_route",
+                                   f"no route back to {tuples[dir].src} through {in_name}"))
     route = [RouteDir(), RouteDir()]
     for dst, d in ((this_dst, dir), (other_dst, other)):  # nft_default_forward_path
         route[1 - d] = attrs.evolve(route[1 - d], in_ifindex=ns.devices[dst.dev].ifindex)
@@ -512,9 +523,9 @@ def nft_flow_route(topo, netns: str, tuples: Sequence[CtTuple], dir: int, in_dev
     for d in (dir, other):
         if not neigh[d] or (profile.path_requires_both_neigh and not all(neigh)):
             continue
-        paths[d] = nft_dev_forward_path(ns, route, tuples, d, in_dev, ft, profile, mark)
-        if paths[d].error is not None and profile.path_failure == "no-flow" and error is None:
-            error = paths[d].error
+        found = paths[d] = nft_dev_forward_path(ns, route, tuples, d, in_name, ft, profile, mark)
+        if found.error is not None and profile.path_failure == "no-flow" and error is None:
+            error = found.error
     return FlowRoute(netns, dir, (route[0], route[1]), (paths[0], paths[1]), error)
 
 
@@ -528,5 +539,5 @@ def ruleset_flowtables(text: str) -> list[FlowtableRef]:
     as the slow path sees them; a ruleset that does not parse raises its
     :class:`~flowsim.errors.RulesetError`.
     """
-    return [FlowtableRef(ft.name, frozenset(ft.devices), hw_offload="offload" in ft.flags)
+    return [FlowtableRef(ft.name, ft.devices, hw_offload="offload" in ft.flags)
             for ft in parse_ruleset(text).flowtables]

@@ -41,7 +41,7 @@ Example::
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import attrs
 
@@ -420,7 +420,7 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
     if not skb.vlan_present and inner != ETH_P_8021Q and inner != ETH_P_PPP_SES:
         if not ctx.tun_proto:
             return (), None  # the common case, kept cheap
-        encap = ()  # a tunnel without L2 encapsulation: no list to build
+        encap: tuple[Encap, ...] = ()  # a tunnel without L2 encapsulation: no list to build
     else:
         layers: list[Encap] = []
         if skb.vlan_present:
@@ -502,9 +502,10 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
     else:
         proto = skb.protocol
         if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
-            proto = nf_flow_offload_inet_hook(skb)
-            if type(proto) is tuple:
-                return TupleResult(None, ctx, proto[0], proto[1], None)
+            dispatched = nf_flow_offload_inet_hook(skb)
+            if isinstance(dispatched, tuple):
+                return TupleResult(None, ctx, dispatched[0], dispatched[1], None)
+            proto = dispatched
     failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
     if failed is not None:
         return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
@@ -514,6 +515,7 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
     else:
         built = nf_flow_tuple_ipv6(ctx, skb, profile)
         hook = "ipv6"
-    if type(built) is tuple:
-        return TupleResult(None, ctx, built[0], built[1], hook)
+    if type(built) is tuple:  # not isinstance: a FlowTuple is a tuple too
+        reason, detail = cast(tuple[str, str], built)
+        return TupleResult(None, ctx, reason, detail, hook)
     return _new_tuple(TupleResult, (built, ctx, None, "", hook))
