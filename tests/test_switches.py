@@ -9,10 +9,14 @@ there all the same.
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from frames import L4, V4, eth, ip, outer, pppoe
 from scapy.layers.inet import IP, TCP
 
+from flowsim.config.topology import load_topology_text
+from flowsim.kernel.flowtable.path import FlowtableRef, resolve_path
 from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
 from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import PROFILES, get_profile
@@ -24,7 +28,7 @@ def _parse(frame: bytes, profile: str):
 
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile (a new profile must say what its switches do)."""
-    for table in (IHL_BELOW_5, IPIP_IN_PPPOE):
+    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS):
         assert set(table) == set(PROFILES)
 
 
@@ -67,3 +71,56 @@ def test_ipip_in_pppoe_tunnel_fields(profile, expected):
     """IPIP inside a PPPoE session: whether nf_flow_tuple_encap fills the tuple's tunnel fields (reason, filled)."""
     res = _parse(eth(pppoe(0x77, 0x0021) / outer(4) / ip(4) / L4["tcp"]()), profile)
     assert (res.reason, res.tuple.tun is not None if res.ok else None) == expected
+
+
+# --- bridge_tag_encap_check: nft_dev_path_info's DEV_PATH_BRIDGE TAG branch (nf_flow_table_path.c, 6.19) ----------
+# PPPoE over an 802.1ad VLAN over an 802.1Q VLAN-filtering bridge: the bridge TAGs the frame with its PVID
+# (br_vlan_fill_forward_path_pvid: the context VLAN is not of the bridge's protocol) after two encaps are
+# recorded.  Before 6.19 the third one is written past encap[NF_FLOW_TABLE_ENCAP_MAX]; from 6.19 the TAG branch
+# checks and fails the entry, which 7.0 then overrides with the ETHERNET entry's indev (REF keeps going) and the
+# June-2026 rework (path_failure=no-flow) turns into no flow.
+PPPOE_OVER_QINQ_BRIDGE = """
+[netns.r]
+commands = '''
+ip link add br0 type bridge vlan_filtering 1
+ip link add eth0 type veth peer name eth0 netns h
+ip link set eth0 master br0
+bridge vlan del dev eth0 vid 1
+bridge vlan add dev eth0 vid 1
+ip link add link br0 name v1 type vlan id 100 protocol 802.1ad
+ip link set br0 up
+ip link set eth0 up
+ip link set v1 up
+ip link add ppp0 type pppoe dev v1 session 7 peer 02:00:00:00:00:07
+ip link set ppp0 up
+ip addr add 100.64.0.2 peer 100.64.0.1/32 dev ppp0
+ip route add default dev ppp0
+bridge fdb add 02:00:00:00:00:07 dev eth0 vlan 1 master static
+'''
+nft = 'table inet t { flowtable ft { hook ingress priority 0; devices = { eth0 } } }'
+
+[netns.h]
+commands = 'ip link set eth0 up'
+"""
+
+# profile → (number of encaps recorded, the direction's error function or None)
+TAG_AFTER_TWO_ENCAPS = {
+    "linux-6.1": (3, None),
+    "linux-6.12": (3, None),
+    "linux-6.18": (3, None),
+    "linux-6.19": (2, None),
+    "linux-7.0": (2, None),
+    "linux-7.1.5": (2, "nft_dev_path_info"),
+}
+
+
+@pytest.mark.parametrize("profile,expected", sorted(TAG_AFTER_TWO_ENCAPS.items()))
+def test_bridge_tag_after_two_encaps(profile, expected):
+    """A bridge TAG entry after two encaps: written past the array (≤ 6.18) or refused by nft_dev_path_info."""
+    ns = load_topology_text(PPPOE_OVER_QINQ_BRIDGE, "inline.toml").netns("r")
+    dst = ipaddress.ip_address("8.8.8.8")
+    p = resolve_path(ns, ns.fib.lookup(dst), dst, FlowtableRef("ft", {"eth0"}), get_profile(profile))
+    assert [(e.type.name, e.dev) for e in p.stack] == [("PPPOE", "ppp0"), ("VLAN", "v1"), ("BRIDGE", "br0"),
+                                                        ("ETHERNET", "eth0")]
+    assert p.stack[2].bridge.vlan_mode.name == "TAG"
+    assert (len(p.info.encaps), p.error.func if p.error else None) == expected
