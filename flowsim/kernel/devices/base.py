@@ -23,11 +23,12 @@ stream of one command line with the value parsers shared by all kinds.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import errno as _errno
 import hashlib
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import attrs
@@ -181,7 +182,7 @@ class Args:
             raise self.cmd.error(f"bad MAC address {text!r} for {keyword!r}", value=text,
                                  expected="a MAC address like 02:00:00:00:00:01") from None
 
-    def addr(self, keyword: str, family: int | None = None) -> IPAddress:
+    def addr(self, keyword: str, family: builtins.int | None = None) -> IPAddress:  # builtins: Args.int shadows
         want = {4: "an IPv4 address", 6: "an IPv6 address", None: "an IP address"}[family]
         text = self.next(f"{want} after {keyword!r}")
         try:
@@ -208,7 +209,7 @@ class Args:
         return text
 
 
-def parse_kind_args(args: Args, table: dict[str, tuple[str, Callable[[Args, str], Any] | None]],
+def parse_kind_args(args: Args, table: Mapping[str, tuple[str, Callable[[Args, str], Any] | None]],
                     kind: str) -> dict[str, Any]:
     """Parse ``KEYWORD VALUE`` / ``FLAG`` tokens after ``type KIND`` using *table*.
 

@@ -261,7 +261,8 @@ def br_vlan_fill_forward_path_mode(br: BridgeDevice, port: str, bridge: PathBrid
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors br_fill_forward_path."""
-    br: BridgeDevice = ctx.dev
+    br = ctx.dev
+    assert isinstance(br, BridgeDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     func = "br_fill_forward_path"
     if br.master is not None:
         return ctx.fail(-1, func, f"{br.name} is itself a port of {br.master}")

@@ -84,7 +84,8 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors dsa_user_fill_forward_path."""
-    user: DsaUserDevice = ctx.dev
+    user = ctx.dev
+    assert isinstance(user, DsaUserDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     entry = PathEntry(DevPathType.DSA, user.name, user.ifindex, dsa=PathDsa(user.port, user.tagger))
     ctx.dev = ctx.ns.devices[user.lower]
     return entry

@@ -105,7 +105,8 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors ip6_tnl_fill_forward_path (with the 7.1.5 encap-limit refusal as a profile switch)."""
-    tun: Ip6tnlDevice = ctx.dev
+    tun = ctx.dev
+    assert isinstance(tun, Ip6tnlDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     func = "ip6_tnl_fill_forward_path"
     if ctx.profile.ip6tnl_requires_encaplimit_none and not tun.ign_encap_limit:
         return ctx.fail(-errno.EOPNOTSUPP, func, "tunnel without 'encaplimit none' (7.1.5)")

@@ -108,7 +108,8 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors ipip_fill_forward_path."""
-    tun: IpipDevice = ctx.dev
+    tun = ctx.dev
+    assert isinstance(tun, IpipDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     remote = tun.remote or ipaddress.IPv4Address(0)
     route = ctx.ns.fib.lookup(remote)
     if route.error:

@@ -29,6 +29,7 @@ import attrs
 
 from flowsim.kernel.devices.base import (
     ETH_P_PPP_SES,
+    ZERO_MAC,
     Args,
     DevPathType,
     NetDevice,
@@ -38,11 +39,11 @@ from flowsim.kernel.devices.base import (
     PathError,
     parse_kind_args,
 )
+from flowsim.kernel.headers import PPPOE_SES_HLEN  # re-exported: the MTU a PPPoE device loses
 
 __all__ = ["PppDevice", "KINDS", "parse_args", "create", "fill_forward_path", "PPPOE_SES_HLEN"]
 
 KINDS = ("pppoe",)
-PPPOE_SES_HLEN = 8
 
 
 @attrs.define(slots=True, eq=False)
@@ -95,7 +96,8 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors ppp_fill_forward_path and the channel's pppoe_fill_forward_path."""
-    ppp: PppDevice = ctx.dev
+    ppp = ctx.dev
+    assert isinstance(ppp, PppDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     if ppp.multilink:
         return ctx.fail(-errno.EOPNOTSUPP, "ppp_fill_forward_path", "multilink PPP")
     if ppp.lower is None:
@@ -104,6 +106,6 @@ def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
         return ctx.fail(-1, "pppoe_fill_forward_path", "PPPoE socket not connected")
     entry = PathEntry(DevPathType.PPPOE, ppp.name, ppp.ifindex,
                       encap=PathEncap(ppp.session, ETH_P_PPP_SES, ppp.peer_mac))
-    ctx.daddr = ppp.peer_mac
+    ctx.daddr = ppp.peer_mac or ZERO_MAC  # `peer` is required when the device is created
     ctx.dev = ctx.ns.devices[ppp.lower]
     return entry

@@ -76,7 +76,8 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     """Mirrors vlan_dev_fill_forward_path."""
-    vlan: VlanDevice = ctx.dev
+    vlan = ctx.dev
+    assert isinstance(vlan, VlanDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     entry = PathEntry(DevPathType.VLAN, vlan.name, vlan.ifindex,
                       encap=PathEncap(vlan.vlan_id, vlan.vlan_proto))
     ctx.dev = ctx.ns.devices[vlan.lower]
