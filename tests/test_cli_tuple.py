@@ -42,7 +42,7 @@ def test_slowpath_line_names_reason(capsys):
 
 
 def test_vlan_offload_flag(tmp_path, capsys):
-    """--no-rx-vlan-offload keeps the tag in-band; the key is the same either way (§4.0)."""
+    """--no-rx-vlan-offload keeps the tag in-band; the key is the same either way (nf_flow_offload_inet_hook)."""
     path = tmp_path / "v.pcap"
     wrpcap(str(path), [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=7) / IP(src="1.1.1.1", dst="2.2.2.2") / TCP()])
     outs = [json.loads(run(capsys, "tuple", str(path), "--json", *flag)[1]) for flag in ([], ["--no-rx-vlan-offload"])]

@@ -1,4 +1,5 @@
-"""The fast path end to end on real topologies: flow creation, hook verdicts, bytes out (reference §3, §4, §5)."""
+"""The fast path end to end on real topologies: flow creation (nft_flow_offload_eval), hook verdicts and
+bytes out (nf_flow_table_ip.c)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def ip6ip6(profile):
 
 
 def test_ip6ip6_flow_tuples_715():
-    """7.1.5: the reply tuple arrives on eth1 with the tunnel (remote → local) in its key (§2.4 worked example)."""
+    """7.1.5: the reply tuple arrives on eth1 with the tunnel (remote → local) in its key (nft_dev_path_info)."""
     kernel, state, ct, ok = ip6ip6("linux-7.1.5")
     assert ok and ct.status & IPS_OFFLOAD
     (flow,) = state.flowtables["ft"].flows.values()
@@ -67,7 +68,7 @@ def test_ip6ip6_flow_tuples_715():
 @pytest.mark.parametrize("profile,destopt", [("linux-7.1.5", False), ("linux-7.0", True)])
 def test_ip6ip6_into_tunnel_push(profile, destopt):
     """Client → server is encapsulated by the fast path: outer 2001:db8:2::1 → ::2, hop limits from the
-    inner header, REF adds the encap-limit destination option (§5.3)."""
+    inner header, 7.0 adds the encap-limit destination option (nf_flow_tunnel_ip6ip6_push)."""
     kernel, state, ct, ok = ip6ip6(profile)
     assert ok
     frame = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER, hlim=64) / TCP(sport=40000, dport=5201, flags="A")
@@ -107,8 +108,8 @@ def test_ip6ip6_out_of_tunnel_decap(profile):
 
 
 def test_ip6ip6_618_reply_stays_slow():
-    """6.18 has no ip6tnl resolver: the flow is built (REF), the into-tunnel direction uses neigh_xmit on tun0,
-    and encapsulated replies at eth1 miss (l4proto 41) (§9)."""
+    """6.18 has no ip6tnl resolver: the flow is built (7.0), the into-tunnel direction uses neigh_xmit on tun0,
+    and encapsulated replies at eth1 miss (l4proto 41) (flowsim.profiles)."""
     kernel, state, ct, ok = ip6ip6("linux-6.18")
     assert ok
     frame = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER, hlim=64) / TCP(sport=40000, dport=5201, flags="A"))
@@ -121,7 +122,7 @@ def test_ip6ip6_618_reply_stays_slow():
 
 
 def test_mtu_exceeded_goes_slow():
-    """A packet longer than the flow MTU minus the tunnel overhead takes the slow path (§4.1 step 4)."""
+    """A packet longer than the flow MTU minus the tunnel overhead takes the slow path (nf_flow_exceeds_mtu)."""
     kernel, state, ct, ok = ip6ip6("linux-7.1.5")
     big = bytes(Ether(**MAC) / IPv6(src=CLIENT, dst=SERVER) / TCP(sport=40000, dport=5201, flags="A") / (b"z" * 1441))
     assert hook(kernel, state, "eth0", big)[0] == "accept"
@@ -132,7 +133,7 @@ def test_mtu_exceeded_goes_slow():
 
 @pytest.mark.parametrize("profile,verdict,closing", [("linux-7.1.5", "stolen", True), ("linux-6.12", "accept", False)])
 def test_fin_closing_or_teardown(profile, verdict, closing):
-    """FIN: CLOSING and stay fast from 6.14; immediate teardown before (§6)."""
+    """FIN: CLOSING and stay fast from 6.14; immediate teardown before (nf_flow_state_check)."""
     kernel, state = setup("selftest.toml", "nsr1", profile)
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
     assert add_flow(kernel, state, "f1", ct, 0, "veth0")
@@ -147,7 +148,7 @@ def test_fin_closing_or_teardown(profile, verdict, closing):
 
 
 def test_ttl_one_goes_slow():
-    """TTL 1 is left to the slow path, which sends the ICMP (§4.1 step 2)."""
+    """TTL 1 is left to the slow path, which sends the ICMP (nf_flow_tuple_ip)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
     add_flow(kernel, state, "f1", ct, 0, "veth0")
@@ -157,7 +158,7 @@ def test_ttl_one_goes_slow():
 
 
 def test_gc_expires_idle_flow_and_hands_back_ct():
-    """GC tears down a flow idle for the offload timeout, clears IPS_OFFLOAD and frees it (§6)."""
+    """GC tears down a flow idle for the offload timeout, clears IPS_OFFLOAD and frees it (nf_flow_offload_gc_step)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
     add_flow(kernel, state, "f1", ct, 0, "veth0")
@@ -175,7 +176,7 @@ def test_gc_expires_idle_flow_and_hands_back_ct():
 
 @pytest.mark.parametrize("ctdir,in_dev", [(0, "veth0"), (1, "veth1")])
 def test_flow_created_by_either_direction(ctdir, in_dev):
-    """`flow add` works for a reply-direction packet as well (§3 step 7; the selftest's tunnel cases)."""
+    """`flow add` works for a reply-direction packet as well (nft_flow_offload_eval; the selftest's tunnel cases)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
     assert add_flow(kernel, state, "f1", ct, ctdir, in_dev)
@@ -190,7 +191,7 @@ def test_flow_created_by_either_direction(ctdir, in_dev):
     ("helper", "helper", "flow-add-helper"),
 ])
 def test_flow_add_refusals_are_recorded(why, prepare, rid):
-    """Each refused `flow add` records the §3 condition that stopped it, for explain."""
+    """Each refused `flow add` records the nft_flow_offload_eval condition that stopped it, for explain."""
     import ipaddress
 
     from flowsim.kernel.conntrack import TCP_SYN, CtTuple
@@ -210,7 +211,7 @@ def test_flow_add_refusals_are_recorded(why, prepare, rid):
 
 
 def test_counter_flag_feeds_conntrack_accounting():
-    """With `counter`, fast-path packets add to the ct's counters: L3 length after pop (§7)."""
+    """With `counter`, fast-path packets add to the ct's counters: L3 length after pop (nf_ct_acct_update)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ft = state.flowtables["f1"]
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
@@ -225,7 +226,7 @@ def test_counter_flag_feeds_conntrack_accounting():
 
 
 
-# --- IP6IP6 over PPPoE: a lookup miss although the connection has a flow (§5.1, §5.2) -------------
+# --- IP6IP6 over PPPoE: a lookup miss although the connection has a flow (nf_flow_tuple_encap) ---
 
 def _pppoe_tunnel_reply():
     return bytes(Ether(**MAC) / PPPoE(sessionid=0x1234) / PPP(proto=0x0057)
@@ -258,7 +259,7 @@ def test_ip6ip6_over_pppoe_reply(profile, settings, verdict, near):
 
 def test_pppoe_over_vlan_masquerade_direct_xmit():
     """Into a PPPoE session over VLAN 7 with masquerade: DIRECT to the BRAS MAC, PPPoE inside the
-    hwaccel VLAN tag, source NATed with valid checksums (§4.4, §5.4)."""
+    hwaccel VLAN tag, source NATed with valid checksums (nf_flow_nat_ip, nf_flow_encap_push)."""
     import ipaddress
 
     from flowsim.kernel.conntrack import NatRange
@@ -280,7 +281,7 @@ def test_pppoe_over_vlan_masquerade_direct_xmit():
 
 
 def test_route_change_makes_neigh_flow_stale():
-    """A route change after the flow was created: dst_check fails, the flow is torn down, slow path (§4.1 step 6)."""
+    """A route change after the flow was created: dst_check fails, the flow is torn down, slow path (nf_flow_dst_check)."""
     import ipaddress
 
     from flowsim.kernel.fib import Route
@@ -316,7 +317,7 @@ def _gso_upload(kernel, state, payload: int, gso_type=None):
 
 def test_gso_into_pppoe_is_segmented_before_the_push():
     """A GSO skb into PPPoE (needs_gso_segment, April-2026 fix): cut into gso_size segments in software, a
-    PPPoE header on each, every segment a valid TCP packet continuing the sequence (§4.1 step 13)."""
+    PPPoE header on each, every segment a valid TCP packet continuing the sequence (nf_flow_queue_xmit)."""
     kernel, state = _pppoe_upload_flow()
     verdict, _skb = _gso_upload(kernel, state, 4096)
     assert verdict == "stolen"
@@ -357,7 +358,7 @@ def test_gso_segmentation_error_drops():
 ])
 def test_neigh_xmit_creates_the_missing_neighbour_or_fails_when_the_table_is_full(gc_thresh3, verdict, reason):
     """NEIGH xmit whose next hop has no entry: ip_neigh_gw4 creates one (__neigh_create); above gc_thresh3 with
-    nothing to force-collect that fails, the flow is torn down and the packet dropped (§4.1 step 13)."""
+    nothing to force-collect that fails, the flow is torn down and the packet dropped (nf_flow_queue_xmit)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
     assert add_flow(kernel, state, "f1", ct, 0, "veth0")
@@ -410,7 +411,7 @@ EXITS = [
 
 @pytest.mark.parametrize("spoil,flags,verdict,reason,torn", EXITS, ids=[e[3] for e in EXITS])
 def test_hook_exits_after_the_lookup(spoil, flags, verdict, reason, torn):
-    """Each exit of §4.3 after a lookup hit gives its verdict and reason id, and tears the flow down where the
+    """Each exit of the hook after a lookup hit gives its verdict and reason id, and tears the flow down where the
     kernel does (TEARDOWN flag, dying ct, SYN on a CLOSING flow, missing egress device, unknown xmit type)."""
     kernel, state = setup("selftest.toml", "nsr1", "linux-7.1.5")
     ct = established_ct(state, "10.0.1.99", "10.0.2.99", 40000, 12345)
@@ -424,7 +425,7 @@ def test_hook_exits_after_the_lookup(spoil, flags, verdict, reason, torn):
 
 
 def test_pppoe_push_refuses_a_non_ip_skb():
-    """nf_flow_pppoe_push only encapsulates IPv4/IPv6 (the hook then drops with encap-push-failed, §5.4)."""
+    """nf_flow_pppoe_push only encapsulates IPv4/IPv6 (the hook then drops with encap-push-failed, nf_flow_encap_push)."""
     from flowsim.kernel.flowtable.fastpath import nf_flow_pppoe_push
 
     skb = skb_from_frame(bytes(Ether(**MAC, type=0x0806) / (b"\0" * 28)))

@@ -1,4 +1,6 @@
-"""Path resolution on every shipped topology, both directions, every named profile (reference §2, §8, §9).
+"""Path resolution on every shipped topology, both directions, every named profile.
+
+nft_flow_route and nft_dev_path_info; the cases of nft_flowtable.sh; the version switches of flowsim.profiles.
 
 Each row of :data:`FLOWS` is one flow forwarded through a router namespace;
 for each profile it pins the ``dev_fill_forward_path`` stack, the
@@ -180,7 +182,7 @@ def _cases():
 
 @pytest.mark.parametrize("name,netns,src,dst,profile,expected", list(_cases()))
 def test_flow_route_per_topology_and_profile(name, netns, src, dst, profile, expected):
-    """Both directions' stack, aggregate and error, and whether a flow is created (§2.4, §8, §9)."""
+    """Both directions' stack, aggregate and error, and whether a flow is created (nft_dev_path_info, nft_flowtable.sh, flowsim.profiles)."""
     fr = flow_route(name, netns, src, dst, profile)
     original, reply, created = expected
     assert summary(fr.paths[0]) == original
@@ -188,10 +190,10 @@ def test_flow_route_per_topology_and_profile(name, netns, src, dst, profile, exp
     assert fr.ok is created
 
 
-# ---------------------------------------------------------------------- route details (§2.4 steps 2-8)
+# ---------------------------------------------------------------------- route details (nft_dev_forward_path)
 
 def test_ipip_route_replaced_by_underlay_and_reverse_tunnel():
-    """Into the tunnel: dst replaced by the route to the remote; the opposite in.tun is reversed (§2.4 step 5)."""
+    """Into the tunnel: dst replaced by the route to the remote; the opposite in.tun is reversed (nft_flow_tunnel_update_route)."""
     fr = flow_route("ipip", "nsr1", "10.0.1.99", "10.0.2.99", "linux-7.0")
     ns = topology("ipip").netns("nsr1")
     orig, reply = fr.tuple
@@ -205,7 +207,7 @@ def test_ipip_route_replaced_by_underlay_and_reverse_tunnel():
 
 
 def test_ip6ip6_rx_tunnel_direction_is_the_reply():
-    """Flow created by a packet out of the tunnel: the reply goes in, the original in.tun is set (§2.4)."""
+    """Flow created by a packet out of the tunnel: the reply goes in, the original in.tun is set (nft_dev_path_info)."""
     fr = flow_route("ip6ip6-rx", "router", "2001:db8:3::2", "2001:db8:1::1", "linux-7.1.5")
     ns = topology("ip6ip6-rx").netns("router")
     orig, reply = fr.tuple
@@ -225,7 +227,7 @@ def test_ip6ip6_without_tunnel_resolver_keeps_tunnel_device_defaults():
 
 
 def test_bridge_vlan_direct_macs_and_encap_order():
-    """Bridge path: DIRECT xmit with the bridge MAC as h_source; opposite in.encap = VLAN 10 (§8 row 12)."""
+    """Bridge path: DIRECT xmit with the bridge MAC as h_source; opposite in.encap = VLAN 10 (nft_flowtable.sh)."""
     fr = flow_route("bridge-vlan", "nsr1", "10.0.1.99", "10.0.2.99", "linux-7.0")
     topo = topology("bridge-vlan")
     ns = topo.netns("nsr1")
@@ -248,7 +250,7 @@ def test_legacy_outdev_is_first_encap_device_and_hw_outdev_the_bottom():
 
 
 def test_pppoe_direct_xmit_and_gso_from_april_2026_fix():
-    """PPPOE entry: h_dest = BRAS MAC; DIRECT + needs_gso_segment only with pppoe_direct_xmit (§2.4, §9)."""
+    """PPPOE entry: h_dest = BRAS MAC; DIRECT + needs_gso_segment only with pppoe_direct_xmit (nft_dev_path_info, flowsim.profiles)."""
     for profile, direct in (("linux-6.19", False), ("linux-7.0", True)):
         orig = flow_route("pppoe-over-vlan", "cpe", "192.168.1.10", "198.51.100.10", profile).tuple[0]
         assert (orig.xmit_type == XmitType.DIRECT) is direct
@@ -261,14 +263,14 @@ def test_pppoe_direct_xmit_and_gso_from_april_2026_fix():
 
 
 def test_tunnel_over_pppoe_h_source_is_tunnel_dev_addr():
-    """REF copies dev_addr of the first TUN entry as h_source (the tunnel's local address bytes) (§2.4)."""
+    """7.0 copies dev_addr of the first TUN entry as h_source (the tunnel's local address bytes) (nft_dev_path_info)."""
     fr = flow_route("ip6ip6-over-pppoe", "cpe", "2001:db8:3::2", "2001:db8:1::1", "linux-7.0")
     assert fr.tuple[1].out_h_source == "20:01:0d:b8:00:ff"
     assert any("dev_addr" in w for w in fr.paths[1].warnings)
 
 
 def test_two_tunnels_ref_recovers_with_inner_tunnel_only():
-    """REF: the second TUN clears indev, ETHERNET sets it again; the flow keeps tun1's endpoints (§2.4 note)."""
+    """7.0: the second TUN clears indev, ETHERNET sets it again; the flow keeps tun1's endpoints (nft_dev_path_info)."""
     fr = flow_route("ipip-in-ipip", "nsr1", "10.0.1.99", "10.0.2.99", "linux-7.0")
     assert fr.paths[0].info.error.index == 1 and fr.paths[0].info.error.dev == "tun0"
     assert fr.tuple[1].in_tun == PathTun(ip("192.168.100.2"), ip("192.168.100.1"), IPPROTO_IPIP)
@@ -301,7 +303,7 @@ DSA_PATHS = [
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("dst,expected,mode,ingress_vlans", DSA_PATHS, ids=[r[0] for r in DSA_PATHS])
 def test_dsa_bridge_vlan_modes(dst, expected, mode, ingress_vlans, profile):
-    """All four bridge VLAN modes and a port without the VLAN (§2.3 bridge steps 1-4)."""
+    """All four bridge VLAN modes and a port without the VLAN (br_vlan_fill_forward_path_pvid / _mode)."""
     topo = topology("dsa")
     ns = topo.netns("router")
     p = resolve_path(ns, ns.fib.lookup(ip(dst)), ip(dst), flowtable(topo, "router"), get_profile(profile))
@@ -314,7 +316,7 @@ def test_dsa_bridge_vlan_modes(dst, expected, mode, ingress_vlans, profile):
         assert p.error.errno == -22 and p.error.index == 1
 
 
-# ---------------------------------------------------------------------- §2.1 limits on small topologies
+# ---------------------------------------------------------------------- dev_fill_forward_path limits on small topologies
 
 TWO_ROUTERS = """
 [netns.r]
@@ -341,14 +343,14 @@ def _resolve(extra: str, dst: str, profile: str = "linux-7.0", hw: bool = False)
 
 
 def test_tunnel_routed_through_itself_makes_no_progress():
-    """A resolver that leaves ctx.dev unchanged fails the walk (WARN_ON_ONCE(last_dev == ctx.dev), §2.1)."""
+    """A resolver that leaves ctx.dev unchanged fails the walk (WARN_ON_ONCE(last_dev == ctx.dev), dev_fill_forward_path)."""
     p = _resolve("ip addr add 10.0.0.1/24 dev eth0\nip link add tun0 type ipip local 10.0.0.1 remote 10.9.9.9\n"
                  "ip link set tun0 up\nip route add 10.9.0.0/16 dev tun0", "10.9.9.9")
     assert p.error.func == "dev_fill_forward_path" and p.error.dev == "tun0" and p.error.index == 0
 
 
 def test_three_vlans_exceed_the_context():
-    """A third VLAN fails vlan_dev_fill_forward_path with -ENOSPC (NET_DEVICE_PATH_VLAN_MAX, §2.3)."""
+    """A third VLAN fails vlan_dev_fill_forward_path with -ENOSPC (NET_DEVICE_PATH_VLAN_MAX, ndo_fill_forward_path)."""
     p = _resolve("ip link add link eth0 name v1 type vlan id 1\nip link add link v1 name v2 type vlan id 2\n"
                  "ip link add link v2 name v3 type vlan id 3\nip link set v1 up\nip link set v2 up\n"
                  "ip link set v3 up\nip addr add 10.1.0.1/24 dev v3\nip neigh add 10.1.0.2 lladdr 02:00:00:00:00:09 dev v3",
@@ -357,7 +359,7 @@ def test_three_vlans_exceed_the_context():
 
 
 def test_two_vlans_fit_and_three_encaps_fail_in_path_info():
-    """QinQ + PPPoE: the third encap clears indev in nft_dev_path_info (NF_FLOW_TABLE_ENCAP_MAX, §2.4)."""
+    """QinQ + PPPoE: the third encap clears indev in nft_dev_path_info (NF_FLOW_TABLE_ENCAP_MAX, nft_dev_path_info)."""
     extra = ("ip link add link eth0 name v1 type vlan id 1 protocol 802.1ad\nip link add link v1 name v2 type vlan id 2\n"
              "ip link set v1 up\nip link set v2 up\n"
              "ip link add ppp0 type pppoe dev v2 session 7 peer 02:00:00:00:00:07\nip link set ppp0 up\n"
@@ -366,11 +368,11 @@ def test_two_vlans_fit_and_three_encaps_fail_in_path_info():
     assert [e.type.name for e in p.stack] == ["PPPOE", "VLAN", "VLAN", "ETHERNET"]
     assert p.error.func == "nft_dev_path_info" and p.error.index == 2
     ref = _resolve(extra, "8.8.8.8", "linux-7.0")
-    assert ref.error is None and ref.info.indev == "eth0" and ref.warnings  # REF: ETHERNET sets indev again
+    assert ref.error is None and ref.info.indev == "eth0" and ref.warnings  # 7.0: ETHERNET sets indev again
 
 
 def test_hw_offload_flowtable_forces_direct():
-    """A HW-offload flowtable makes a valid Ethernet indev DIRECT (nf_flowtable_hw_offload, §2.4)."""
+    """A HW-offload flowtable makes a valid Ethernet indev DIRECT (nf_flowtable_hw_offload, nft_dev_path_info)."""
     p = _resolve("ip addr add 10.0.0.1/24 dev eth0", "10.0.0.2", hw=True)
     assert p.xmit_type == XmitType.DIRECT and p.info.h_dest == p.ha
 
@@ -378,7 +380,7 @@ def test_hw_offload_flowtable_forces_direct():
 @pytest.mark.parametrize("state,ok", [("permanent", True), ("reachable", True), ("stale", True), ("delay", True),
                                       ("probe", True), ("noarp", True), ("incomplete", False), ("failed", False)])
 def test_neighbour_must_be_nud_valid(state, ok):
-    """nft_dev_fill_forward_path requires the next hop's neighbour in NUD_VALID (§2.4)."""
+    """nft_dev_fill_forward_path requires the next hop's neighbour in NUD_VALID (nft_dev_path_info)."""
     lladdr = "" if state in ("incomplete", "failed") else " lladdr 02:00:00:00:00:05"
     p = _resolve(f"ip addr add 10.0.0.1/24 dev eth0\nip neigh replace 10.0.0.2{lladdr} dev eth0 nud {state}",
                  "10.0.0.2")
@@ -388,13 +390,13 @@ def test_neighbour_must_be_nud_valid(state, ok):
 
 
 def test_missing_neighbour_fails_like_nud_none():
-    """No neighbour entry: dst_neigh_lookup would create a NUD_NONE one, which is not valid (§2.4)."""
+    """No neighbour entry: dst_neigh_lookup would create a NUD_NONE one, which is not valid (nft_dev_path_info)."""
     p = _resolve("ip addr add 10.0.0.1/24 dev eth0", "10.0.0.77")
     assert p.error.func == "nft_dev_fill_forward_path" and "NUD_NONE" in p.error.reason
 
 
 def test_dev_fill_forward_path_direct_call():
-    """dev_fill_forward_path alone: the start device with no resolver is the only ETHERNET entry (§2.1)."""
+    """dev_fill_forward_path alone: the start device with no resolver is the only ETHERNET entry (dev_fill_forward_path)."""
     topo = topology("selftest")
     ns = topo.netns("nsr1")
     path = dev_fill_forward_path(ns, ns.devices["veth1"], "02:00:00:00:00:01", get_profile("linux-7.0"))
@@ -402,7 +404,7 @@ def test_dev_fill_forward_path_direct_call():
 
 
 def test_path_info_rejects_unknown_entry_types():
-    """An MTK_WDMA entry is not usable by the software flowtable: indev = NULL (§2.4 'any other type')."""
+    """An MTK_WDMA entry is not usable by the software flowtable: indev = NULL (nft_dev_path_info, 'default')."""
     from flowsim.kernel.devices.base import DevPathType, PathEntry
 
     ns = topology("selftest").netns("nsr1")

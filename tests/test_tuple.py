@@ -1,4 +1,4 @@
-"""The tuple builder, check by check, in the kernel's order (reference §4.0–4.2, §5.1–5.2, §9)."""
+"""The tuple builder, check by check, in the kernel's order (nf_flow_table_ip.c; the version switches of flowsim.profiles)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ V6_ONLY_ROWS = [
 @pytest.mark.parametrize("version", [4, 6])
 @pytest.mark.parametrize("rid,build,profile,family,reason", SLOWPATH_ROWS, ids=[r[0] for r in SLOWPATH_ROWS])
 def test_slowpath_reason(rid, build, profile, family, reason, version):
-    """Each parse check sends its packets to the slow path with its own reason id (§4.3)."""
+    """Each parse check sends its packets to the slow path with its own reason id (flowsim.reasons)."""
     res = parse(build(version), profile, family)
     assert (res.reason, res.tuple) == (reason, None), res.detail
     assert REASONS[res.reason].verdict == "accept"
@@ -77,7 +77,7 @@ def test_slowpath_reason(rid, build, profile, family, reason, version):
 @pytest.mark.parametrize("rid,build,profile,reason", V4_ONLY_ROWS + V6_ONLY_ROWS,
                          ids=[r[0] for r in V4_ONLY_ROWS + V6_ONLY_ROWS])
 def test_slowpath_reason_family_specific(rid, build, profile, reason):
-    """IPv4-only (fragments, options, IHL) and IPv6-only (extension headers) checks (§4.1, §4.2)."""
+    """IPv4-only (fragments, options, IHL) and IPv6-only (extension headers) checks (nf_flow_tuple_ip, nf_flow_tuple_ipv6)."""
     res = parse(build(), profile)
     assert (res.reason, res.tuple) == (reason, None), res.detail
 
@@ -88,7 +88,7 @@ PARSE_REASONS = {"l3proto-unsupported", "encap-unsupported", "header-truncated",
 
 
 def test_every_parse_reason_has_a_row():
-    """Every slow-path reason the parser can give is reached by a row above (§4.3)."""
+    """Every slow-path reason the parser can give is reached by a row above (flowsim.reasons)."""
     reached = {r[-1] for r in SLOWPATH_ROWS + V4_ONLY_ROWS + V6_ONLY_ROWS}
     assert reached == PARSE_REASONS <= set(REASONS)
 
@@ -119,7 +119,7 @@ TUPLE_ROWS = [
 @pytest.mark.parametrize("version", [4, 6])
 @pytest.mark.parametrize("rid,build,encap,tun,l4,sport,dport", TUPLE_ROWS, ids=[r[0] for r in TUPLE_ROWS])
 def test_tuple_fields(rid, build, encap, tun, l4, sport, dport, version):
-    """The key holds the inner addresses/ports, every encap with its full TCI / session id, and the tunnel (§5.1)."""
+    """The key holds the inner addresses/ports, every encap with its full TCI / session id, and the tunnel (nf_flow_tuple_encap)."""
     res = parse(build(version))
     assert res.ok, (res.reason, res.detail)
     if tun:
@@ -133,7 +133,7 @@ def test_tuple_fields(rid, build, encap, tun, l4, sport, dport, version):
     (4, "linux-6.18", False), (4, "linux-6.19", True), (6, "linux-6.19", False), (6, "linux-7.0", True),
 ])
 def test_tunnel_rx_by_version(version, profile, tunnelled):
-    """IPIP is recognised from 6.19 and IP6IP6 from 7.0; before, the outer header is the flow (l4proto 4/41) (§9)."""
+    """IPIP is recognised from 6.19 and IP6IP6 from 7.0; before, the outer header is the flow (l4proto 4/41) (flowsim.profiles)."""
     res = parse(eth(outer(version) / ip(version) / L4["tcp"]()), profile)
     if tunnelled:
         assert res.tuple.tun is not None and res.tuple.sport == 40000
@@ -142,12 +142,12 @@ def test_tunnel_rx_by_version(version, profile, tunnelled):
 
 
 def test_iifidx_is_the_hook_device():
-    """iifidx is the ifindex of the device whose ingress hook runs (§4.1 step 2)."""
+    """iifidx is the ifindex of the device whose ingress hook runs (nf_flow_tuple_ip)."""
     assert parse(eth(ip(4) / L4["tcp"]()), iif=42).tuple.iifidx == 42
 
 
 def test_metadata_stays_out_of_equality():
-    """Two tuples with equal key fields are equal and hash alike, whatever the parse context (§1.2)."""
+    """Two tuples with equal key fields are equal and hash alike, whatever the parse context (struct flow_offload_tuple)."""
     a = parse(eth(Dot1Q(vlan=3) / ip(4) / L4["tcp"]()), rx_vlan_offload=True)
     b = parse(eth(Dot1Q(vlan=3) / ip(4) / L4["tcp"]()), rx_vlan_offload=False)
     assert a.ctx.offset != b.ctx.offset
@@ -155,7 +155,7 @@ def test_metadata_stays_out_of_equality():
 
 
 def test_vlan_priority_bits_change_the_key():
-    """A TCI with priority bits is a different key from the bare VID the path records (§5.1)."""
+    """A TCI with priority bits is a different key from the bare VID the path records (nf_flow_tuple_encap)."""
     a = parse(eth(Dot1Q(vlan=10, prio=3) / ip(4) / L4["tcp"]())).tuple
     b = parse(eth(Dot1Q(vlan=10) / ip(4) / L4["tcp"]())).tuple
     assert a.differences(b) == ["encap"]
@@ -163,13 +163,13 @@ def test_vlan_priority_bits_change_the_key():
 
 @pytest.mark.parametrize("family,version", [("ip", 4), ("ip6", 6)])
 def test_single_family_hooks(family, version):
-    """The ip / ip6 family hooks parse their own protocol directly (§4.0)."""
+    """The ip / ip6 family hooks parse their own protocol directly (nf_flow_offload_inet_hook)."""
     assert parse(eth(ip(version) / L4["tcp"]()), family=family).ok
 
 
 def test_ip_hook_sees_ipv6_ref_quirk():
-    """REF: the IPv4 hook runs the IPv6 tunnel check on IPv6 traffic, then reads it as IPv4: the payload
-    length lands in the fragment field, so it leaves as a 'fragment' (§4.1 step 1)."""
+    """7.0: the IPv4 hook runs the IPv6 tunnel check on IPv6 traffic, then reads it as IPv4: the payload
+    length lands in the fragment field, so it leaves as a 'fragment' (ip_is_fragment)."""
     res = parse(eth(ip(6) / L4["tcp"]()), OLD, family="ip")
     assert res.reason == "fragment" and res.hook == "ipv4" and res.ctx.tun_proto == 0
 
@@ -191,8 +191,8 @@ IP6IP6_OVER_INBAND = {
 
 @pytest.mark.parametrize("inband", sorted(IP6IP6_OVER_INBAND))
 def test_regression_ip6_tunnel_offset_after_inband_header(inband):
-    """IPv6 tunnel header size: REF adds the absolute offset, so after an in-band header the inner header is
-    looked for at the wrong place; the relative size (7.1.5) finds it (§5.2, "make the IPv6 path symmetric")."""
+    """IPv6 tunnel header size: 7.0 adds the absolute offset, so after an in-band header the inner header is
+    looked for at the wrong place; the relative size (7.1.5) finds it (nf_flow_ip6_tunnel_proto, "make the IPv6 path symmetric")."""
     frame = IP6IP6_OVER_INBAND[inband]()
     old, new = parse(frame, OLD), parse(frame, NEW)
     inband_len = 4 if inband == "qinq" else 8
@@ -203,7 +203,7 @@ def test_regression_ip6_tunnel_offset_after_inband_header(inband):
 
 
 def test_pppoe_carried_tunnel_keeps_empty_tunnel_fields():
-    """§5.1: for PPPoE the raw PPP protocol is compared, so the tunnel fields stay empty (mainline);
+    """nf_flow_tuple_encap: for PPPoE the raw PPP protocol is compared, so the tunnel fields stay empty (mainline);
     the CI tree's mapped ethertype fills them."""
     frame = IP6IP6_OVER_INBAND["pppoe"]()
     assert parse(frame, NEW).tuple.tun is None
@@ -212,7 +212,7 @@ def test_pppoe_carried_tunnel_keeps_empty_tunnel_fields():
 
 
 def test_regression_ip6_tunnel_exthdr():
-    """IP6IP6 with the encapsulation-limit destination option: REF skips it (tunnel size 48); 7.1.5 → slow path (§9)."""
+    """IP6IP6 with the encapsulation-limit destination option: 7.0 skips it (tunnel size 48); 7.1.5 → slow path (flowsim.profiles)."""
     frame = eth(outer(6) / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=4, optdata=b"\x04")]) / ip(6) / L4["tcp"]())
     old = parse(frame, OLD)
     assert old.ok and old.ctx.tun_hdr_size == 48 and old.tuple.tun is not None
@@ -222,8 +222,8 @@ def test_regression_ip6_tunnel_exthdr():
 
 @pytest.mark.parametrize("access,copies,reallocs", [("header_pointer", 1, 1), ("pull", 0, 1)])
 def test_ip6_tunnel_header_access_cost(access, copies, reallocs):
-    """With the outer IPv6 header outside the linear area, REF copies it (skb_header_pointer) and then pulls
-    the inner one; 7.1.5 pulls once (pskb_may_pull) — the cost the IP6IP6 rx review asked about (§5.2)."""
+    """With the outer IPv6 header outside the linear area, 7.0 copies it (skb_header_pointer) and then pulls
+    the inner one; 7.1.5 pulls once (pskb_may_pull) — the cost the IP6IP6 rx review asked about (nf_flow_ip6_tunnel_proto)."""
     frame = eth(outer(6) / ip(6) / L4["tcp"]())
     profile = get_profile(OLD).derive(ip6_tunnel_header_access=access)
     skb = skb_from_frame(frame, iif=5, headlen=14)

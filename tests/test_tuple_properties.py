@@ -1,4 +1,4 @@
-"""Property tests: the tuple builder against scapy's dissection of random stacks (reference §4.1, §4.2, §5.1)."""
+"""Property tests: the tuple builder against scapy's dissection of random stacks (nf_flow_tuple_ip, nf_flow_tuple_ipv6, nf_flow_tuple_encap)."""
 
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def scapy_oracle(frame: bytes, offload: bool, profile, iif: int):
             nxt, exts = nxt.payload, exts + 1
         if isinstance(nxt, IPv6) and not (exts and profile.ip6_tunnel_exthdr == "slowpath"):
             if inband and profile.ip6_tunnel_hdr_size == "absolute":
-                return KNOWN_BUG  # §5.2: the absolute offset, fixed in 7.1.5
+                return KNOWN_BUG  # nf_flow_ip6_tunnel_proto: the absolute offset, fixed in 7.1.5
             tun, cur = Tunnel(addr_bytes(cur.src), addr_bytes(cur.dst), 41), nxt
     if inband == "pppoe" and profile.tuple_encap_pppoe_proto == "raw":
-        tun = None  # §5.1: the raw PPP protocol never equals an ethertype
+        tun = None  # nf_flow_tuple_encap: the raw PPP protocol never equals an ethertype
     l4 = cur.payload
     if isinstance(l4, (TCP, UDP)):
         sport, dport = l4.sport, l4.dport

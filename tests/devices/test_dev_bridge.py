@@ -1,4 +1,4 @@
-"""br_fill_forward_path with br_vlan_fill_forward_path_pvid / _mode (reference §2.3, bridge row)."""
+"""br_fill_forward_path with br_vlan_fill_forward_path_pvid / _mode (net/bridge/br_device.c, br_vlan.c)."""
 
 from __future__ import annotations
 

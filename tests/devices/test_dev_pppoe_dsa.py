@@ -1,4 +1,4 @@
-"""ppp_fill_forward_path / pppoe_fill_forward_path and dsa_user_fill_forward_path (reference §2.3)."""
+"""ppp_fill_forward_path / pppoe_fill_forward_path and dsa_user_fill_forward_path (drivers/net/ppp, net/dsa/user.c)."""
 
 from __future__ import annotations
 

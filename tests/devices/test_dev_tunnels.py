@@ -1,4 +1,4 @@
-"""ipip_fill_forward_path and ip6_tnl_fill_forward_path, and the kinds without a resolver (reference §2.3, §9)."""
+"""ipip_fill_forward_path and ip6_tnl_fill_forward_path, and the kinds without a resolver (net/ipv4/ipip.c, net/ipv6/ip6_tunnel.c; from which kernel: flowsim.profiles)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vlan_dev_fill_forward_path (reference §2.3, VLAN row)."""
+"""vlan_dev_fill_forward_path (net/8021q/vlan_dev.c)."""
 
 from __future__ import annotations
 
