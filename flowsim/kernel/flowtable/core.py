@@ -53,7 +53,7 @@ from flowsim.kernel.conntrack import (
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
 from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
-from flowsim.kernel.headers import AF_INET, AF_INET6, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.headers import AF_INET, AF_INET6, ETH_P_IP, IPPROTO_GRE, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.skb import SkbCost
 from flowsim.reasons import ACCEPT, STOLEN, reason
 
@@ -387,7 +387,7 @@ def _addr_key(key: FlowTuple) -> tuple:
 # --- nft_flow_offload.c ------------------------------------------------------------
 
 def _ipv4_has_options(skb) -> bool:
-    if skb.protocol != 0x0800:
+    if skb.protocol != ETH_P_IP:
         return False
     return (skb.buf[skb.network_header] & 0x0F) != 5
 
