@@ -29,7 +29,7 @@ def test_json_keys_for_a_tunnel_path(capsys):
     info = data["info"]
     assert {"indev", "outdev", "encap", "tun", "xmit_type", "h_source", "h_dest"} <= set(info)
     assert info["indev"] == info["outdev"] == "veth1" and info["xmit_type"] == "neigh"
-    assert info["encap"] == [{"id": 10, "proto": "0x8100"}]
+    assert info["encap"] == [{"id": 10, "proto": 0x8100}]  # one JSON form for an Encap: integers (8304288)
     assert info["tun"] == {"src": "192.168.20.1", "dst": "192.168.20.2", "l3_proto": 4}
 
 
