@@ -9,6 +9,7 @@ there all the same.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 
 import pytest
@@ -20,6 +21,8 @@ from flowsim.kernel.flowtable.path import FlowtableRef, resolve_path
 from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
 from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import PROFILES, get_profile
+from flowsim.sim.report import build_report
+from flowsim.sim.simulation import Simulation
 
 
 def _parse(frame: bytes, profile: str):
@@ -28,7 +31,7 @@ def _parse(frame: bytes, profile: str):
 
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile (a new profile must say what its switches do)."""
-    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS):
+    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER):
         assert set(table) == set(PROFILES)
 
 
@@ -124,3 +127,87 @@ def test_bridge_tag_after_two_encaps(profile, expected):
                                                         ("ETHERNET", "eth0")]
     assert p.stack[2].bridge.vlan_mode.name == "TAG"
     assert (len(p.info.encaps), p.error.func if p.error else None) == expected
+
+
+# --- encap_push_order: nf_flow_encap_push / nf_flow_vlan_push (nf_flow_table_ip.c) -------------------------------
+# The router reaches ns1 through QinQ devices veth0.10.20 (outer VID 10, inner VID 20); the flow's encaps are
+# recorded outermost first.  ≤ 6.18 hands the packet to the VLAN devices (neigh_xmit), which tag in order; 6.19's
+# generic push starts from entry 0, so the fast path puts VID 20 outside (reverse QinQ order) and ns1 has no VLAN
+# device for it; the April-2026 fix pushes innermost first.
+QINQ_DOWNLOAD = """
+[netns.r]
+commands = '''
+ip link add veth0 type veth peer name eth0 netns ns1
+ip link add veth1 type veth peer name eth0 netns ns2
+ip link set veth0 up
+ip link set veth1 up
+ip link add link veth0 name veth0.10 type vlan id 10
+ip link add link veth0.10 name veth0.10.20 type vlan id 20
+ip link set veth0.10 up
+ip link set veth0.10.20 up
+ip addr add 203.0.113.1/24 dev veth0.10.20
+ip addr add 198.51.100.1/24 dev veth1
+'''
+sysctls = { "net.ipv4.ip_forward" = 1 }
+nft = '''
+table inet filter {
+  flowtable ft {
+    hook ingress priority 0
+    devices = { veth0, veth1 }
+  }
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    meta l4proto tcp flow add @ft
+  }
+}
+'''
+
+[netns.ns1]
+commands = '''
+ip link set eth0 up
+ip link add link eth0 name eth0.10 type vlan id 10
+ip link add link eth0.10 name eth0.10.20 type vlan id 20
+ip link set eth0.10 up
+ip link set eth0.10.20 up
+ip addr add 203.0.113.2/24 dev eth0.10.20
+ip route add default via 203.0.113.1
+'''
+
+[netns.ns2]
+commands = '''
+ip link set eth0 up
+ip addr add 198.51.100.2/24 dev eth0
+ip route add default via 198.51.100.1
+'''
+
+[[traffic]]
+name = "tcp-download"
+proto = "tcp"
+from = "ns1"
+to = "198.51.100.2"
+dport = 5201
+packets = 3
+reply_packets = 20
+"""
+
+# profile → ({(outer VID, inner VID): frames ns1 receives}, drops)
+QINQ_TAG_ORDER = {
+    "linux-6.1": ({(10, 20): 29}, {}),
+    "linux-6.12": ({(10, 20): 29}, {}),
+    "linux-6.18": ({(10, 20): 29}, {}),
+    "linux-6.19": ({(10, 20): 7, (20, 10): 21}, {"vlan-no-device": 21}),
+    "linux-7.0": ({(10, 20): 29}, {}),
+    "linux-7.1.5": ({(10, 20): 29}, {}),
+}
+
+
+@pytest.mark.parametrize("profile,expected", sorted(QINQ_TAG_ORDER.items()))
+def test_qinq_tag_order_of_the_fast_path(profile, expected):
+    """The VLAN tags of the frames ns1 receives from the router, and what ns1 drops, per push order."""
+    frames = []
+    sim = Simulation(load_topology_text(QINQ_DOWNLOAD, "inline.toml"), get_profile(profile))
+    sim.kernel.capture = lambda netns, dev, frame: frames.append(frame) if (netns, dev) == ("ns1", "eth0") else None
+    sim.run()
+    assert all(f[12:14] == f[16:18] == b"\x81\x00" for f in frames)
+    tags = collections.Counter((int.from_bytes(f[14:16], "big"), int.from_bytes(f[18:20], "big")) for f in frames)
+    assert (dict(tags), build_report(sim)["drops"]) == expected
