@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import ipaddress
+from pathlib import Path
 
 import pytest
 from frames import L4, V4, eth, ip, outer, pppoe
@@ -24,6 +25,15 @@ from flowsim.profiles import PROFILES, get_profile
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
 
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+
+
+def _edit(text: str, *replacements: tuple[str, str]) -> str:
+    for old, new in replacements:
+        assert text.count(old) >= 1, old
+        text = text.replace(old, new)
+    return text
+
 
 def _parse(frame: bytes, profile: str):
     return flow_tuple_from_skb(skb_from_frame(frame, iif=5), iifidx=5, profile=get_profile(profile))
@@ -31,7 +41,7 @@ def _parse(frame: bytes, profile: str):
 
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile (a new profile must say what its switches do)."""
-    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER):
+    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL):
         assert set(table) == set(PROFILES)
 
 
@@ -211,3 +221,40 @@ def test_qinq_tag_order_of_the_fast_path(profile, expected):
     assert all(f[12:14] == f[16:18] == b"\x81\x00" for f in frames)
     tags = collections.Counter((int.from_bytes(f[14:16], "big"), int.from_bytes(f[18:20], "big")) for f in frames)
     assert (dict(tags), build_report(sim)["drops"]) == expected
+
+
+# --- tunnel_push_dst: nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push (nf_flow_table_ip.c) -----------------------
+# ipip.toml with nsr1's LAN side behind a bridge br0: the reply tuple (tunnel → LAN) is DIRECT xmit through the
+# bridge and, from 6.19, keeps no route.  The push into the tunnel reads the route of the *opposite* tuple
+# (dst_cache in the runtime union; the bug 'move dst_cache/dst_cookie out of the runtime union' fixes), finds none
+# and the packet is lost (kernel-bug); reading this direction's route works.  IPv6 via tun6 from 7.0.
+def _bridged_ipip() -> str:
+    return _edit((TOPOLOGIES / "ipip.toml").read_text(),
+                 ("ip addr add 10.0.1.1/24 dev veth0\nip addr add dead:1::1/64 dev veth0 nodad\nip link set veth0 mtu 9000",
+                  "ip link set veth0 mtu 9000\nip link add br0 type bridge\nip link set br0 mtu 9000\n"
+                  "ip link set veth0 master br0\nip link set br0 up\nip addr add 10.0.1.1/24 dev br0\n"
+                  "ip addr add dead:1::1/64 dev br0 nodad"),
+                 ('meta oif "veth0" tcp sport', 'meta oif "br0" tcp sport'),
+                 ('sysctls = { "net.ipv4.conf.veth0.forwarding" = 1,',
+                  'sysctls = { "net.ipv4.conf.br0.forwarding" = 1, "net.ipv4.conf.veth0.forwarding" = 1,'))
+
+
+# profile → (drops, packets delivered to ns2 of the 204 tcp-12345 and the 204 tcp6-12345 sends)
+BRIDGED_LAN_INTO_TUNNEL = {
+    "linux-6.1": ({}, (204, 204)),
+    "linux-6.12": ({}, (204, 204)),
+    "linux-6.18": ({}, (204, 204)),
+    "linux-6.19": ({"kernel-bug": 193}, (10, 204)),
+    "linux-7.0": ({"kernel-bug": 386}, (10, 10)),
+    "linux-7.1.5": ({"kernel-bug": 386}, (10, 10)),
+}
+
+
+@pytest.mark.parametrize("profile,expected", sorted(BRIDGED_LAN_INTO_TUNNEL.items()))
+def test_tunnel_push_from_a_bridged_lan(profile, expected):
+    """Into an IPIP/IP6IP6 tunnel from a bridged LAN: the push's route lookup loses every fast-path packet."""
+    sim = Simulation(load_topology_text(_bridged_ipip(), str(TOPOLOGIES / "ipip.toml")), get_profile(profile))
+    sim.run()
+    r = build_report(sim)
+    delivered = tuple(t["directions"]["original"]["delivered"] for t in r["traffic"])
+    assert (r["drops"], delivered) == expected
