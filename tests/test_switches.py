@@ -90,7 +90,7 @@ def test_ipip_in_pppoe_tunnel_fields(profile, expected):
 # PPPoE over an 802.1ad VLAN over an 802.1Q VLAN-filtering bridge: the bridge TAGs the frame with its PVID
 # (br_vlan_fill_forward_path_pvid: the context VLAN is not of the bridge's protocol) after two encaps are
 # recorded.  Before 6.19 the third one is written past encap[NF_FLOW_TABLE_ENCAP_MAX]; from 6.19 the TAG branch
-# checks and fails the entry, which 7.0 then overrides with the ETHERNET entry's indev (REF keeps going) and the
+# checks and fails the entry, which 7.0 then overrides with the ETHERNET entry's indev (it keeps walking) and the
 # June-2026 rework (path_failure=no-flow) turns into no flow.
 PPPOE_OVER_QINQ_BRIDGE = """
 [netns.r]
