@@ -40,7 +40,7 @@ def _parse(frame: bytes, profile: str):
 
 
 def test_every_named_profile_has_a_row():
-    """The tables below cover every named profile (a new profile must say what its switches do)."""
+    """The tables below cover every named profile of flowsim.profiles (a new one must say what its switches do)."""
     for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL):
         assert set(table) == set(PROFILES)
 
@@ -213,7 +213,7 @@ QINQ_TAG_ORDER = {
 
 @pytest.mark.parametrize("profile,expected", sorted(QINQ_TAG_ORDER.items()))
 def test_qinq_tag_order_of_the_fast_path(profile, expected):
-    """The VLAN tags of the frames ns1 receives from the router, and what ns1 drops, per push order."""
+    """The VLAN tags of the frames ns1 receives from the router, and what it drops, per nf_flow_encap_push order."""
     frames = []
     sim = Simulation(load_topology_text(QINQ_DOWNLOAD, "inline.toml"), get_profile(profile))
     sim.kernel.capture = lambda netns, dev, frame: frames.append(frame) if (netns, dev) == ("ns1", "eth0") else None
@@ -252,7 +252,7 @@ BRIDGED_LAN_INTO_TUNNEL = {
 
 @pytest.mark.parametrize("profile,expected", sorted(BRIDGED_LAN_INTO_TUNNEL.items()))
 def test_tunnel_push_from_a_bridged_lan(profile, expected):
-    """Into an IPIP/IP6IP6 tunnel from a bridged LAN: the push's route lookup loses every fast-path packet."""
+    """From a bridged LAN into IPIP/IP6IP6: nf_flow_tunnel_v4_push/v6_push find no route and lose the packets."""
     sim = Simulation(load_topology_text(_bridged_ipip(), str(TOPOLOGIES / "ipip.toml")), get_profile(profile))
     sim.run()
     r = build_report(sim)
