@@ -8,5 +8,15 @@ of a topology, the packet ledger, the clock hooks); ``l2``
 policy, bundles, ESP output and input) and ``pkt`` (packet building
 helpers the endpoints and the stack share).
 
-May import: the rest of ``flowsim.kernel`` and ``flowsim.nft``.
+Inside, each module imports only the ones below it (``.importlinter``):
+``core`` > ``ip`` > ``xfrm`` > ``l2`` | ``nf`` > ``pkt``.  The way back up
+is the kernel's: ``l2`` delivers to the handlers registered in its
+``ptype_base`` (``dev_add_pack``) and transmits on tunnels through the
+``ndo_start_xmit`` the IP layer registered; ``xfrm`` sends its outer packet
+through the ``xfrm_state_afinfo.local_out`` the IP layer lent it.  ``ip``
+fills these tables when it is imported (the kernel's initcalls), and
+``core`` imports it.
+
+May import: the rest of ``flowsim.kernel`` (the flowtable included: the
+stack calls it, never the other way round) and ``flowsim.nft``.
 """
