@@ -73,7 +73,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         case = nodeid.partition("[")[2]
         return profile == DEFAULT_PROFILE and case.startswith(("xfrm/", "ovpn/"))
 
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         golden_case = "test_golden.py::test_golden[" in item.nodeid
         (drop if golden_case and not golden_sees_mutant(item.nodeid) else keep).append(item)

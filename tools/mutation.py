@@ -91,7 +91,7 @@ def mutants(profiles: list[str] | None = None, switches: list[str] | None = None
     from flowsim.profiles import PROFILES, SWITCHES, Profile
 
     fields = attrs.fields_dict(Profile)
-    out = []
+    out: list[tuple[str, str, str]] = []
     for switch in SWITCHES:
         if switches and switch not in switches:
             continue
