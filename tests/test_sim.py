@@ -100,7 +100,7 @@ def test_flowtables_off_skips_hooks_and_flow_add():
 
 def test_kernel_alone_delivers_to_a_bound_socket():
     """Without a simulation the kernel runs every step at once; a socket in the target netns gets the packet."""
-    from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
+    from flowsim.kernel.pkt import build_ipv4, udp_datagram
 
     class Sink:
         got = []

@@ -318,8 +318,8 @@ def test_neighbour_without_lladdr_is_unresolved():
 
 def test_frames_for_another_mac_are_not_for_this_host():
     """A frame whose destination MAC is not the device's is PACKET_OTHERHOST and dropped by ip_rcv."""
+    from flowsim.kernel.pkt import build_ipv4, udp_datagram
     from flowsim.kernel.stack.core import Kernel
-    from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
 
     topo = line()
     k = Kernel(topo)
@@ -332,8 +332,8 @@ def test_frames_for_another_mac_are_not_for_this_host():
 
 def test_drops_are_only_known_reason_ids():
     """Kernel.drop refuses an id that is not in flowsim/reasons.py (one table of reasons)."""
+    from flowsim.kernel.pkt import new_skb
     from flowsim.kernel.stack.core import Kernel
-    from flowsim.kernel.stack.pkt import new_skb
 
     k = Kernel(line())
     with pytest.raises(KeyError):
@@ -383,7 +383,7 @@ def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
     """ppp has no GSO features: validate_xmit_skb segments a GSO skb before pppoe_xmit, or drops it
     (gso-segment-failed) when skb_gso_segment fails; packet accounting adds up either way."""
     from flowsim.kernel.gso import gso_type_of
-    from flowsim.kernel.stack.pkt import build_ipv4, tcp_segment
+    from flowsim.kernel.pkt import build_ipv4, tcp_segment
 
     sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
     k = sim.kernel
@@ -402,7 +402,7 @@ def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
 def test_gso_skb_the_segmenter_cannot_walk_is_dropped_not_raised():
     """A GSO skb carrying ICMP (no gso_segment callback) and too big for the next link: the MTU check counts it
     as not fitting and the segmentation attempt drops it with gso-segment-failed; the run goes on."""
-    from flowsim.kernel.stack.pkt import build_ipv4
+    from flowsim.kernel.pkt import build_ipv4
 
     sim = Simulation(load_topology(TOPOLOGIES / "pppoe-over-vlan.toml"), flowtables=False, traffic=[])
     k = sim.kernel

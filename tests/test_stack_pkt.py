@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment
 
-from flowsim.kernel.stack.pkt import (
+from flowsim.kernel.pkt import (
     FragQueue,
     build_ipv4,
     build_ipv6,

@@ -38,7 +38,7 @@ from flowsim.config.network import Topology
 from flowsim.config.raw import RawToml
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import IPAddress
-from flowsim.kernel.stack.pkt import IP_DEFAULT_TTL
+from flowsim.kernel.pkt import IP_DEFAULT_TTL
 
 __all__ = ["Traffic", "TRAFFIC_KEYS", "read_traffic"]
 

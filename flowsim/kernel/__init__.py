@@ -1,7 +1,7 @@
 """The Linux data path, modelled function by function.
 
 ``skb`` (bytes, offsets, ``header_pointer``/``pskb_may_pull`` with cost
-counters), ``headers``, ``gso`` (``__skb_gso_segment``), ``capture`` (the
+counters), ``headers``, ``pkt`` (building IP/TCP/UDP packets), ``gso`` (``__skb_gso_segment``), ``capture`` (the
 packet taps and the pcap/pcapng formats), ``fib``, ``neigh``,
 ``conntrack``/``nat``, ``esp``, the stack (``stack/``: L2, IP, netfilter
 hooks, xfrm), the devices (``devices/``, one module per

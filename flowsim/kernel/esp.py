@@ -40,7 +40,7 @@ does (right after the outer IP header), looks the SPI up, checks the replay
 window, opens the AEAD and counts failures under the ``/proc/net/xfrm_stat``
 names (``XfrmInStateProtoError`` for a bad ICV, from ``esp_input_done2``).
 
-Packets are bytes: built with :mod:`flowsim.kernel.stack.pkt`, segmented by
+Packets are bytes: built with :mod:`flowsim.kernel.pkt`, segmented by
 :mod:`flowsim.kernel.gso`, framed by :func:`flowsim.kernel.capture.ether_frame`.
 """
 
@@ -68,8 +68,8 @@ from flowsim.kernel.headers import (
     ip_send_check,
     mac_aton,
 )
+from flowsim.kernel.pkt import build_ipv4, build_ipv6, eth_header, tcp_segment, udp_datagram
 from flowsim.kernel.skb import SkBuff
-from flowsim.kernel.stack.pkt import build_ipv4, build_ipv6, eth_header, tcp_segment, udp_datagram
 
 __all__ = [
     "XfrmState", "EspFrame", "XfrmReceiver", "RxResult", "INNER_KINDS", "ESP_HEADER_LEN",

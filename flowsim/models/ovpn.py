@@ -65,7 +65,7 @@ from flowsim.kernel.capture import write_pcap
 from flowsim.kernel.esp import bulk_tcp_segment, ip_frame
 from flowsim.kernel.gso import SKB_GSO_TCPV4, GsoSkb
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_TCP, IPPROTO_UDP
-from flowsim.kernel.stack.pkt import build_ipv4, udp_datagram
+from flowsim.kernel.pkt import build_ipv4, udp_datagram
 from flowsim.models.ovpn_pktid import ERANGE, PKTID_MAX, PktidXmit
 from flowsim.models.ovpn_proto import (
     CIPHERS,

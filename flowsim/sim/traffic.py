@@ -60,8 +60,8 @@ from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
 from flowsim.kernel.stack.core import ORIGIN_HOST
-from flowsim.kernel.stack.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
 

@@ -63,11 +63,11 @@ from flowsim.kernel import api as kernel_api
 from flowsim.kernel.conntrack import ConntrackTable
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.core import Flowtable
+from flowsim.kernel.pkt import new_skb
 from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
-from flowsim.kernel.stack.pkt import new_skb
 from flowsim.nft.ruleset import Nftables, parse_ruleset
 from flowsim.profiles import Profile, get_profile
 from flowsim.reasons import reason

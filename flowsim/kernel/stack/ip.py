@@ -66,11 +66,7 @@ from flowsim.kernel.headers import (
     IPPROTO_UDP,
     internet_checksum,
 )
-from flowsim.kernel.skb import SkBuff
-from flowsim.kernel.stack import l2 as stack_l2
-from flowsim.kernel.stack import xfrm as stack_xfrm
-from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
-from flowsim.kernel.stack.pkt import (
+from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH,
     ICMP_EXC_TTL,
     ICMP_FRAG_NEEDED,
@@ -95,6 +91,10 @@ from flowsim.kernel.stack.pkt import (
     parse_ip,
     reparse_ip,
 )
+from flowsim.kernel.skb import SkBuff
+from flowsim.kernel.stack import l2 as stack_l2
+from flowsim.kernel.stack import xfrm as stack_xfrm
+from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",

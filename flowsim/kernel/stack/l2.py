@@ -71,8 +71,8 @@ from flowsim.kernel.headers import (
     mac_aton,
     mac_ntoa,
 )
+from flowsim.kernel.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, parse_ip
 from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag
-from flowsim.kernel.stack.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, parse_ip
 from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["netif_receive_frame", "netif_receive_skb", "dev_queue_xmit", "neigh_output", "br_handle_frame",

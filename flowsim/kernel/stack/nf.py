@@ -54,7 +54,7 @@ from flowsim.kernel.conntrack import (
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
 from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
-from flowsim.kernel.stack.pkt import (
+from flowsim.kernel.pkt import (
     PktInfo,
     ipv4_change_dsfield,
     ipv6_change_dsfield,

@@ -47,9 +47,9 @@ import attrs
 from flowsim.kernel import esp
 from flowsim.kernel.fib import Route
 from flowsim.kernel.headers import AF_INET, ETH_P_IP, IPPROTO_ESP, IPPROTO_IPIP, internet_checksum
+from flowsim.kernel.pkt import build_ipv4, new_skb, parse_ip
 from flowsim.kernel.stack.l2 import gso_segment, netif_receive_skb
 from flowsim.kernel.stack.nf import NfCtx, nf_hook
-from flowsim.kernel.stack.pkt import build_ipv4, new_skb, parse_ip
 
 __all__ = ["XfrmSA", "XfrmPolicy", "XfrmTmpl", "XfrmDb", "XfrmRoute", "esp4_get_mtu", "policy_check",
            "route_forward", "xfrm4_output", "xfrm_output_fast", "xfrm4_rcv", "secpath", "XfrmStateAfinfo",
