@@ -22,14 +22,7 @@ import flowsim.cli
 from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import (
-    CtTuple,
-    DirPath,
-    FlowRoute,
-    FlowtableRef,
-    PathInfo,
-    nft_flow_route,
-    resolve_path,
-    ruleset_flowtables,
+    CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path, ruleset_flowtables,
 )
 from flowsim.profiles import profile_from_cli
 

@@ -50,13 +50,7 @@ from flowsim.config.topology import Topology, load_topology
 from flowsim.conform.compare import Fact, compare, format_facts, simulate, summarize
 from flowsim.conform.guest import ScenarioPlan, boot_guest, plan_scenario, render_init
 from flowsim.conform.kernel import (
-    KERNELS,
-    ConformSetupError,
-    KernelKit,
-    Timer,
-    build_base_initramfs,
-    cache_dir,
-    ensure_tools,
+    KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir, ensure_tools,
     fetch_kernel,
 )
 from flowsim.conform.observe import ScenarioObservation, observe

@@ -31,13 +31,7 @@ import attrs
 
 from flowsim.conform.guest import PROBE_TABLE, ScenarioPlan, TrafficPlan
 from flowsim.conform.parse import (
-    CtLine,
-    Section,
-    canonical_addr,
-    parse_bytes,
-    parse_conntrack,
-    parse_links,
-    parse_nft_json,
+    CtLine, Section, canonical_addr, parse_bytes, parse_conntrack, parse_links, parse_nft_json,
 )
 
 __all__ = ["ConnObservation", "ScenarioObservation", "observe", "find_ct", "describe"]

@@ -47,13 +47,7 @@ from collections.abc import Iterator
 import attrs
 
 from flowsim.kernel.nat import (
-    _ICMP_ECHO,
-    NatRange,
-    csum_replace2,
-    csum_replace4,
-    get_unique_tuple,
-    ipv6_l4_offset,
-    nf_nat_manip_pkt,
+    _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
 )
 
 __all__ = [

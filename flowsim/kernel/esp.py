@@ -58,14 +58,7 @@ from flowsim.errors import ConfigError
 from flowsim.kernel.capture import ether_frame
 from flowsim.kernel.gso import SKB_GSO_ESP, GsoSkb, XfrmOffload, gso_type_of
 from flowsim.kernel.headers import (
-    ETH_P_IP,
-    IPPROTO_ESP,
-    IPPROTO_IPIP,
-    IPPROTO_IPV6,
-    IPPROTO_TCP,
-    IPPROTO_UDP,
-    csum_replace,
-    ip_send_check,
+    ETH_P_IP, IPPROTO_ESP, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, csum_replace, ip_send_check,
     mac_aton,
 )
 from flowsim.kernel.pkt import build_ipv4, build_ipv6, eth_header, tcp_segment, udp_datagram

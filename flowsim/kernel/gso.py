@@ -63,17 +63,8 @@ import attrs
 
 from flowsim.errors import FlowsimError
 from flowsim.kernel.headers import (
-    ETH_P_IP,
-    ETH_P_IPV6,
-    IPPROTO_ESP,
-    IPPROTO_IPIP,
-    IPPROTO_IPV6,
-    IPPROTO_TCP,
-    IPPROTO_UDP,
-    NEXTHDR_DEST,
-    NEXTHDR_HOP,
-    NEXTHDR_ROUTING,
-    internet_checksum,
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_DEST,
+    NEXTHDR_HOP, NEXTHDR_ROUTING, internet_checksum,
 )
 from flowsim.kernel.skb import NET_SKB_PAD, SkBuff
 

@@ -40,16 +40,8 @@ import attrs
 
 from flowsim.errors import KernelBugError
 from flowsim.kernel.headers import (
-    ETH_P_IP,
-    ETH_P_IPV6,
-    IPPROTO_ICMP,
-    IPPROTO_ICMPV6,
-    IPPROTO_TCP,
-    IPPROTO_UDP,
-    NEXTHDR_FRAGMENT,
-    csum_replace,
-    internet_checksum,
-    ipv6_ext_hdr,
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT,
+    csum_replace, internet_checksum, ipv6_ext_hdr,
 )
 from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
 

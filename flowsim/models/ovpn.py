@@ -68,16 +68,8 @@ from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.pkt import build_ipv4, udp_datagram
 from flowsim.models.ovpn_pktid import ERANGE, PKTID_MAX, PktidXmit
 from flowsim.models.ovpn_proto import (
-    CIPHERS,
-    OVPN_DATA_V2,
-    OVPN_DEFAULT_MTU,
-    OVPN_HEAD_ROOM,
-    OVPN_OPCODE_PEERID_MASK,
-    OVPN_RECORD_OVERHEAD,
-    OvpnKeySlot,
-    OvpnReceiver,
-    ovpn_aead_encrypt,
-    ovpn_opcode_compose,
+    CIPHERS, OVPN_DATA_V2, OVPN_DEFAULT_MTU, OVPN_HEAD_ROOM, OVPN_OPCODE_PEERID_MASK, OVPN_RECORD_OVERHEAD,
+    OvpnKeySlot, OvpnReceiver, ovpn_aead_encrypt, ovpn_opcode_compose,
 )
 
 __all__ = [

@@ -47,16 +47,8 @@ import attrs
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import write_pcap
 from flowsim.kernel.esp import (
-    DEFAULT_KEY,
-    ESP_HEADER_LEN,
-    INNER_KINDS,
-    EspFrame,
-    XfrmReceiver,
-    XfrmState,
-    build_gso_skb,
-    esp_output_segmented,
-    esp_output_skb_gso_esp,
-    outer_header_len,
+    DEFAULT_KEY, ESP_HEADER_LEN, INNER_KINDS, EspFrame, XfrmReceiver, XfrmState, build_gso_skb,
+    esp_output_segmented, esp_output_skb_gso_esp, outer_header_len,
 )
 
 __all__ = [

@@ -18,39 +18,12 @@ import lark
 
 from flowsim.errors import RulesetError
 from flowsim.nft.model import (
-    CT_DIR_KEYS,
-    FAMILIES,
-    NFPROTO_IPV4,
-    NFPROTO_IPV6,
-    SELECTORS,
-    BaseHook,
-    Chain,
-    CounterStmt,
-    FlowAdd,
-    Flowtable,
-    Loc,
-    LogStmt,
-    Match,
-    NamedSet,
-    NatStmt,
-    RejectStmt,
-    Rule,
-    Ruleset,
-    Selector,
-    SetStmt,
-    Table,
-    Verdict,
-    VerdictMap,
+    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, CounterStmt, FlowAdd,
+    Flowtable, Loc, LogStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
+    Verdict, VerdictMap,
 )
 from flowsim.nft.types import (
-    BITMASK_DTYPES,
-    TOKEN_KIND,
-    RawAtom,
-    RawRange,
-    RawSet,
-    RawSlash,
-    coerce,
-    coerce_atom,
+    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom,
 )
 
 __all__ = ["RuleCompiler"]

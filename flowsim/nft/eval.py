@@ -44,33 +44,12 @@ from typing import Protocol
 import attrs
 
 from flowsim.nft.hooks import (
-    L3_HOOKS,
-    NAT_MANIP,
-    NF_IP_PRI_CONNTRACK,
-    NF_IP_PRI_NAT_DST,
-    NF_IP_PRI_NAT_SRC,
-    HookEntry,
+    L3_HOOKS, NAT_MANIP, NF_IP_PRI_CONNTRACK, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, HookEntry,
     nf_hook_entries,
 )
 from flowsim.nft.model import (
-    NFPROTO_IPV4,
-    NFPROTO_IPV6,
-    Chain,
-    CounterStmt,
-    FlowAdd,
-    Flowtable,
-    Loc,
-    LogStmt,
-    Match,
-    NatStmt,
-    Range,
-    RejectStmt,
-    Rule,
-    Ruleset,
-    Selector,
-    SetStmt,
-    Verdict,
-    VerdictMap,
+    NFPROTO_IPV4, NFPROTO_IPV6, Chain, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt, Range,
+    RejectStmt, Rule, Ruleset, Selector, SetStmt, Verdict, VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
 

@@ -43,18 +43,8 @@ from lark.lark import PostLex
 from flowsim.errors import RulesetError
 from flowsim.nft.compile import RuleCompiler
 from flowsim.nft.model import (
-    CHAIN_PRIORITIES,
-    FAMILIES,
-    HOOKS_BY_FAMILY,
-    BaseHook,
-    Chain,
-    CounterDef,
-    Flowtable,
-    Loc,
-    NamedSet,
-    Ruleset,
-    Table,
-    Verdict,
+    CHAIN_PRIORITIES, FAMILIES, HOOKS_BY_FAMILY, BaseHook, Chain, CounterDef, Flowtable, Loc, NamedSet,
+    Ruleset, Table, Verdict,
 )
 from flowsim.nft.types import BITMASK_DTYPES, DTYPES, SET_TYPES, SYMBOLS, coerce
 

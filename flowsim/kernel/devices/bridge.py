@@ -35,19 +35,8 @@ import errno
 import attrs
 
 from flowsim.kernel.devices.base import (
-    ETH_P_8021AD,
-    ETH_P_8021Q,
-    NET_DEVICE_PATH_VLAN_MAX,
-    Args,
-    BrVlanMode,
-    DevPathType,
-    Encap,
-    NetDevice,
-    PathBridge,
-    PathCtx,
-    PathEntry,
-    PathError,
-    parse_kind_args,
+    ETH_P_8021AD, ETH_P_8021Q, NET_DEVICE_PATH_VLAN_MAX, Args, BrVlanMode, DevPathType, Encap, NetDevice,
+    PathBridge, PathCtx, PathEntry, PathError, parse_kind_args,
 )
 from flowsim.kernel.devices.vlan import VLAN_PROTOCOLS
 

@@ -25,15 +25,7 @@ from typing import ClassVar
 import attrs
 
 from flowsim.kernel.devices.base import (
-    IPPROTO_IPV6,
-    Args,
-    DevPathType,
-    NetDevice,
-    PathCtx,
-    PathEntry,
-    PathError,
-    PathTun,
-    parse_kind_args,
+    IPPROTO_IPV6, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
 )
 from flowsim.kernel.devices.ipip import tunnel_args, underlay_mtu
 

@@ -20,15 +20,7 @@ from typing import ClassVar
 import attrs
 
 from flowsim.kernel.devices.base import (
-    IPPROTO_IPIP,
-    Args,
-    DevPathType,
-    NetDevice,
-    PathCtx,
-    PathEntry,
-    PathError,
-    PathTun,
-    parse_kind_args,
+    IPPROTO_IPIP, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
 )
 
 __all__ = ["IpipDevice", "KINDS", "parse_args", "create", "fill_forward_path", "tunnel_args",

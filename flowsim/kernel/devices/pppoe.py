@@ -28,15 +28,7 @@ from typing import ClassVar
 import attrs
 
 from flowsim.kernel.devices.base import (
-    ETH_P_PPP_SES,
-    ZERO_MAC,
-    Args,
-    DevPathType,
-    NetDevice,
-    PathCtx,
-    PathEncap,
-    PathEntry,
-    PathError,
+    ETH_P_PPP_SES, ZERO_MAC, Args, DevPathType, NetDevice, PathCtx, PathEncap, PathEntry, PathError,
     parse_kind_args,
 )
 from flowsim.kernel.headers import PPPOE_SES_HLEN  # re-exported: the MTU a PPPoE device loses

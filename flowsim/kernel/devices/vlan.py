@@ -17,18 +17,8 @@ import errno
 import attrs
 
 from flowsim.kernel.devices.base import (
-    ETH_P_8021AD,
-    ETH_P_8021Q,
-    NET_DEVICE_PATH_VLAN_MAX,
-    Args,
-    DevPathType,
-    Encap,
-    NetDevice,
-    PathCtx,
-    PathEncap,
-    PathEntry,
-    PathError,
-    parse_kind_args,
+    ETH_P_8021AD, ETH_P_8021Q, NET_DEVICE_PATH_VLAN_MAX, Args, DevPathType, Encap, NetDevice, PathCtx,
+    PathEncap, PathEntry, PathError, parse_kind_args,
 )
 
 __all__ = ["VlanDevice", "KINDS", "parse_args", "create", "fill_forward_path", "VLAN_PROTOCOLS"]

@@ -34,20 +34,8 @@ import ipaddress
 import attrs
 
 from flowsim.kernel.conntrack import (
-    IP_CT_DIR_ORIGINAL,
-    IP_CT_DIR_REPLY,
-    IPS_CONFIRMED,
-    IPS_DST_NAT,
-    IPS_NAT_CLASH,
-    IPS_NAT_MASK,
-    IPS_OFFLOAD,
-    IPS_SEQ_ADJUST,
-    IPS_SRC_NAT,
-    NF_CT_DAY,
-    TCP_FIN,
-    TCP_RST,
-    CtEntry,
-    flow_offload_ct_tcp,
+    IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY, IPS_CONFIRMED, IPS_DST_NAT, IPS_NAT_CLASH, IPS_NAT_MASK,
+    IPS_OFFLOAD, IPS_SEQ_ADJUST, IPS_SRC_NAT, NF_CT_DAY, TCP_FIN, TCP_RST, CtEntry, flow_offload_ct_tcp,
     nf_conntrack_tcp_established,
 )
 from flowsim.kernel.fib import Route

@@ -42,39 +42,16 @@ from flowsim.errors import KernelBugError
 from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
 from flowsim.kernel.devices.ip6tnl import IPV6_DEFAULT_TNL_ENCAP_LIMIT
 from flowsim.kernel.flowtable.core import (
-    NF_FLOW_CLOSING,
-    NF_FLOW_DNAT,
-    NF_FLOW_SNAT,
-    NF_FLOW_TEARDOWN,
-    NF_FLOWTABLE_COUNTER,
-    FlowOffloadTuple,
-    Flowtable,
-    _addr_key,
+    NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffloadTuple,
+    Flowtable, _addr_key,
 )
 from flowsim.kernel.flowtable.path import XmitType
 from flowsim.kernel.flowtable.tuple import FlowtableCtx, nf_flow_offload_lookup
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
-    ETH_HLEN,
-    ETH_P_8021AD,
-    ETH_P_8021Q,
-    ETH_P_IP,
-    ETH_P_IPV6,
-    ETH_P_PPP_SES,
-    ETHERTYPE_TO_PPP,
-    IPPROTO_IPIP,
-    IPPROTO_IPV6,
-    IPPROTO_TCP,
-    IPPROTO_UDP,
-    IPV4_HLEN,
-    IPV6_HLEN,
-    NEXTHDR_DEST,
-    PPPOE_SES_HLEN,
-    VLAN_HLEN,
-    csum_replace,
-    internet_checksum,
-    mac_aton,
-    pppoe_proto_to_ethertype,
+    ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
+    IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, IPV4_HLEN, IPV6_HLEN, NEXTHDR_DEST, PPPOE_SES_HLEN, VLAN_HLEN,
+    csum_replace, internet_checksum, mac_aton, pppoe_proto_to_ethertype,
 )
 from flowsim.reasons import ACCEPT, DROP, STOLEN
 

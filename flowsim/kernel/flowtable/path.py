@@ -58,17 +58,8 @@ import attrs
 
 from flowsim.kernel.devices import ndo_fill_forward_path
 from flowsim.kernel.devices.base import (
-    NET_DEVICE_PATH_STACK_MAX,
-    ZERO_MAC,
-    BrVlanMode,
-    DevPathType,
-    Encap,
-    NetDevice,
-    PathCtx,
-    PathEntry,
-    PathError,
-    PathTun,
-    is_zero_mac,
+    NET_DEVICE_PATH_STACK_MAX, ZERO_MAC, BrVlanMode, DevPathType, Encap, NetDevice, PathCtx, PathEntry,
+    PathError, PathTun, is_zero_mac,
 )
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.tuple import NF_FLOW_TABLE_ENCAP_MAX

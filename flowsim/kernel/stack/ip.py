@@ -54,42 +54,14 @@ from flowsim.kernel.devices.ipip import IpipDevice
 from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
-    AF_INET,
-    ETH_P_IP,
-    ETH_P_IPV6,
-    IPPROTO_ESP,
-    IPPROTO_ICMP,
-    IPPROTO_ICMPV6,
-    IPPROTO_IPIP,
-    IPPROTO_IPV6,
-    IPPROTO_TCP,
-    IPPROTO_UDP,
-    internet_checksum,
+    AF_INET, ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
+    IPPROTO_TCP, IPPROTO_UDP, internet_checksum,
 )
 from flowsim.kernel.pkt import (
-    ICMP_DEST_UNREACH,
-    ICMP_EXC_TTL,
-    ICMP_FRAG_NEEDED,
-    ICMP_NET_UNREACH,
-    ICMP_PROT_UNREACH,
-    ICMP_TIME_EXCEEDED,
-    ICMPV6_DEST_UNREACH,
-    ICMPV6_NOROUTE,
-    ICMPV6_PKT_TOOBIG,
-    ICMPV6_TIME_EXCEED,
-    IPV6_MIN_MTU,
-    FragQueue,
-    PktInfo,
-    build_ipv4,
-    build_ipv6,
-    icmp_error,
-    ip_decrease_ttl,
-    ip_fragment,
-    ipv6_decrease_hoplimit,
-    l4_checksum,
-    new_skb,
-    parse_ip,
-    reparse_ip,
+    ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
+    ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
+    IPV6_MIN_MTU, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment,
+    ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, reparse_ip,
 )
 from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
@@ -407,6 +379,19 @@ def _tunnel_route(kernel, st, tun: IpipDevice | Ip6tnlDevice, skb: SkBuff,
     return rt, remote
 
 
+def _tunnel_xmit_start(kernel, st, tun: IpipDevice | Ip6tnlDevice, skb: SkBuff, where: str):
+    """What both tunnel xmits start with: the inner header, then the underlay route (``ip_route_output_tunnel``
+    / ``ip6_route_output``).  (info, route, remote), or None when the packet was dropped."""
+    info = parse_ip(skb.buf, skb.data)
+    if info is None:
+        kernel.drop(skb, "ip-header-invalid", where)
+        return None
+    found = _tunnel_route(kernel, st, tun, skb, where)
+    if found is None:
+        return None
+    return (info, *found)
+
+
 def _flowlabel(info: PktInfo) -> int:
     """``ip6_make_flowlabel`` with automatic labels: a hash of the inner flow (never 0)."""
     key = f"{info.src}|{info.dst}|{info.l4proto}|{info.sport}|{info.dport}".encode()
@@ -416,14 +401,10 @@ def _flowlabel(info: PktInfo) -> int:
 def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
     """``ipip_tunnel_xmit`` → ``ip_tunnel_xmit``: outer IPv4 header, then ``ip_local_out``."""
     where = f"{st.name} {tun.name} xmit"
-    info = parse_ip(skb.buf, skb.data)
-    if info is None:
-        kernel.drop(skb, "ip-header-invalid", where)
-        return
-    found = _tunnel_route(kernel, st, tun, skb, where)
+    found = _tunnel_xmit_start(kernel, st, tun, skb, where)
     if found is None:
         return
-    rt, remote = found
+    info, rt, remote = found
     if info.version != 4:
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}")
         return
@@ -456,14 +437,10 @@ def ip6_tnl_start_xmit(kernel, dev: Ip6tnlDevice, skb: SkBuff) -> None:
 def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     """``ip6_tnl_start_xmit`` → ``ip6_tnl_xmit``: encap-limit option, outer IPv6 header, ``ip6tunnel_xmit``."""
     where = f"{st.name} {tun.name} xmit"
-    info = parse_ip(skb.buf, skb.data)
-    if info is None:
-        kernel.drop(skb, "ip-header-invalid", where)
-        return
-    found = _tunnel_route(kernel, st, tun, skb, where)
+    found = _tunnel_xmit_start(kernel, st, tun, skb, where)
     if found is None:
         return
-    rt, remote = found
+    info, rt, remote = found
     proto = IPPROTO_IPV6 if info.version == 6 else IPPROTO_IPIP
     if not _mode_accepts(tun, proto):
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}", mode=tun.mode)

@@ -60,16 +60,8 @@ from flowsim.kernel.devices.vlan import VlanDevice
 from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
 from flowsim.kernel.gso import GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
-    ETH_HLEN,
-    ETH_P_8021AD,
-    ETH_P_8021Q,
-    ETH_P_IP,
-    ETH_P_IPV6,
-    ETH_P_PPP_SES,
-    ETHERTYPE_TO_PPP,
-    PPP_TO_ETHERTYPE,
-    mac_aton,
-    mac_ntoa,
+    ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP,
+    PPP_TO_ETHERTYPE, mac_aton, mac_ntoa,
 )
 from flowsim.kernel.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, parse_ip
 from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag

@@ -40,27 +40,13 @@ from __future__ import annotations
 import attrs
 
 from flowsim.kernel.conntrack import (
-    IP_CT_RELATED,
-    IPS_DST_NAT,
-    IPS_DST_NAT_DONE,
-    IPS_NAT_MASK,
-    IPS_SRC_NAT,
-    IPS_SRC_NAT_DONE,
-    CtEntry,
-    CtTuple,
-    NatRange,
-    nf_nat_manip_pkt,
-    nf_nat_packet,
+    IP_CT_RELATED, IPS_DST_NAT, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT, IPS_SRC_NAT_DONE, CtEntry,
+    CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet,
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
 from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
 from flowsim.kernel.pkt import (
-    PktInfo,
-    ipv4_change_dsfield,
-    ipv6_change_dsfield,
-    l4_checksum,
-    parse_ip,
-    reparse_ip,
+    PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip, reparse_ip,
 )
 from flowsim.nft.ruleset import NftPacket
 
