@@ -220,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r[0]:{widths[0]}}  {r[1]:{widths[1]}}  {r[2]:{widths[2]}}  {r[3]}")
     survivors = sum(r[3] == "NOT CAUGHT" for r in rows)
-    print(f"{len(rows) - survivors}/{len(rows)} mutants caught, {survivors} not caught")
+    equivalents = sum(r[3].startswith("equivalent") for r in rows)
+    print(f"{len(rows)} mutants: {len(rows) - survivors - equivalents} caught, {equivalents} equivalent, "
+          f"{survivors} not caught")
     return 1 if survivors else 0
 
 
