@@ -65,8 +65,6 @@ class Profile:
 
     # --- transmit side: nf_flow_offload_ip_hook's xmit (nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push,
     #     nf_flow_encap_push, nf_flow_queue_xmit / neigh_xmit)
-    ipip_tx: bool = _switch("IPIP outer header pushed by the fast path (nf_flow_tunnel_ipip_push, 6.19)")
-    ip6ip6_tx: bool = _switch("IP6IP6 outer header pushed by the fast path (nf_flow_tunnel_ip6ip6_push, 7.0)")
     ip6ip6_tx_encap_limit: bool = _switch(
         "IP6IP6 push adds a destination-options header with encap limit 4 and the MTU check "
         "subtracts 8 more (7.0); removed in 7.1.5")
@@ -81,8 +79,13 @@ class Profile:
         "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"))
 
     # --- path discovery: nf_flow_table_path.c (nft_dev_path_info, dev_fill_forward_path, ndo_fill_forward_path)
-    ipip_fill_forward_path: bool = _switch("ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP, 6.19)")
-    ip6tnl_fill_forward_path: bool = _switch("ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl, 7.0)")
+    # The tx side of the tunnel acceleration is these resolvers: a flow into the tunnel carries the
+    # tunnel in its tuple only through DEV_PATH_TUN, and the fast path pushes the outer header for
+    # exactly those tuples (nf_flow_tunnel_v4_push / _v6_push came in the same series).
+    ipip_fill_forward_path: bool = _switch(
+        "ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP; the fast path pushes the IPIP header, 6.19)")
+    ip6tnl_fill_forward_path: bool = _switch(
+        "ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl; the fast path pushes the IP6IP6 header, 7.0)")
     ip6tnl_requires_encaplimit_none: bool = _switch(
         "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)")
     path_failure: str = _switch(
@@ -151,7 +154,7 @@ _LINUX_6_18 = Profile(
     ipip_rx=False, ip6ip6_rx=False, ip4_tunnel_ihl_check=False,
     ip6_tunnel_hdr_size="absolute", ip6_tunnel_exthdr="skip", ip6_tunnel_header_access="header_pointer",
     tuple_encap_pppoe_proto="raw",
-    ipip_tx=False, ip6ip6_tx=False, ip6ip6_tx_encap_limit=False,
+    ip6ip6_tx_encap_limit=False,
     encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite",
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
@@ -160,14 +163,14 @@ _LINUX_6_18 = Profile(
 
 _LINUX_6_19 = attrs.evolve(
     _LINUX_6_18, name="linux-6.19", kernel="6.19",
-    ipip_rx=True, ipip_tx=True, ipip_fill_forward_path=True,
+    ipip_rx=True, ipip_fill_forward_path=True,
     encap_push_order="entry0-first", path_requires_both_neigh=False, bridge_tag_encap_check=True,
 )
 
 # 7.0: the merge window + the April-2026 inline VLAN/PPPoE fixes, before June 2026.
 _LINUX_7_0 = attrs.evolve(
     _LINUX_6_19, name="linux-7.0", kernel="7.0",
-    ip6ip6_rx=True, ip6ip6_tx=True, ip6ip6_tx_encap_limit=True, ip6tnl_fill_forward_path=True,
+    ip6ip6_rx=True, ip6ip6_tx_encap_limit=True, ip6tnl_fill_forward_path=True,
     encap_push_order="innermost-first", pppoe_direct_xmit=True,
 )
 
