@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench system-deps clean conform mutation
+.PHONY: demo test lint bench system-deps clean conform mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,14 @@ demo: $(STAMP)
 	$(BIN)/flowsim run topologies/ip6ip6-rx.toml
 	$(BIN)/flowsim explain topologies/ip6ip6-over-pppoe.toml
 
-test: $(STAMP) system-deps
+# Lint, types and the import contracts first (seconds), then the tests.
+test: $(STAMP) system-deps lint
 	$(BIN)/python -m pytest -n 2
+
+lint: $(STAMP)
+	$(BIN)/ruff check flowsim tests benchmarks tools
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_tuple.py
