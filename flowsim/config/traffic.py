@@ -55,8 +55,11 @@ class Traffic:
     ``rate`` is packets per second (0: back to back), ``start`` seconds.
     With ``gso_size`` the endpoints hand the stack GSO skbs (TSO /
     ``UDP_SEGMENT``): data packets of ``size`` bytes cut later into segments
-    of ``gso_size`` payload bytes.  ``flows``, ``ttl`` and ``df`` have no key
-    in the file: sweeps and the API set them.  ``line`` is the table's header line.
+    of ``gso_size`` payload bytes.  ``flows = N`` plays N connections with
+    client ports sport, sport+1, …; ``df = false`` sends IPv4 without DF, as
+    a sender with ``net.ipv4.ip_no_pmtu_disc = 1`` does (routers then fragment
+    instead of answering Fragmentation Needed).  ``ttl`` has no key in the
+    file: sweeps and the API set it.  ``line`` is the table's header line.
     """
 
     name: str
@@ -82,7 +85,7 @@ class Traffic:
 
 
 TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
-                 "reply_size", "handshake", "close", "rate", "start", "gso_size"}
+                 "reply_size", "handshake", "close", "rate", "start", "gso_size", "flows", "df"}
 
 
 def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic]:
@@ -147,6 +150,11 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
             raise bad(f"bad {key} {value!r}", value, "a number >= 0", key)
         return float(value)
 
+    df = item.get("df")
+    if df is not None and not isinstance(df, bool):
+        raise bad(f"bad df {df!r}", df, "true or false", "df")
+    if df is not None and dst.version != 4:
+        raise bad("df is only for IPv4 (IPv6 routers never fragment)", df, "no df key for IPv6", "df")
     if not isinstance(item["name"], str) or not item["name"]:
         raise bad("traffic name must be a non-empty string", item["name"], "a string", "name")
     return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
@@ -155,4 +163,5 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=number("rate"), start=number("start"),
-                   gso_size=integer("gso_size", 1, 65535, None), line=line)
+                   gso_size=integer("gso_size", 1, 65535, None), flows=integer("flows", 1, 65535, 1), df=df,
+                   line=line)
