@@ -89,82 +89,152 @@ def _to_ethernet(data: bytes, linktype: int) -> bytes | None:
     return None
 
 
-def _read_exact(fh: BinaryIO, n: int, path: str, what: str) -> bytes:
+# libpcap refuses blocks larger than this (sf-pcapng.c, MAX_BLOCKSIZE_MAX); a length
+# above it is a corrupt header, not a frame worth allocating for.
+_MAX_BLOCK = 16 * 1024 * 1024
+# the classic format's record limit (libpcap's largest snapshot length is 256 KiB; be generous)
+_MAX_RECORD = 64 * 1024 * 1024
+
+# pcapng block types (draft-ietf-opsawg-pcapng, "Block Types") with the size of their
+# fixed fields: a body shorter than that is corrupt, whether or not flowsim reads the block.
+_SHB, _IDB, _PB, _SPB, _NRB, _ISB, _EPB, _DSB = _PCAPNG_SHB, 1, 2, 3, 4, 5, 6, 0x0A
+_BLOCKS = {
+    _SHB: ("section header block", 16),  # byte-order magic, major, minor, section length
+    _IDB: ("interface description block", 8),  # link type, reserved, snap length
+    _PB: ("packet block", 20),  # interface id, drops count, timestamp (2), captured and original length
+    _SPB: ("simple packet block", 4),  # original packet length
+    _NRB: ("name resolution block", 0),
+    _ISB: ("interface statistics block", 12),  # interface id, timestamp (2)
+    _EPB: ("enhanced packet block", 20),  # interface id, timestamp (2), captured and original length
+    _DSB: ("decryption secrets block", 8),  # secrets type, secrets length
+    0x00000BAD: ("custom block", 4),  # private enterprise number
+    0x40000BAD: ("custom block", 4),
+}
+_BOM = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
+
+# (frame data, link type, original length, file offset of its record or block)
+_Raw = tuple[bytes, int, int, int]
+
+
+def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> bytes:
     data = fh.read(n)
     if len(data) != n:
-        raise CaptureError(f"{path}: truncated {what} ({len(data)} of {n} bytes)")
+        raise CaptureError(f"{path}: offset {offset}: truncated {what} ({len(data)} of {n} bytes)")
     return data
 
 
-def _pcap_frames(fh: BinaryIO, path: str, endian: str) -> Iterator[tuple[bytes, int, int]]:
-    header = _read_exact(fh, 20, path, "pcap file header")
-    linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF
+def _pcap_frames(fh: BinaryIO, path: str, endian: str) -> Iterator[_Raw]:
+    header = _read_exact(fh, 20, path, 4, "pcap file header")
+    linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
+    offset = 24
     while True:
         rec = fh.read(16)
         if not rec:
             return
         if len(rec) != 16:
-            raise CaptureError(f"{path}: truncated pcap record header")
+            raise CaptureError(f"{path}: offset {offset}: truncated pcap record header ({len(rec)} of 16 bytes)")
         _sec, _frac, caplen, wirelen = struct.unpack(endian + "IIII", rec)
-        if caplen > 0x4000000:
-            raise CaptureError(f"{path}: record length {caplen} is not plausible")
-        yield _read_exact(fh, caplen, path, "pcap record"), linktype, wirelen
+        if caplen > _MAX_RECORD:
+            raise CaptureError(f"{path}: offset {offset}: pcap record length {caplen} is not plausible "
+                               f"(expected at most {_MAX_RECORD})")
+        yield _read_exact(fh, caplen, path, offset, "pcap record"), linktype, wirelen, offset
+        offset += 16 + caplen
 
 
-def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[tuple[bytes, int, int]]:
+def _block_error(path: str, offset: int, text: str) -> CaptureError:
+    return CaptureError(f"{path}: offset {offset}: {text}")
+
+
+def _pcapng_block(fh: BinaryIO, path: str, offset: int, endian: str) -> tuple[int, bytes, str] | None:
+    """The next block as (type, body, byte order), its trailing length checked; None at the end of the file.
+
+    A section header sets the byte order of its section: its own length is
+    read in the order its byte-order magic gives.
+    """
+    head = fh.read(8)
+    if not head:
+        return None
+    if len(head) != 8:
+        raise _block_error(path, offset, f"truncated pcapng block header ({len(head)} of 8 bytes)")
+    btype = struct.unpack(endian + "I", head[:4])[0]
+    if btype == _SHB:
+        bom = _read_exact(fh, 4, path, offset, "pcapng section header")
+        if bom not in _BOM:
+            raise _block_error(path, offset, f"bad pcapng byte-order magic {bom.hex()} "
+                                             "(expected 1a2b3c4d in either byte order)")
+        endian = _BOM[bom]
+    blen = struct.unpack(endian + "I", head[4:])[0]
+    if blen < 12 or blen % 4:
+        raise _block_error(path, offset, f"bad pcapng block length {blen} (expected a multiple of 4, at least 12)")
+    if blen > _MAX_BLOCK:
+        raise _block_error(path, offset, f"pcapng block length {blen} is not plausible "
+                                         f"(expected at most {_MAX_BLOCK})")
+    rest = _read_exact(fh, blen - 8 - (4 if btype == _SHB else 0), path, offset, "pcapng block")
+    body = (bom if btype == _SHB else b"") + rest[:-4]
+    trailer = struct.unpack(endian + "I", rest[-4:])[0]
+    if trailer != blen:
+        raise _block_error(path, offset, f"pcapng block length {blen} at its start but {trailer} at its end "
+                                         "(expected the same)")
+    name, fixed = _BLOCKS.get(btype, ("block", 0))
+    if len(body) < fixed:
+        raise _block_error(path, offset, f"pcapng {name} body of {len(body)} bytes is shorter than "
+                                         f"its fixed fields (expected at least {fixed})")
+    return btype, body, endian
+
+
+def _packet_data(path: str, offset: int, body: bytes, start: int, caplen: int, name: str) -> bytes:
+    """*caplen* bytes of packet data at *start* of a block body, which must hold them."""
+    room = len(body) - start
+    if caplen > room:
+        raise _block_error(path, offset, f"pcapng {name} captured length {caplen} exceeds the block "
+                                         f"(expected at most {room})")
+    return body[start:start + caplen]
+
+
+def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
     endian = "<"
-    linktypes: list[int] = []
-    while True:
-        head = fh.read(8)
-        if not head:
-            return
-        if len(head) != 8:
-            raise CaptureError(f"{path}: truncated pcapng block header")
-        btype = struct.unpack(endian + "I", head[:4])[0]
-        if btype == _PCAPNG_SHB:
-            bom = _read_exact(fh, 4, path, "pcapng section header")
-            if bom == b"\x4d\x3c\x2b\x1a":
-                endian = "<"
-            elif bom == b"\x1a\x2b\x3c\x4d":
-                endian = ">"
-            else:
-                raise CaptureError(f"{path}: bad pcapng byte-order magic")
-            blen = struct.unpack(endian + "I", head[4:])[0]
-            if blen < 28 or blen % 4:
-                raise CaptureError(f"{path}: bad pcapng section header length {blen}")
-            _read_exact(fh, blen - 12, path, "pcapng section header")
-            linktypes = []
-            continue
-        blen = struct.unpack(endian + "I", head[4:])[0]
-        if blen < 12 or blen % 4:
-            raise CaptureError(f"{path}: bad pcapng block length {blen}")
-        body = _read_exact(fh, blen - 8, path, "pcapng block")[:-4]
-        if btype == 1:  # Interface Description Block
-            linktypes.append(struct.unpack(endian + "H", body[:2])[0])
-        elif btype in (6, 2):  # Enhanced Packet Block / obsolete Packet Block
-            if len(body) < 20:
-                raise CaptureError(f"{path}: truncated pcapng packet block")
-            if btype == 6:
+    interfaces: list[tuple[int, int]] = []  # (link type, snap length) per interface id of the section
+    offset = 0
+    while (block := _pcapng_block(fh, path, offset, endian)) is not None:
+        btype, body, endian = block
+        here, offset = offset, offset + len(body) + 12
+        if btype == _SHB:
+            major, minor = struct.unpack(endian + "HH", body[4:8])
+            if major != 1:
+                raise _block_error(path, here, f"pcapng version {major}.{minor} is not supported (expected 1.x)")
+            interfaces = []  # interface ids are per section
+        elif btype == _IDB:
+            linktype, _reserved, snaplen = struct.unpack(endian + "HHI", body[:8])
+            interfaces.append((linktype, snaplen))
+        elif btype in (_EPB, _PB):
+            if btype == _EPB:
                 iface, _hi, _lo, caplen, wirelen = struct.unpack(endian + "IIIII", body[:20])
             else:
                 iface, _drops, _hi, _lo, caplen, wirelen = struct.unpack(endian + "HHIIII", body[:20])
-            if iface >= len(linktypes):
-                raise CaptureError(f"{path}: packet block names interface {iface}, which is not described")
-            yield body[20:20 + caplen], linktypes[iface], wirelen
-        elif btype == 3:  # Simple Packet Block: interface 0
-            if not linktypes:
-                raise CaptureError(f"{path}: simple packet block before any interface")
+            if iface >= len(interfaces):
+                raise _block_error(path, here, f"packet block names interface {iface}, which is not described "
+                                               f"(expected below {len(interfaces)})")
+            data = _packet_data(path, here, body, 20, caplen, _BLOCKS[btype][0])
+            yield data, interfaces[iface][0], wirelen, here
+        elif btype == _SPB:
+            if not interfaces:
+                raise _block_error(path, here, "simple packet block before any interface description "
+                                               "(expected interface 0 to be described)")
+            linktype, snaplen = interfaces[0]
             wirelen = struct.unpack(endian + "I", body[:4])[0]
-            yield body[4:4 + wirelen], linktypes[0], wirelen
-        # other blocks (name resolution, statistics, custom) carry no frames
+            # the captured length is implicit: the original length, cut to the snap length (0: none)
+            caplen = min(wirelen, snaplen) if snaplen else wirelen
+            yield _packet_data(path, here, body, 4, caplen, "simple packet block"), linktype, wirelen, here
+        # other blocks (name resolution, statistics, secrets, custom) carry no frames
 
 
 def read_capture(path: str | Path) -> Iterator[Frame]:
     """Yield the frames of a pcap or pcapng file as Ethernet frames.
 
-    Raises :class:`CaptureError` for a file that is not a capture, a link
-    type flowsim cannot turn into Ethernet, or a truncated record (after
-    yielding the frames before it).
+    Raises one :class:`CaptureError` naming the file, the offset of the bad
+    record or block and what was expected, for a file that is not a capture,
+    a link type flowsim cannot turn into Ethernet, or a truncated or
+    malformed record (after yielding the frames before it).
     """
     path = str(path)
     try:
@@ -174,7 +244,10 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with fh:
-        magic = fh.read(4)
+        try:
+            magic = fh.read(4)
+        except OSError as exc:  # a directory, or an unreadable device
+            raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
         if magic in _PCAP_MAGICS:
             frames = _pcap_frames(fh, path, _PCAP_MAGICS[magic])
         elif len(magic) == 4 and struct.unpack("<I", magic)[0] == _PCAPNG_SHB:
@@ -182,11 +255,11 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
             frames = _pcapng_frames(fh, path)
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng capture (magic {magic.hex() or 'empty'})")
-        for index, (data, linktype, wirelen) in enumerate(frames, 1):
+        for index, (data, linktype, wirelen, offset) in enumerate(frames, 1):
             frame = _to_ethernet(data, linktype)
             if frame is None:
-                raise CaptureError(f"{path}: frame {index}: link type {linktype} is not supported "
-                                   f"(supported: {', '.join(sorted(set(LINKTYPES.values())))})")
+                raise CaptureError(f"{path}: offset {offset}: frame {index}: link type {linktype} is not supported "
+                                   f"(expected one of: {', '.join(sorted(set(LINKTYPES.values())))})")
             yield Frame(index, frame, linktype, wirelen)
 
 
