@@ -66,7 +66,7 @@ from flowsim.kernel.pkt import (
 from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
-from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_hook, quoted_info
+from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",
@@ -114,10 +114,10 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     if rt.type == "local":
         ip_local_deliver(kernel, st, dev, skb, info, nfc)
     elif rt.error:
-        icmp_send(kernel, st, skb, info, *_unreachable(info.version))
+        icmp_send(kernel, st, skb, info, *_unreachable(info.version), nfc=nfc)
         kernel.drop(skb, "no-route", where, dst=info.dst)
     elif not st.forwarding(dev, info.version):
-        icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True))
+        icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True), nfc=nfc)
         kernel.drop(skb, "forwarding-disabled", where)
     else:
         ip_forward(kernel, st, dev, skb, info, nfc, rt)
@@ -143,21 +143,21 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
             kernel.drop(skb, why, where, src=info.src, dst=info.dst)
             return
     if info.ttl <= 1:
-        icmp_send(kernel, st, skb, info, ICMP_TIME_EXCEEDED if v4 else ICMPV6_TIME_EXCEED, ICMP_EXC_TTL)
+        icmp_send(kernel, st, skb, info, ICMP_TIME_EXCEEDED if v4 else ICMPV6_TIME_EXCEED, ICMP_EXC_TTL, nfc=nfc)
         kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
         return
     out_dev = st.ns.devices[rt.dev]
     mtu = st.route_mtu(rt)
     if v4:
         if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
-            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, nfc=nfc)
             kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
             return
         ip_decrease_ttl(skb.buf, info.l3off)
     else:
         mtu = max(mtu, IPV6_MIN_MTU)
         if info.tot_len > mtu and not _gso_fits(skb, info, mtu):  # ip6_pkt_too_big
-            icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
+            icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu, nfc=nfc)
             kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
             return
         ipv6_decrease_hoplimit(skb.buf, info.l3off)
@@ -229,8 +229,12 @@ def _fragment_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev
         stack_l2.neigh_output(kernel, out_dev, new_skb(f, skb.tag, skb.mark), nexthop)
 
 
-def ip_local_out(kernel, st, skb: SkBuff, route=None) -> None:
-    """``ip_local_out``: route (unless given, as ``iptunnel_xmit`` does), OUTPUT, then ``ip_output``."""
+def ip_local_out(kernel, st, skb: SkBuff, route=None, nfc: NfCtx | None = None) -> None:
+    """``ip_local_out``: route (unless given, as ``iptunnel_xmit`` does), OUTPUT, then ``ip_output``.
+
+    *nfc* is a conntrack entry already attached to the skb (an ICMP error's, :func:`nf_ct_attach`):
+    ``nf_conntrack_in`` then leaves it as it is.
+    """
     info = parse_ip(skb.buf, skb.data)
     if info is None:
         kernel.drop(skb, "ip-header-invalid", f"{st.name} output")
@@ -240,7 +244,7 @@ def ip_local_out(kernel, st, skb: SkBuff, route=None) -> None:
         kernel.drop(skb, "no-route", f"{st.name} output", dst=info.dst)
         return
     out_dev = st.ns.devices["lo" if rt.type == "local" else rt.dev]
-    nfc = NfCtx()
+    nfc = nfc or NfCtx()
     dst = info.dst
     info, why = nf_hook(kernel, st, "output", skb, info, nfc, out_dev=out_dev, route=rt)
     if why is not None:
@@ -270,7 +274,7 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         return
     proto = info.l4proto
     if proto in _TUNNEL_KINDS:
-        ip_tunnel_rcv(kernel, st, skb, info)
+        ip_tunnel_rcv(kernel, st, skb, info, nfc)
     elif proto == IPPROTO_ESP and info.version == 4:
         stack_xfrm.xfrm4_rcv(kernel, st, in_dev, skb, info)
     elif proto in (IPPROTO_TCP, IPPROTO_UDP):
@@ -279,7 +283,7 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         _icmp_rcv(kernel, st, skb, info, where)
     else:
         if info.version == 4:
-            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True)
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True, nfc=nfc)
         kernel.drop(skb, "unknown-protocol", where, proto=proto)
 
 
@@ -347,13 +351,13 @@ def _mode_accepts(tun, inner_proto: int) -> bool:
         .__contains__(inner_proto)
 
 
-def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo) -> None:
+def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx | None = None) -> None:
     """``ipip_rcv`` / ``ip6_tnl_rcv``: strip the outer header, receive the inner packet on the tunnel device."""
     where = f"{st.name} tunnel rx"
     tun = _tunnel_lookup(st, info)
     if tun is None or not _mode_accepts(tun, info.l4proto):
         if info.version == 4:
-            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True)
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True, nfc=nfc)
         kernel.drop(skb, "no-tunnel", where, src=info.src, dst=info.dst, proto=info.l4proto)
         return
     _pull_to(skb, info.l4off)
@@ -481,14 +485,21 @@ def _ecn(skb: SkBuff, info: PktInfo) -> int:
 # ----------------------------------------------------------------- ICMP errors
 
 def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int, info32: int = 0,
-              local: bool = False) -> None:
+              local: bool = False, nfc: NfCtx | None = None) -> None:
     """``icmp_send`` / ``icmp6_send``: an error about *skb* back to its source, sent from this namespace.
 
     Never about an ICMP error or a non-first fragment.  The source address
     is the destination for a packet addressed to us (*local*), else the
     address of the device the route back leaves through.  The error is a
     new packet (injected by the stack) that starts at ``ip_local_out``
-    right after the current one is done.
+    right after the current one is done, with the offender's conntrack
+    entry *nfc* attached as ``icmp_glue_bits`` / ``icmpv6_getfrag`` do
+    (:func:`~flowsim.kernel.stack.nf.nf_ct_attach`): the error is RELATED to
+    it whatever NAT the quoted packet has been through so far, and
+    ``nf_nat_icmp_reply_translation`` turns the quote back into what the
+    sender sent.  The quote is the packet as it is now, half NATed when a
+    DNAT ran in PREROUTING and the SNAT waits for POSTROUTING, so looking it
+    up would miss.
     """
     if info.is_icmp_error or not info.first or info.src.is_multicast or info.src.is_unspecified:
         return
@@ -511,7 +522,12 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
     new = kernel.new_tag(tag.traffic if tag is not None else None,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
     kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
-    kernel.schedule(kernel.now, kernel.send_l3, st.name, pkt, new)
+    kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), nf_ct_attach(nfc))
+
+
+def _icmp_push_reply(kernel, st, skb: SkBuff, nfc: NfCtx) -> None:
+    """``icmp_push_reply`` → ``ip_push_pending_frames`` → ``ip_local_out`` of the error with its entry attached."""
+    ip_local_out(kernel, st, skb, nfc=nfc)
 
 
 # ----------------------------------------------------------------- reassembly

@@ -40,7 +40,8 @@ from __future__ import annotations
 import attrs
 
 from flowsim.kernel.conntrack import (
-    IP_CT_RELATED, IPS_DST_NAT, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT, IPS_SRC_NAT_DONE, CtEntry,
+    IP_CT_DIR_ORIGINAL, IP_CT_RELATED, IP_CT_RELATED_REPLY, IPS_DST_NAT, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT,
+    IPS_SRC_NAT_DONE, CtEntry,
     CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet,
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
@@ -50,7 +51,7 @@ from flowsim.kernel.pkt import (
 )
 from flowsim.nft.ruleset import NftPacket
 
-__all__ = ["NfCtx", "nf_hook", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
+__all__ = ["NfCtx", "nf_hook", "nf_ct_attach", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
 
 _INF = float("inf")
 
@@ -74,6 +75,22 @@ class NfCtx:
     dir: int | None = None
     state: str | None = None
     ctinfo: int | None = None
+
+
+def nf_ct_attach(nfc: NfCtx | None) -> NfCtx:
+    """``nf_ct_attach`` → ``nf_conntrack_attach`` (nf_conntrack_core.c): an ICMP error gets its offender's entry.
+
+    ``icmp_glue_bits`` / ``icmpv6_getfrag`` call it for every error they
+    build.  The error travels the other way: an offender in the ORIGINAL
+    direction makes it RELATED_REPLY, one in the REPLY direction RELATED.
+    An offender without an entry attaches nothing (``nf_ct_attach`` checks
+    ``skb_nfct``): the error is then tracked from its quoted tuple at OUTPUT.
+    """
+    if nfc is None or nfc.ct is None or nfc.dir is None:
+        return NfCtx()
+    if nfc.dir == IP_CT_DIR_ORIGINAL:
+        return NfCtx(nfc.ct, 1, "related", IP_CT_RELATED_REPLY)
+    return NfCtx(nfc.ct, 0, "related", IP_CT_RELATED)
 
 
 def ct_tuple(info: PktInfo) -> CtTuple:
@@ -132,6 +149,13 @@ def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_de
     ct, d = nfc.ct, nfc.dir
     if ct is None or d is None:  # conntrack sets both or neither (_conntrack_in)
         return info
+    if nfc.ctinfo in (IP_CT_RELATED, IP_CT_RELATED_REPLY) and info.is_icmp_error:
+        # nf_nat_ipv4_fn / nf_nat_ipv6_fn: a RELATED ICMP error is translated, never bound (no nat chains)
+        if ct.status & IPS_NAT_MASK and nf_nat_icmp_reply_translation(ct, d, hook, skb.buf, info):
+            info = reparse_ip(skb.buf, info.l3off)
+            kernel.trace(skb, f"{st.name} {hook}", "NAT rewrite", src=info.src, dst=info.dst, sport=info.sport,
+                         dport=info.dport)
+        return info
     manip = _MANIP[hook]
     if res is not None and res.nat_manip is not None and not ct.status & _DONE[manip]:
         rng = None
@@ -150,10 +174,7 @@ def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_de
                      reply=f"{ct.tuplehash[1].src}:{ct.tuplehash[1].sport}->{ct.tuplehash[1].dst}:{ct.tuplehash[1].dport}")
     if not ct.status & IPS_NAT_MASK:
         return info
-    if nfc.ctinfo is not None and nfc.ctinfo % 3 == IP_CT_RELATED and info.is_icmp_error:
-        changed = nf_nat_icmp_reply_translation(ct, d, hook, skb.buf, info)
-    else:
-        changed = nf_nat_packet(ct, d, hook, skb.buf, info.l3off)
+    changed = nf_nat_packet(ct, d, hook, skb.buf, info.l3off)
     if changed:
         info = reparse_ip(skb.buf, info.l3off)
         kernel.trace(skb, f"{st.name} {hook}", "NAT rewrite", src=info.src, dst=info.dst, sport=info.sport,
@@ -262,7 +283,10 @@ def nf_hook(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, in_dev=None, 
             info = _nat_core(kernel, st, hook, skb, info, nfc, nat_res, out_dev, route)
         elif action == "confirm":
             ct = nfc.ct
-            if ct is not None and not ct.confirmed and not st.conntrack.nf_conntrack_confirm(ct, kernel.now):
+            # __nf_conntrack_confirm: only the ORIGINAL direction confirms ("we refuse to set up related
+            # connections for unconfirmed conns": an ICMP error attached to an unconfirmed entry leaves it so)
+            if ct is not None and not ct.confirmed and nfc.dir == IP_CT_DIR_ORIGINAL \
+                    and not st.conntrack.nf_conntrack_confirm(ct, kernel.now):
                 return info, "ct-clash"
     return info, None
 
