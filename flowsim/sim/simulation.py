@@ -20,13 +20,25 @@ at that time — events after it stay queued, their packets *in flight* —
 and the GC ticks up to it run even when the network is idle, which is how
 idle flows time out.
 
+Idle stretches cost no real time: a tick at which nothing can expire
+changes nothing (no flow reaches its timeout, no offloaded conntrack entry
+falls under the five minutes ``nf_flow_offload_gc_step`` extends, no
+conntrack entry reaches its timeout in ``gc_worker``, no reassembly queue
+is ``ipfrag_time`` old), so the loop jumps over such ticks to the first one
+at which something can (:func:`next_expiry`), runs it, and looks again.
+The report is the same as with every tick run (``coalesce_gc=False``).
+Times are virtual seconds, finite and at most :data:`MAX_TIME`: a later
+event (a ``start``, a ``rate`` so small that the next packet is centuries
+away, a duration) is a :class:`~flowsim.errors.ConfigError`.
+
 At the end the books are checked: every injected packet was delivered,
 dropped with a reason, or is in flight, and every in-flight packet is
 accounted for by an skb in the queue or a reassembly queue
 (:meth:`flowsim.kernel.stack.core.Ledger.check`).  With ``pcap_dir`` every frame
 written to or read from a device is stored in ``NETNS-DEVICE.pcap``
 (Ethernet link type; devices without a link-layer header get zero MAC
-addresses), timestamped with the virtual clock.
+addresses), timestamped with the virtual clock; a name that does not make a
+plain file name inside that directory is refused (:func:`pcap_file`).
 
     >>> from flowsim.config.topology import load_topology        # doctest: +SKIP
     >>> sim = Simulation(load_topology("topologies/selftest.toml"), flowtables=False).run()  # doctest: +SKIP
@@ -38,18 +50,87 @@ from __future__ import annotations
 
 import collections
 import heapq
+import math
+import os
 from pathlib import Path
 
 from flowsim.config import iproute
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import PcapWriter
+from flowsim.kernel.conntrack import IPS_OFFLOAD
+from flowsim.kernel.flowtable.core import NF_FLOW_TEARDOWN
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
+from flowsim.kernel.stack.ip import IPFRAG_TIME
 from flowsim.sim.traffic import Conversation, TrafficSpec
 
-__all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY"]
+__all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY", "MAX_TIME", "next_expiry", "pcap_file"]
 
 GC_INTERVAL = 1.0  # seconds: nf_flow_offload_work_gc and gc_worker periods
 PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
+# The latest virtual time a run accepts (about 31 years).  Past it a float no longer tells a
+# link delay (20 µs) from the next one reliably and GC_INTERVAL steps stop adding up; no
+# timeout of the kernel (NF_CT_DAY is five days) needs more.
+MAX_TIME = 1e9
+# nf_flow_offload_gc_step refreshes an offloaded conntrack entry when fewer seconds than this remain
+_CT_EXTEND_UNDER = 300.0
+
+
+def check_time(what: str, value, *, positive: bool = False) -> float:
+    """A virtual time (or span) from the API: a finite number within [0, MAX_TIME]."""
+    expected = f"a finite number of seconds {'>' if positive else '>='} 0 and <= {MAX_TIME:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"bad {what} {value!r}", value=value, expected=expected)
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0) or value > MAX_TIME:
+        raise ConfigError(f"bad {what} {value!r}", value=value, expected=expected)
+    return value
+
+
+def next_expiry(kernel) -> float:
+    """The earliest virtual time at which the periodic work (``Kernel.gc``) can change anything.
+
+    Mirrors ``Kernel.gc`` in its order: ``nf_flow_offload_work_gc`` (a flow
+    reaching its timeout, a flow torn down or whose ct is dying: the next
+    tick; an offloaded ct falling under the 5 minutes
+    ``nf_flow_table_extend_ct_timeout`` refreshes), conntrack's ``gc_worker``
+    (an entry reaching its timeout) and ``ip_expire`` (a reassembly queue
+    ``ipfrag_time`` old).  May be early, never late: a tick before it is a
+    no-op.  ``-inf`` means "the next tick", ``inf`` "never".
+    """
+    first = math.inf
+    for st in kernel.netns.values():
+        for ft in st.flowtables.values():
+            for flow in ft.flows.values():
+                if flow.test(NF_FLOW_TEARDOWN) or flow.ct.dying:
+                    return -math.inf
+                first = min(first, flow.timeout)
+                if flow.ct.confirmed and flow.ct.test(IPS_OFFLOAD):
+                    first = min(first, flow.ct.timeout - _CT_EXTEND_UNDER)
+        for ct in st.conntrack.entries():
+            first = min(first, ct.timeout)
+        for q in st.frags.values():
+            first = min(first, q.created + IPFRAG_TIME)
+    return first
+
+
+def pcap_file(directory: Path, netns: str, dev: str) -> Path:
+    """``DIRECTORY/NETNS-DEV.pcap``, refused unless it is a plain file name inside *directory*.
+
+    Names are checked when a topology is loaded (``dev_valid_name``, ``ip netns``'s
+    file names); this is the defence at the place the path is built, for any
+    name that reaches a run another way.
+    """
+    name = f"{netns}-{dev}.pcap"
+    expected = "a namespace and device name that make a plain file name (no '/', NUL or '..')"
+    if (not netns or not dev or "/" in name or os.sep in name or (os.altsep and os.altsep in name)
+            or "\0" in name or Path(name).name != name):
+        raise ConfigError(f"capture file name {name!r} for device {dev!r} in namespace {netns!r}",
+                          value=name, expected=expected)
+    path = directory / name
+    root = directory.resolve()
+    if path.resolve().parent != root:
+        raise ConfigError(f"capture file {path} falls outside {root}", value=name, expected=expected)
+    return path
 
 
 class Simulation:
@@ -64,7 +145,10 @@ class Simulation:
 
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  pcap_dir: str | Path | None = None, tracing: bool = False,
-                 traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY):
+                 traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY,
+                 coalesce_gc: bool = True):
+        link_delay = check_time("link_delay", link_delay, positive=True)
+        self.coalesce_gc = coalesce_gc  # False: run every idle GC tick (the reference the jumps are tested against)
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
                              link_delay=link_delay)
         self.topo = self.kernel.topo  # the run's live instance of *topo*
@@ -98,7 +182,11 @@ class Simulation:
 
     # ------------------------------------------------------------------ events
     def at(self, t: float, fn, *args) -> None:
-        """Run ``fn(*args)`` at virtual time *t*."""
+        """Run ``fn(*args)`` at virtual time *t* (finite, at most :data:`MAX_TIME`)."""
+        if not (0 <= t <= MAX_TIME):  # also False for nan
+            what = getattr(fn, "__qualname__", "an event")
+            raise ConfigError(f"{what} scheduled at virtual time {t:g} s", value=t,
+                              expected=f"times within [0, {MAX_TIME:g}] s (a start or rate too far out?)")
         heapq.heappush(self.queue, (t, self._order, fn, args))
         self._order += 1
 
@@ -121,40 +209,39 @@ class Simulation:
     def _capture(self, netns: str, dev: str, frame: bytes) -> None:
         w = self._writers.get((netns, dev))
         if w is None:
-            w = self._writers[(netns, dev)] = PcapWriter(self.pcap_dir / f"{netns}-{dev}.pcap")
+            assert self.pcap_dir is not None  # _capture is installed only with a pcap_dir
+            w = self._writers[(netns, dev)] = PcapWriter(pcap_file(self.pcap_dir, netns, dev))
         w.write(frame, self.kernel.now)
 
     def pcap_path(self, netns: str, dev: str) -> Path | None:
         """Where the capture of *dev* in *netns* is (None without ``pcap_dir``)."""
-        return None if self.pcap_dir is None else self.pcap_dir / f"{netns}-{dev}.pcap"
+        return None if self.pcap_dir is None else pcap_file(self.pcap_dir, netns, dev)
 
     # ------------------------------------------------------------------ the loop
     def run(self, duration: float | None = None, progress=None) -> Simulation:
         """Run the traffic until no event is left, or until *duration* seconds of virtual time.
 
         *progress*, when given, is called with the virtual clock every
-        :data:`PROGRESS_EVERY` events, at each idle GC tick and at the end
+        :data:`PROGRESS_EVERY` events, at each idle GC tick that runs (ticks at which nothing can
+        expire are jumped over, see :meth:`_gc_until`) and at the end
         (:class:`flowsim.sim.progress.SimProgress` draws a bar with it).
         """
-        if duration is not None and duration < 0:
-            raise ConfigError(f"bad duration {duration}", value=duration, expected="a number of seconds >= 0")
+        if duration is not None:
+            duration = check_time("duration", duration)
         k = self.kernel
         self.duration = duration
         for conv in self.conversations:
             self.at(conv.spec.start, conv.start, k)
         for event in self.topo.events:
             self.at(event.at, self._event, event)
-        next_gc = GC_INTERVAL
+        self._next_gc = GC_INTERVAL
         q = self.queue
         events = 0
         while q:
             t = q[0][0]
             if duration is not None and t > duration:
                 break
-            while next_gc <= t:
-                k.now = next_gc
-                k.gc()
-                next_gc += GC_INTERVAL
+            self._gc_until(t, None)
             t, _, fn, args = heapq.heappop(q)
             k.now = t
             fn(*args)
@@ -163,12 +250,7 @@ class Simulation:
                 if events % PROGRESS_EVERY == 0:
                     progress(k.now)
         if duration is not None:
-            while next_gc <= duration:
-                k.now = next_gc
-                k.gc()
-                next_gc += GC_INTERVAL
-                if progress is not None:
-                    progress(k.now)
+            self._gc_until(duration, progress)
             k.now = max(k.now, duration)
         self.end = k.now
         if progress is not None:
@@ -176,6 +258,29 @@ class Simulation:
         self.close()
         self.check()
         return self
+
+    def _gc_until(self, limit: float, progress) -> None:
+        """Run the GC ticks at or before *limit*, jumping over the idle ones (see the module docstring).
+
+        ``self._next_gc`` is the first tick neither run nor proven a no-op.
+        Nothing but ticks happens before *limit*, so a tick before
+        :func:`next_expiry` changes nothing and is skipped; the jump lands on
+        the tick at or before that time (early rather than late), which runs.
+        """
+        k = self.kernel
+        while self._next_gc <= limit:
+            if self.coalesce_gc:
+                first = next_expiry(k)
+                if first > limit:  # nothing can expire up to limit: every tick to it is a no-op
+                    self._next_gc = (math.floor(limit / GC_INTERVAL) + 1) * GC_INTERVAL
+                    break
+                if first > self._next_gc:
+                    self._next_gc = math.floor(first / GC_INTERVAL) * GC_INTERVAL
+            k.now = self._next_gc
+            k.gc()
+            self._next_gc += GC_INTERVAL
+            if progress is not None:
+                progress(k.now)
 
     def close(self) -> None:
         for w in self._writers.values():
