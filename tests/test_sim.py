@@ -131,3 +131,22 @@ def test_tracing_records_the_path_of_a_packet():
     text = "\n".join(lines)
     assert "nsr1 tun0 xmit" in text and "encapsulated" in text and "decapsulated" in text
     assert "ns2 eth0" in text and "delivered" in text
+
+
+@pytest.mark.parametrize("netns,dev,what", [
+    ("ns", "link", "falls outside"),  # ns-link.pcap: a symlink out of the directory
+    ("a/../../b", "eth0", "plain file name"),
+    ("/etc", "passwd", "plain file name"),
+    ("", "eth0", "plain file name"),
+    ("ns", "", "plain file name"),
+    ("ns", "a\0b", "plain file name"),
+])
+def test_pcap_paths_never_leave_the_directory(tmp_path, netns, dev, what):
+    """pcap_file refuses names that are not a plain file name inside --pcap-dir (defence behind the loader's checks)."""
+    from flowsim.sim.simulation import pcap_file
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "ns-link.pcap").symlink_to(tmp_path / "elsewhere.pcap")
+    tmp_path = tmp_path / "out"
+    with pytest.raises(ConfigError, match=what):
+        pcap_file(tmp_path, netns, dev)
+    assert pcap_file(tmp_path, "ns1", "eth0.10") == tmp_path / "ns1-eth0.10.pcap"
