@@ -7,7 +7,10 @@ adding a command never touches another command's code.
 
 Errors flowsim raises on purpose (:class:`flowsim.errors.FlowsimError`) are
 printed as one line ``flowsim: error: …`` with exit status 2, never a
-traceback.
+traceback; so are bad options (argparse's usage error, also status 2).  Any
+other exception is a flowsim bug: one line ``flowsim: internal error, please
+report: TYPE: MESSAGE`` with exit status 3, and the traceback only under the
+global ``--debug``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import traceback
 
 from flowsim import __version__
 from flowsim.errors import FlowsimError
@@ -42,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate the Linux netfilter flowtable fast path (with IPIP/IP6IP6 acceleration).",
     )
     parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an internal error (a flowsim bug: please report it)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     import flowsim.commands as pkg
@@ -54,16 +60,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_ERROR = 2  # bad input: a FlowsimError or a usage error
+EXIT_INTERNAL = 3  # a flowsim bug
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; the exit status is returned (argparse's usage errors and --help too), never raised."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     try:
         return int(args.func(args) or 0)
     except FlowsimError as exc:
         print(f"flowsim: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except BrokenPipeError:  # `flowsim tuple x.pcap | head`
         return 0
+    except KeyboardInterrupt:
+        return 130  # the shell's status for SIGINT
+    except Exception as exc:
+        return internal_error(exc, debug=args.debug)
+
+
+def internal_error(exc: BaseException, *, debug: bool = False) -> int:
+    """Report an exception flowsim did not raise on purpose: one line (the traceback first under --debug)."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    message = " ".join(str(exc).split())
+    print(f"flowsim: internal error, please report: {type(exc).__name__}: {message}", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -95,8 +95,15 @@ def test_bad_input_exits_2(capsys, args, needle):
     assert rc == 2 and needle in err and err.count("\n") == 1
 
 
-def test_bad_duration_is_a_usage_error(capsys):
-    """--duration -1 is refused by the argument parser (exit 2)."""
-    with pytest.raises(SystemExit) as exc:
-        main(["run", str(TOPOLOGIES / "selftest.toml"), "--duration", "-1"])
-    assert exc.value.code == 2 and "bad duration" in capsys.readouterr().err
+@pytest.mark.parametrize("duration, expected", [
+    ("-1", "seconds >= 0"),
+    ("inf", "a finite number"),  # a TypeError in the progress bar once
+    ("nan", "a finite number"),  # ran as if no duration was given once
+    ("1e400", "a finite number"),
+    ("soon", "seconds, e.g. 35 or 0.5"),
+])
+def test_bad_duration_is_a_usage_error(capsys, duration, expected):
+    """A negative, infinite, nan or non-numeric --duration is refused by the argument parser (exit 2)."""
+    rc = main(["run", str(TOPOLOGIES / "selftest.toml"), "--duration", duration])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"bad --duration {duration!r} (expected {expected}" in err

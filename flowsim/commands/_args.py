@@ -1,12 +1,25 @@
-"""Argument checks shared by the sub-commands (not a command: the leading underscore keeps cli.py from loading it)."""
+"""Argument checks shared by the sub-commands (not a command: the leading underscore keeps cli.py from loading it).
+
+Every numeric option has a checked ``type=`` (:func:`number_type`, or the
+ready-made ones below): its text must convert, be finite (``nan`` and
+``inf`` parse as floats but are no count of seconds) and lie in its range;
+a bad value is argparse's usage error, exit status 2, naming the option.
+Every file option is opened or checked before the work starts
+(:func:`readable_file`, :func:`writable_file`), so a typo costs no run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 
 from flowsim.errors import ConfigError
 
-__all__ = ["int_in_range", "number_type"]
+__all__ = ["int_in_range", "number_type", "seconds_type", "headlen_type", "count_type", "readable_file",
+           "writable_file", "IFINDEX_MAX"]
+
+IFINDEX_MAX = 2**31 - 1  # dev->ifindex is an int; dev_index_reserve hands out 1..INT_MAX
 
 
 def int_in_range(name: str, text: str, lo: int, hi: int) -> int:
@@ -20,14 +33,63 @@ def int_in_range(name: str, text: str, lo: int, hi: int) -> int:
     return value
 
 
-def number_type(convert, option: str, what: str, minimum, at_least: str):
-    """An argparse ``type=``: *convert* the text, refuse values below *minimum*; messages name *option*."""
+def number_type(convert, option: str, what: str, minimum, at_least: str, maximum=None, at_most: str | None = None):
+    """An argparse ``type=``: *convert* the text, refuse non-finite values, values below *minimum* and above
+    *maximum*; messages name *option* and say what was expected."""
     def parse(text: str):
         try:
             value = convert(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected {what})") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected a finite number: {what})")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected {at_least})")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"bad {option} {text!r} (expected {at_most or f'at most {maximum}'})")
         return value
     return parse
+
+
+def seconds_type(option: str = "--duration"):
+    """Virtual seconds: a finite number >= 0 (the simulation bounds it from above)."""
+    return number_type(float, option, "seconds, e.g. 35 or 0.5", 0, "seconds >= 0")
+
+
+def headlen_type(option: str = "--headlen", minimum: int = 14):
+    """Bytes of a received frame in the skb's linear area: at least the Ethernet header (eth_type_trans pulls it)."""
+    at_least = "at least 14, the Ethernet header" if minimum == 14 else f"a byte count >= {minimum}"
+    return number_type(int, option, "a byte count", minimum, at_least)
+
+
+def count_type(option: str, minimum: int = 0, maximum: int | None = None, what: str = "a count"):
+    """An integer in [minimum, maximum]."""
+    at_most = None if maximum is None else f"{what} {minimum}..{maximum}"
+    return number_type(int, option, f"{what}, an integer", minimum, at_most or f"{what} >= {minimum}", maximum, at_most)
+
+
+def readable_file(option: str, path: str) -> str:
+    """*path* if it names a file that can be read, else one ConfigError naming *option*."""
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot read: {exc.strerror}", value=path,
+                          expected="a readable file") from None
+    return path
+
+
+def writable_file(option: str, path: str) -> str:
+    """*path* if it is a file that can be rewritten, or can be created, else one ConfigError naming *option*."""
+    parent = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        problem = "is a directory"
+    elif os.path.exists(path):
+        problem = None if os.access(path, os.R_OK | os.W_OK) else "not readable and writable"
+    elif not os.path.isdir(parent):
+        problem = f"no directory {parent}"
+    else:
+        problem = None if os.access(parent, os.W_OK) else f"cannot create files in {parent}"
+    if problem:
+        raise ConfigError(f"{option} {path}: {problem}", value=path, expected="a file flowsim can write")
+    return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from flowsim.commands._args import headlen_type, seconds_type
 from flowsim.errors import ConfigError
 from flowsim.sim.compare import compare
 
@@ -21,9 +22,10 @@ def register(sub) -> None:
                    help="override a switch on both sides")
     p.add_argument("--set-a", action="append", default=[], metavar="K=V", help="override a switch on side A only")
     p.add_argument("--set-b", action="append", default=[], metavar="K=V", help="override a switch on side B only")
-    p.add_argument("--headlen", type=int, default=None, metavar="N",
+    p.add_argument("--headlen", type=headlen_type(), default=None, metavar="N",
                    help="bytes of each received frame in the skb's linear area (shows header access costs)")
-    p.add_argument("--duration", type=float, default=None, metavar="S")
+    p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
+                   help="stop after S seconds of virtual time (default: when the traffic is done)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

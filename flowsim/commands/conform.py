@@ -16,9 +16,13 @@ scenario the guest could not set up, bad input).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import zlib
 
+from flowsim.commands._args import readable_file, writable_file
 from flowsim.conform.harness import KERNELS, run_conformance, update_doc
+from flowsim.errors import ConfigError
 
 __all__ = ["register", "run"]
 
@@ -41,7 +45,26 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _check_results(path: str) -> str:
+    """A saved results channel: a readable file, plain or gzip-compressed (as the harness reads it)."""
+    readable_file("--results", path)
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ConfigError(f"--results {path}: not a readable gzip file: {exc}", value=path,
+                              expected="results.log of an earlier run, plain or gzip-compressed") from None
+    return path
+
+
 def run(args) -> int:
+    # the files first: a typo must not cost a boot
+    if args.results is not None:
+        _check_results(args.results)
+    if args.update_doc:
+        writable_file("--update-doc", args.update_doc)
     kernels = args.kernel or ["debian-6.12"]
     results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install)
                for k in kernels]
@@ -51,5 +74,9 @@ def run(args) -> int:
     else:
         print("\n".join(r.text(all_facts=not args.problems) for r in results), end="")
     if args.update_doc:
-        update_doc(args.update_doc, results)
+        try:
+            update_doc(args.update_doc, results)
+        except (OSError, UnicodeError) as exc:  # checked above, but the file may have changed during the boot
+            raise ConfigError(f"--update-doc {args.update_doc}: cannot update: {exc}", value=args.update_doc,
+                              expected="a UTF-8 Markdown file flowsim can write") from None
     return max(r.status for r in results)

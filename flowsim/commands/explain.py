@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from flowsim.commands._args import seconds_type
 from flowsim.config.topology import load_topology
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.explain import explain
@@ -21,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("topology", metavar="TOPOLOGY")
     p.add_argument("--traffic", metavar="NAME", help="only the connections of this traffic table")
     add_profile_args(p)
-    p.add_argument("--duration", type=float, default=None, metavar="S")
+    p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
+                   help="stop after S seconds of virtual time (default: when the traffic is done)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

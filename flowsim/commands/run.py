@@ -18,7 +18,7 @@ import argparse
 import json
 
 import flowsim.cli
-from flowsim.commands._args import number_type
+from flowsim.commands._args import headlen_type, seconds_type
 from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
@@ -29,8 +29,8 @@ from flowsim.sim.simulation import Simulation
 __all__ = ["register", "run"]
 
 
-_seconds = number_type(float, "duration", "seconds, e.g. 35 or 0.5", 0, "seconds >= 0")
-_headlen = number_type(int, "--headlen", "a byte count", 14, "at least 14, the Ethernet header")
+_seconds = seconds_type("--duration")
+_headlen = headlen_type("--headlen")
 
 
 def register(subparsers) -> None:

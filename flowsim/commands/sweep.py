@@ -28,7 +28,7 @@ import argparse
 import contextlib
 import json
 
-from flowsim.commands._args import number_type
+from flowsim.commands._args import count_type
 from flowsim.errors import ConfigError
 from flowsim.sim.progress import progress_enabled
 from flowsim.sim.sweep import parse_grid, sweep
@@ -36,7 +36,8 @@ from flowsim.sim.sweep import parse_grid, sweep
 __all__ = ["register", "run", "dask_client"]
 
 
-_positive = number_type(int, "--workers", "a number of processes", 1, "at least 1")
+# a bound, not a tuning: each worker is a process (or a Dask worker) of its own
+_workers = count_type("--workers", 1, 1024, "a number of processes")
 
 
 def register(subparsers) -> None:
@@ -53,7 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("--headlen", metavar="N", default=None, help="linear bytes of each received frame")
     p.add_argument("--dask", metavar="ADDRESS",
                    help="run on the Dask scheduler at ADDRESS (tcp://host:8786), or 'local' for a local cluster")
-    p.add_argument("--workers", type=_positive, metavar="N",
+    p.add_argument("--workers", type=_workers, metavar="N",
                    help="local worker processes (default: one per CPU; 1 runs in this process; "
                         "with --dask local: its workers)")
     out = p.add_mutually_exclusive_group()

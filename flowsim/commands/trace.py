@@ -21,6 +21,7 @@ import json
 
 import attrs
 
+from flowsim.commands._args import count_type, headlen_type
 from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
@@ -40,12 +41,15 @@ def register(sub) -> None:
     p.add_argument("topology", metavar="TOPOLOGY")
     p.add_argument("--traffic", metavar="NAME")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--packet", type=int, metavar="K", help="the K-th packet of the traffic (from 0)")
+    g.add_argument("--packet", type=count_type("--packet", 0, what="a packet index"), metavar="K",
+                   help="the K-th packet of the traffic (from 0)")
     g.add_argument("--match", metavar="EXPR", help="field=value[,field=value…] over traffic/direction/seq/kind/flow")
     add_profile_args(p)
-    p.add_argument("--headlen", type=int, default=None, metavar="N")
+    p.add_argument("--headlen", type=headlen_type(), default=None, metavar="N",
+                   help="bytes of each received frame in the skb's linear area (default: all)")
     p.add_argument("--hex", action="store_true", help="show the bytes of each frame sent, with header boundaries")
-    p.add_argument("--limit", type=int, default=5, metavar="N", help="at most N packets (default 5)")
+    p.add_argument("--limit", type=count_type("--limit", 1, what="a number of packets"), default=5, metavar="N",
+                   help="at most N packets (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

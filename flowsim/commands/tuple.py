@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from flowsim.errors import CaptureError, ConfigError, KernelBugError
+from flowsim.commands._args import IFINDEX_MAX, count_type, headlen_type
+from flowsim.errors import CaptureError, KernelBugError
 from flowsim.kernel.capture import read_capture
 from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb
 from flowsim.kernel.skb import skb_from_frame
@@ -28,12 +29,13 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("capture", metavar="CAPTURE", help="pcap or pcapng file")
     add_profile_args(p)
-    p.add_argument("--iif", type=int, default=1, metavar="N", help="ifindex of the ingress device (default 1)")
+    p.add_argument("--iif", type=count_type("--iif", 1, IFINDEX_MAX, "an ifindex"), default=1, metavar="N",
+                   help="ifindex of the ingress device (default 1)")
     p.add_argument("--family", choices=HOOKS, default="inet",
                    help="flowtable family whose hook runs (default inet)")
     p.add_argument("--no-rx-vlan-offload", dest="rx_vlan_offload", action="store_false",
                    help="keep the outer VLAN tag in the packet instead of the hwaccel tag")
-    p.add_argument("--headlen", type=int, default=None, metavar="N",
+    p.add_argument("--headlen", type=headlen_type(minimum=0), default=None, metavar="N",
                    help="bytes of each frame in the skb's linear area (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=run)
@@ -70,8 +72,6 @@ def _text(obj: dict) -> str:
 
 def run(args) -> int:
     profile = profile_from_cli(args.profile, args.settings)
-    if args.headlen is not None and args.headlen < 0:
-        raise ConfigError("--headlen must not be negative", value=args.headlen)
     out = sys.stdout
     try:
         for frame in read_capture(args.capture):
