@@ -84,7 +84,7 @@ def mini(extra: str = "", file: str = "mini.toml"):
     ("ip netns exec h2 ip addr add 192.0.2.9/24 dev eth0", "r", "/usr/sbin/ip -n h2 addr add 192.0.2.9/24 dev eth0"),
     ("bridge vlan add vid 10 dev veth0", "r", "/usr/sbin/bridge -n r vlan add vid 10 dev veth0"),
     ("sysctl -w net.ipv4.ip_forward=1", "r",
-     "/usr/sbin/ip netns exec r sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'"),
+     "/usr/sbin/ip netns exec r sh -c 'echo \"$1\" > \"$2\"' sh 1 /proc/sys/net/ipv4/ip_forward"),
 ])
 def test_render_command(text, netns, expected):
     """Topology lines run in their namespace through the real binaries, by full path."""

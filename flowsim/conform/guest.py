@@ -204,8 +204,14 @@ def _sysctl_path(key: str) -> str:
     return "/proc/sys/" + "/".join(part.replace("/", ".") for part in key.split("."))
 
 
+# The value and the path reach the guest's sh as its positional parameters, never as script text:
+# a value such as ``1;reboot`` is written to the file as it is, not run.
+_SYSCTL_SCRIPT = 'echo "$1" > "$2"'
+
+
 def _write_sysctl(netns: str, key: str, value: str) -> str:
-    return f"{IP} netns exec {netns} sh -c {shlex.quote(f'echo {value} > {_sysctl_path(key)}')}"
+    """``sysctl -w KEY=VALUE`` in *netns*: echo the value into its /proc/sys file (names and values as data)."""
+    return shlex.join([IP, "netns", "exec", netns, "sh", "-c", _SYSCTL_SCRIPT, "sh", str(value), _sysctl_path(key)])
 
 
 def render_command(cmd) -> str:
@@ -300,7 +306,7 @@ def _writer(count: int, size: int, rate: float) -> str:
 
 def _bg(netns: str, command: str, var: str) -> str:
     """A background process in *netns* whose pid (the real program's: ip execs it) lands in $var."""
-    return f"{IP} netns exec {netns} {command} & {var}=$!; PIDS=\"$PIDS ${var}\""
+    return f"{IP} netns exec {shlex.quote(netns)} {command} & {var}=$!; PIDS=\"$PIDS ${var}\""
 
 
 def _traffic_start(t: TrafficPlan) -> list[str]:
@@ -317,7 +323,7 @@ def _traffic_start(t: TrafficPlan) -> list[str]:
             # -b = one segment's payload: each read of the writer's dd blocks is one write, one segment.
             _bg(t.server, f"socat -b {t.payload(t.reply_size)} -t 5 {_sock(t, True)}{mss} SYSTEM:{q(srv)} "
                           f"2>{d}.srv.err", f"{t.tag}_srv"),
-            f"wait_listen {t.server} {t.listen_port} tcp",
+            f"wait_listen {q(t.server)} {t.listen_port} tcp",
             f"sh -c {q(cli)} | " + _bg(t.client, f"socat -b {t.payload(t.size)} -t 5 - {_sock(t, False)}{mss} "
                                                f"> {d}.cli 2>{d}.cli.err", f"{t.tag}_cli"),
             f"wait_bytes {d}.srv {out_bytes} {d}.cli {back_bytes}",
@@ -330,7 +336,7 @@ def _traffic_start(t: TrafficPlan) -> list[str]:
     return [
         _bg(t.server, f"socat -b {t.payload(t.reply_size)} -T 120 {_sock(t, True)} SYSTEM:{q(srv)} "
                       f"2>{d}.srv.err", f"{t.tag}_srv"),
-        f"wait_listen {t.server} {t.listen_port} udp",
+        f"wait_listen {q(t.server)} {t.listen_port} udp",
         _bg(t.client, f"socat -b {t.payload(t.size)} -T 120 {_sock(t, False)} SYSTEM:{q(cli)} 2>{d}.cli.err",
             f"{t.tag}_cli"),
         f"wait_bytes {d}.srv {t.packets * t.unit} {d}.cli {t.reply_packets * t.unit}",
@@ -356,7 +362,7 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
     s = plan.index
     out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
     for ns in plan.namespaces:
-        out.append(f"  run - {IP} netns add {ns}")
+        out.append(f"  run - {IP} netns add {q(ns)}")
     for cmds in topology_commands(topo).values():
         for cmd in cmds:
             out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
@@ -364,29 +370,29 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
         for key, value in ns.sysctls.items():
             out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
     for ns in plan.namespaces:
-        out.append(f"  harness_settings {ns}")
+        out.append(f"  harness_settings {q(ns)}")
     for name, ns in topo.namespaces.items():
         pings = [f"{e.dev}:{e.addr}" for e in ns.neigh if str(e.addr) and getattr(e, "origin", "") == "discovered"]
         if pings:
-            out.append(f"  warm_neigh {name} {' '.join(pings)}")
+            out.append(f"  warm_neigh {q(name)} {' '.join(map(q, pings))}")
     for name, ns in topo.namespaces.items():
         if ns.nft is not None:
-            out.append(f"  run {q(f'{ns.nft.file}:{ns.nft.line}')} NS {name} {GUEST_BIN['nft']} -f "
-                       f"/conform/s{s}/{name}.nft || return")
-        out.append(f"  run - NS {name} {GUEST_BIN['nft']} -f /conform/s{s}/{name}.probe.nft || return")
-        out.append(f"  NS {name} {GUEST_BIN['conntrack']} -F >/dev/null 2>&1")
+            out.append(f"  run {q(f'{ns.nft.file}:{ns.nft.line}')} NS {q(name)} {GUEST_BIN['nft']} -f "
+                       f"{q(f'/conform/s{s}/{name}.nft')} || return")
+        out.append(f"  run - NS {q(name)} {GUEST_BIN['nft']} -f {q(f'/conform/s{s}/{name}.probe.nft')} || return")
+        out.append(f"  NS {q(name)} {GUEST_BIN['conntrack']} -F >/dev/null 2>&1")
     out.append("  PIDS=")
     for t in plan.traffic:
         out.append(f"  note traffic {t.tag} {q(t.name)}")
         out.extend("  " + line for line in _traffic_start(t))
-    out.append(f"  snapshot {s} mid {' '.join(plan.namespaces)}")
+    out.append(f"  snapshot {s} mid {' '.join(map(q, plan.namespaces))}")
     for t in plan.traffic:
         out.extend("  " + line for line in _traffic_close(t))
     closing = [f"${t.tag}_{side}" for t in plan.traffic if t.proto == "tcp" and t.close for side in ("srv", "cli")]
     if closing:
         out.append(f"  wait_gone {' '.join(closing)}")
     out.append("  sleep 1")
-    out.append(f"  snapshot {s} end {' '.join(plan.namespaces)}")
+    out.append(f"  snapshot {s} end {' '.join(map(q, plan.namespaces))}")
     files = " ".join(f for t in plan.traffic for f in _traffic_files(t))
     out.append(f"  files {s} {files}")
     out.append("}")
@@ -397,6 +403,9 @@ def scenario_files(topo: Topology, plan: ScenarioPlan) -> dict[str, bytes]:
     """The per-scenario files the guest reads: rulesets and probe tables."""
     files = {}
     for name, ns in topo.namespaces.items():
+        if "/" in name or "\0" in name or name in ("", ".", ".."):  # the loader refuses these (ip netns's rule)
+            raise _bad(topo, f"namespace name {name!r} cannot name a file in the guest",
+                       expected="a name without '/' or NUL, not '.' or '..'")
         if ns.nft is not None:
             files[f"conform/s{plan.index}/{name}.nft"] = ns.nft.text.encode()
         files[f"conform/s{plan.index}/{name}.probe.nft"] = probe_ruleset(plan, name).encode()

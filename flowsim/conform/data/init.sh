@@ -1,8 +1,9 @@
 #!/bin/sh
 # flowsim conformance guest: /init of the qemu guest (busybox ash).
 #
-# Rendered by flowsim/conform_guest.py: the two placeholders at the end become
-# one shell function per topology and the calls.  Results go to the second serial port
+# Rendered by flowsim/conform/guest.py: the two placeholders at the end become
+# one shell function per topology and the calls.  Every name and value from the
+# topology arrives quoted (shlex.quote) or as a positional parameter, never as code.  Results go to the second serial port
 # (/dev/ttyS1) as sections "@@ SCENARIO KIND NETNS PHASE" ... "@@end"; the
 # console (ttyS0) only carries the kernel log and diagnostics.  Real tools are
 # called by full path: busybox ash would run its own applet of the same name.
@@ -79,12 +80,12 @@ size() { [ -e "$1" ] && wc -c < "$1" || echo 0; }
 wait_bytes() {
   n=0; still=0; last=
   while [ $n -lt 600 ] && [ $still -lt 60 ]; do
-    a=$(size $1); b=$(size $3)
+    a=$(size "$1"); b=$(size "$3")
     [ "$a" -ge "$2" ] && [ "$b" -ge "$4" ] && return 0
     if [ "$a.$b" = "$last" ]; then still=$((still+1)); else still=0; last="$a.$b"; fi
     usleep 50000; n=$((n+1))
   done
-  note "wait_bytes $*: timeout at $(size $1) and $(size $3) bytes"
+  note "wait_bytes $*: timeout at $(size "$1") and $(size "$3") bytes"
 }
 
 # wait_gone PID...: until the processes exited (15 s at most).
@@ -114,7 +115,7 @@ snapshot() {
 # files SCENARIO FILE...: byte counts of the traffic's receive files, and socat's complaints.
 files() {
   s=$1; shift
-  for f in "$@"; do case $f in *.err) ;; *) echo "${f##*/} $(size $f)";; esac; done | section "$s" bytes - -
+  for f in "$@"; do case $f in *.err) ;; *) echo "${f##*/} $(size "$f")";; esac; done | section "$s" bytes - -
   for f in "$@"; do case $f in *.err) [ -s "$f" ] && section "$s" stderr "${f##*/}" - < "$f";; esac; done
   true
 }
