@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
+import shlex
 from pathlib import Path
 
 import networkx as nx
@@ -313,7 +316,110 @@ def test_selftest_lines_paste_as_they_are():
 
 @pytest.mark.parametrize("section", ["traffic", "event"])
 def test_arrays_of_tables_must_hold_tables(section):
-    """`traffic = [1]` / `event = [1]` is one TopologyError naming the file, not a crash (bad input never crashes)."""
+    """`traffic = [1]` / `event = [1]` is one TopologyError naming the file and line, not a crash."""
     text = f'{section} = [1]\n[netns.r]\ncommands = "ip link set lo up"\n'
-    with pytest.raises(TopologyError, match=rf"t\.toml: {section} entries must be tables"):
+    with pytest.raises(TopologyError, match=rf"t\.toml:1: {section} entries must be tables"):
         load_topology_text(text, "t.toml")
+
+
+# ---------------------------------------------------------------------- bad inputs (issue 15)
+
+BAD_INPUTS = [
+    ("bad-utf8.toml", 3, "not UTF-8: byte 0xe9 at offset 86"),
+    ("bad-nesting.toml", 2, "nested too deeply"),
+    ("bad-netns-name.toml", 2, "namespace name '../../x' contains '/'"),
+    ("bad-netns-empty.toml", 3, "empty namespace name"),
+    ("bad-dev-name.toml", 4, "device name 'eth0:1' contains ':'"),
+    ("bad-peer-name.toml", 5, "device name 'v 1' contains ' '"),
+    ("bad-rate-nan.toml", 15, "bad rate nan"),
+    ("bad-rate-tiny.toml", 15, "rate 1e-300 spreads 10 packets"),
+    ("bad-start-inf.toml", 15, "bad start inf: not finite"),
+    ("bad-start-huge.toml", 15, "bad start 10000000.0: beyond 1000000 s"),
+    ("bad-event-at.toml", 10, "bad at nan: not finite"),
+    ("bad-traffic-type.toml", 2, "traffic entries must be tables"),
+    ("bad-traffic-table.toml", 9, "traffic must be an array of tables"),
+    ("duplicate-traffic.toml", 17, "duplicate traffic name 't'"),
+    ("bad-sysctls.toml", 3, "sysctls must be a table or an array"),
+    ("bad-commands-type.toml", 3, "commands must be a string or an array of strings"),
+    ("bad-nft-type.toml", 3, "nft must be a string"),
+    ("bad-to-type.toml", 13, "bad address 5"),
+    ("bad-from-type.toml", 12, "no namespace ['r']"),
+]
+
+
+@pytest.mark.parametrize("fixture,line,what", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs_are_one_located_error(fixture, line, what):
+    """Each class of bad input is one TopologyError with the file, the line and what was expected."""
+    path = BAD / fixture
+    with pytest.raises(TopologyError) as info:
+        load_topology(path)
+    exc = info.value
+    assert exc.file == str(path) and exc.line == line
+    assert str(exc).startswith(f"{path}:{line}: ") and what in str(exc) and exc.expected
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("eth0", True), ("a" * 15, True), ("é" * 7, True), ("a" * 16, False), ("é" * 8, False), ("", False),
+    (".", False), ("..", False), ("...", True), ("a/b", False), ("a:b", False), ("a\tb", False),
+    ("a\x00", False), ("à", False),  # à is C3 A0 in UTF-8: A0 is a space to the kernel's isspace (lib/ctype.c)
+])
+def test_device_names_as_dev_valid_name(name, ok):
+    """ip link add accepts a name exactly when net/core/dev.c's dev_valid_name does (bytes, IFNAMSIZ 16)."""
+    text = f"[netns.r]\ncommands = [{json.dumps(f'ip link add {shlex.quote(name)} type dummy')}]\n"
+    if ok:
+        assert name in load_topology_text(text, "t.toml").netns("r").devices
+    else:
+        with pytest.raises(TopologyError, match="dev_valid_name|IFNAMSIZ") as info:  # Args.name or new_device
+            load_topology_text(text, "t.toml")
+        assert info.value.line == 2
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("r", True), ("a" * 255, True), ("a" * 256, False), ("", False), (".", False), ("..", False),
+    ("a/b", False), ("a b", True), ("a:b", True), ("a\x00b", False),
+])
+def test_namespace_names_as_ip_netns_add(name, ok):
+    """[netns.NAME] accepts what iproute2's invalid_name (ip/ipnetns.c) does: a file name of NAME_MAX bytes."""
+    text = f"[netns.{json.dumps(name)}]\n"
+    if ok:
+        assert name in load_topology_text(text, "t.toml").namespaces
+    else:
+        with pytest.raises(TopologyError, match=r"ip netns add") as info:
+            load_topology_text(text, "t.toml")
+        assert info.value.line == 1
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("rate", "-1", "bad rate -1"), ("rate", "true", "bad rate True"), ("rate", "inf", "bad rate inf"),
+    ("start", "-1", "negative"), ("start", "'1'", "not a number"), ("start", "1e6", None),
+    ("rate", "1e-5", None), ("rate", "9e-6", "spreads 10 packets"), ("to", "4294967297", "bad address"),
+    ("src", "[1]", "bad address [1]"), ("name", "{ a = 1 }", "traffic name must be a non-empty string"),
+])
+def test_traffic_values_are_typed_and_bounded(key, value, what):
+    """Traffic values of the wrong type or out of the bounded virtual time are refused at their line."""
+    fields = {"name": '"t"', "proto": '"udp"', "from": '"r"', "to": '"10.0.0.2"', "dport": "9", key: value}
+    text = ("[netns.r]\ncommands = ['ip link add e0 type dummy', 'ip addr add 10.0.0.1/24 dev e0']\n[[traffic]]\n"
+            + "".join(f"{k} = {v}\n" for k, v in fields.items()))
+    if what is None:
+        load_topology_text(text, "t.toml")
+        return
+    with pytest.raises(TopologyError, match=re.escape(what)) as info:
+        load_topology_text(text, "t.toml")
+    assert info.value.line == 4 + list(fields).index(key)
+
+
+@pytest.mark.parametrize("text,what", [
+    ("[netns.r]\nsysctls = { a = { b = [1, 2] } }\n", "bad sysctl a.b = [1, 2]"),
+    ("[netns.r]\nsysctls = { a = 1979-05-27 }\n", "bad sysctl a = datetime.date(1979, 5, 27)"),
+    ("[netns.r]\nsysctls = { a = 18446744073709551616 }\n", "bad sysctl a = 18446744073709551616"),
+    ("[netns.r]\nsysctls = [1]\n", "bad sysctl 1"),
+    ("[netns.r]\nsysctls = ['=1']\n", "bad sysctl '=1'"),
+    ('netns = "r"\n', "netns must be a table of namespaces"),
+    ("[netns]\nr = { commands = 'ip link add e0:1 type dummy' }\n", "contains ':'"),
+    ('[netns.r]\n[[event]]\nat = 1\nnetns = ["r"]\ncommand = "ip link set lo up"\n', "no namespace ['r']"),
+])
+def test_wrong_types_are_errors_not_tracebacks(text, what):
+    """Values of the wrong type anywhere in the file are one TopologyError with a line."""
+    with pytest.raises(TopologyError, match=re.escape(what)) as info:
+        load_topology_text(text, "t.toml")
+    assert info.value.line is not None

@@ -33,7 +33,8 @@ import attrs
 
 from flowsim.config import iproute
 from flowsim.config.network import Topology
-from flowsim.config.raw import RawToml
+from flowsim.config.limits import SECONDS_EXPECTED, seconds_problem
+from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import Command
 
 __all__ = ["Event", "EVENT_KEYS", "read_events"]
@@ -57,14 +58,15 @@ def read_events(items, topo: Topology, raw: RawToml, file: str) -> list[Event]:
     out = []
     for i, header_line, item, bad in raw.tables(items, "event", file, EVENT_KEYS, ("at", "netns", "command")):
         at = item["at"]
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
-            raise bad(f"bad at {at!r}", at, "a number of seconds >= 0", "at")
+        why = seconds_problem(at)  # nan passed `at < 0` and ran at time 0
+        if why is not None:
+            raise bad(f"bad at {short(at)}: {why}", at, SECONDS_EXPECTED, "at")
         netns = item["netns"]
-        if netns not in topo.namespaces:
-            raise bad(f"no namespace {netns!r}", netns, "one of " + ", ".join(topo.namespaces), "netns")
+        if not isinstance(netns, str) or netns not in topo.namespaces:
+            raise bad(f"no namespace {short(netns)}", netns, "one of " + ", ".join(topo.namespaces), "netns")
         text = item["command"]
         if not isinstance(text, str) or not text.strip():
-            raise bad("command must be a non-empty string", text, "one iproute2 line", "command")
+            raise bad("command must be a non-empty string", short(text), "one iproute2 line", "command")
         found = raw.key("event", "command", i)
         cmd = Command(text.strip(), netns, file, found[0] if found else header_line)
         _check_kind(cmd)

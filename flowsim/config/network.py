@@ -55,6 +55,7 @@ from collections.abc import Iterator
 import attrs
 import networkx as nx
 
+from flowsim.config.names import DEV_NAME_EXPECTED, dev_valid_name
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import Command, Encap, IfAddr, NetDevice, mac_for
 from flowsim.kernel.devices.bridge import BridgeDevice
@@ -286,6 +287,9 @@ class Topology:
         """Create and register a device (``register_netdevice``); duplicate names are refused."""
         self._mutable()
         ns = self.require_netns(netns, cmd)
+        why = dev_valid_name(name)  # register_netdevice → dev_get_valid_name: -EINVAL
+        if why is not None:
+            raise cmd.error(why, value=name, expected=DEV_NAME_EXPECTED)
         if name in ns.devices:
             raise cmd.error(f"device {name!r} already exists in namespace {netns!r}", value=name,
                             expected="a new device name (RTNETLINK answers: File exists)")

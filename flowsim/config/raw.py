@@ -18,12 +18,14 @@ from the package.
 from __future__ import annotations
 
 import re
+import reprlib
 import shlex
+import tomllib
 
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import Command
 
-__all__ = ["RawToml", "shell_split"]
+__all__ = ["RawToml", "shell_split", "short"]
 
 
 class RawToml:
@@ -44,7 +46,7 @@ class RawToml:
                 continue
             m = self._HEADER.match(raw)
             if m:
-                name = ".".join(p.strip().strip('"') for p in m.group(2).split("."))
+                name = _dotted(m.group(2))
                 self.headers.append((no, name, m.group(1) == "[["))
                 continue
             m = self._KEY.match(raw)
@@ -55,6 +57,13 @@ class RawToml:
                     if value.count(delim) % 2 == 1:
                         ml = delim
                         break
+        # indexes, so that each lookup is O(1) and loading N tables stays linear
+        self._by_name: dict[str, list[int]] = {}  # dotted name -> indexes into headers, in file order
+        for idx, (_no, name, _array) in enumerate(self.headers):
+            self._by_name.setdefault(name, []).append(idx)
+        self._by_key: dict[tuple[int, str], tuple[int, str]] = {}  # (header index, key) -> first (line, value)
+        for line, hidx, k, value in self.keys:
+            self._by_key.setdefault((hidx, k), (line, value))
 
     def tables(self, items, name: str, file: str, allowed: set[str], required: tuple[str, ...]):
         """The ``[[name]]`` array of tables: (index, header line, table, bad) for each, once its keys are
@@ -64,10 +73,10 @@ class RawToml:
         table, at the line of *key* (of the header without one).
         """
         if not isinstance(items, list):
-            raise TopologyError(f"{name} must be an array of tables", file=file, line=self.header_line(name),
-                                expected=f"[[{name}]] tables")
+            raise TopologyError(f"{name} must be an array of tables", file=file, line=self.line_of(name),
+                                value=type(items).__name__, expected=f"[[{name}]] tables")
         for i, item in enumerate(items):
-            line = self.header_line(name, i)
+            line = self.line_of(name, occurrence=i)
 
             def bad(message: str, value=None, expected: str | None = None, key: str | None = None, i=i, line=line):
                 found = self.key(name, key, i) if key else None
@@ -75,7 +84,7 @@ class RawToml:
                                      value=value, expected=expected)
 
             if not isinstance(item, dict):
-                raise bad(f"{name} entries must be tables", item, f"[[{name}]] tables")
+                raise bad(f"{name} entries must be tables", type(item).__name__, f"[[{name}]] tables")
             for key in item:
                 if key not in allowed:
                     raise bad(f"unknown key {key!r}", key, "one of " + ", ".join(sorted(allowed)), key)
@@ -85,21 +94,40 @@ class RawToml:
             yield i, line, item, bad
 
     def header_line(self, name: str, occurrence: int = 0) -> int | None:
-        found = [h[0] for h in self.headers if h[1] == name]
-        return found[occurrence] if occurrence < len(found) else None
+        found = self._by_name.get(name, ())
+        return self.headers[found[occurrence]][0] if occurrence < len(found) else None
 
     def key(self, header: str | None, key: str, occurrence: int = 0) -> tuple[int, str] | None:
         """(line, raw value text) of *key* in the *occurrence*-th table named *header* (None: top level)."""
-        want = None
+        want = -1
         if header is not None:
-            idx = [i for i, h in enumerate(self.headers) if h[1] == header]
-            if occurrence >= len(idx):
+            found = self._by_name.get(header, ())
+            if occurrence >= len(found):
                 return None
-            want = idx[occurrence]
-        for line, hidx, k, value in self.keys:
-            if (want is None and hidx == -1 or hidx == want) and k == key:
-                return line, value
-        return None
+            want = found[occurrence]
+        return self._by_key.get((want, key))
+
+    def line_of(self, header: str | None, key: str | None = None, occurrence: int = 0) -> int | None:
+        """The line of *key* in that table, else of the table's header, else of a top-level ``name = …``
+        (an array or table written inline): the best line to blame for a value."""
+        found = self.key(header, key, occurrence) if key is not None else None
+        if found is not None:
+            return found[0]
+        if header is None:
+            return None
+        line = self.header_line(header, occurrence)
+        if line is not None:
+            return line
+        head, _, last = header.rpartition(".")
+        top = self.key(head or None, last)
+        return top[0] if top is not None else None
+
+    def table_end(self, header: str) -> int | None:
+        """The line of the first header after the first table *header* (None: it runs to the end)."""
+        found = self._by_name.get(header)
+        if not found or found[0] + 1 >= len(self.headers):
+            return None
+        return self.headers[found[0] + 1][0]
 
     def value_start(self, header: str | None, key: str) -> int | None:
         """The line where a (multi-line) string value's text starts."""
@@ -113,12 +141,30 @@ class RawToml:
                 return line + 1
         return line
 
-    def find(self, text: str, start: int) -> int | None:
-        """First line at or after *start* containing *text*."""
-        for no in range(max(start, 1), len(self.lines) + 1):
+    def find(self, text: str, start: int, end: int | None = None) -> int | None:
+        """First line at or after *start* (and before *end*) containing *text*."""
+        for no in range(max(start, 1), min(end or len(self.lines) + 1, len(self.lines) + 1)):
             if text in self.lines[no - 1]:
                 return no
         return None
+
+
+_KEY_PART = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'|[^.\s]+')
+
+
+def _dotted(text: str) -> str:
+    """A header's dotted key as tomllib reads it (quoted parts may hold dots and escapes), parts joined by '.'."""
+    parts = []
+    for part in _KEY_PART.findall(text):
+        if part.startswith('"') and "\\" in part:
+            try:
+                part = tomllib.loads(f"k = {part}")["k"]
+            except tomllib.TOMLDecodeError:
+                part = part[1:-1]
+        elif part[:1] in "\"'":
+            part = part[1:-1]
+        parts.append(part)
+    return ".".join(parts)
 
 
 def shell_split(cmd: Command) -> list[str]:
@@ -127,3 +173,11 @@ def shell_split(cmd: Command) -> list[str]:
         return shlex.split(cmd.text)
     except ValueError as exc:
         raise cmd.error(f"cannot split command line: {exc}", expected="balanced quotes") from None
+
+
+def short(value, limit: int = 60) -> str:
+    """repr of *value* for a message, cut to *limit* characters (a bad value may be huge or nested deep)."""
+    cut = reprlib.Repr()
+    cut.maxlevel, cut.maxstring, cut.maxother, cut.maxlong = 3, limit, limit, limit
+    text = cut.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -66,8 +66,9 @@ from pathlib import Path
 
 from flowsim.config import iproute
 from flowsim.config.events import Event, read_events
+from flowsim.config.names import NETNS_NAME_EXPECTED, netns_invalid_name
 from flowsim.config.network import UPPER_EDGES, LinkRequest, Namespace, NftText, Topology
-from flowsim.config.raw import RawToml
+from flowsim.config.raw import RawToml, short
 from flowsim.config.traffic import Traffic, read_traffic
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import Command
@@ -84,36 +85,80 @@ def load_topology(path: str | Path) -> Topology:
     """Load a topology file; every error is a :class:`TopologyError` naming file and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise TopologyError(f"cannot read topology: {exc.strerror}", file=str(path), value=str(path),
                             expected="a readable TOML file") from None
-    return load_topology_text(text, file=str(path))
+    return load_topology_text(_decode(data, str(path)), file=str(path))
 
 
-def load_topology_text(text: str, file: str = "<topology>") -> Topology:
-    """Load a topology from TOML *text* (``file`` is used in error messages), frozen (a description)."""
+def _decode(data: bytes, file: str) -> str:
+    """The file's text: TOML is UTF-8, so a bad byte is an error at its line and byte offset."""
     try:
-        data = tomllib.loads(text)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TopologyError(f"not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} ({exc.reason})",
+                            file=file, line=line, value=data[exc.start:exc.end],
+                            expected="a UTF-8 text file (TOML)") from None
+
+
+# tomllib parses nested arrays and inline tables by recursion, so it fails on a deep one with RecursionError;
+# where it did, the error names the first line nested deeper than this (a topology nests 3 levels at most).
+_MAX_NESTING = 100
+
+
+def _parse_toml(text: str, file: str) -> dict:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise TopologyError(f"invalid TOML: {exc}", file=file, line=int(m.group(1)) if m else None,
                             expected="a TOML document") from None
+    except RecursionError:
+        raise TopologyError("invalid TOML: arrays or inline tables nested too deeply", file=file,
+                            line=_deep_line(text), expected="a few levels of [ ] and { } (a topology needs 3 at most)") from None
+
+
+def _deep_line(text: str) -> int | None:
+    """The first line where [ and { (counted naively, strings included) nest deeper than _MAX_NESTING."""
+    depth = 0
+    for no, line in enumerate(text.split("\n"), 1):
+        for ch in line:
+            if ch in "[{":
+                depth += 1
+                if depth > _MAX_NESTING:
+                    return no
+            elif ch in "]}":
+                depth = max(depth - 1, 0)
+    return None
+
+
+def load_topology_text(text: str, file: str = "<topology>") -> Topology:
+    """Load a topology from TOML *text* (``file`` is used in error messages), frozen (a description)."""
+    data = _parse_toml(text, file)
     raw = RawToml(text)
     topo = Topology(file)
     _check_keys(data, _TOP_KEYS, raw, None, file)
     topo.description = _opt_str(data, "description", raw, file)
     topo.source = _opt_str(data, "source", raw, file)
     netns = data.get("netns", {})
-    if not isinstance(netns, dict) or not netns:
-        raise TopologyError("no namespaces", file=file, line=raw.header_line("netns"),
+    if not isinstance(netns, dict):
+        raise TopologyError("netns must be a table of namespaces", file=file, line=raw.line_of("netns"),
+                            value=type(netns).__name__, expected="[netns.NAME] tables")
+    if not netns:
+        raise TopologyError("no namespaces", file=file, line=raw.line_of("netns"),
                             expected="at least one [netns.NAME] table")
     for name in netns:
+        why = netns_invalid_name(name)
+        if why is not None:
+            raise TopologyError(why, file=file, line=raw.line_of(f"netns.{name}"), value=name,
+                                expected=NETNS_NAME_EXPECTED)
         topo.add_netns(name)
     for name, table in netns.items():
         header = f"netns.{name}"
         if not isinstance(table, dict):
-            raise TopologyError(f"netns {name!r} is not a table", file=file, line=raw.header_line(header),
+            raise TopologyError(f"netns {name!r} is not a table", file=file, line=raw.line_of(header),
                                 expected="[netns.NAME] with commands, sysctls, nft")
         _check_keys(table, _NETNS_KEYS, raw, header, file)
         ns = topo.namespaces[name]
@@ -125,7 +170,7 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
             if not isinstance(table["nft"], str):
                 raise TopologyError("nft must be a string", file=file, line=_line(raw, header, "nft"),
                                     expected="the ruleset text in nft syntax ('''...''')")
-            ns.nft = NftText(table["nft"], file, raw.value_start(header, "nft") or 0)
+            ns.nft = NftText(table["nft"], file, raw.value_start(header, "nft") or _line(raw, header, "nft") or 0)
     topo.discover()
     topo.traffic = read_traffic(data.get("traffic", []), topo, raw, file)
     topo.events = read_events(data.get("event", []), topo, raw, file)
@@ -133,8 +178,7 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
 
 
 def _line(raw: RawToml, header: str | None, key: str) -> int | None:
-    found = raw.key(header, key)
-    return found[0] if found else raw.header_line(header) if header else None
+    return raw.line_of(header, key)
 
 
 def _check_keys(table: dict, allowed: set, raw: RawToml, header: str | None, file: str) -> None:
@@ -158,7 +202,8 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
     key_line = _line(raw, header, "commands")
     if isinstance(value, str):
         start = raw.value_start(header, "commands") or key_line or 0
-        literal = raw.key(header, "commands")[1].strip().startswith("'''")
+        found = raw.key(header, "commands")  # None when written inline, as netns.NAME = { commands = … }
+        literal = found is not None and found[1].strip().startswith("'''")
         lines = [(start + i if literal else None, text) for i, text in enumerate(value.split("\n"))]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         lines = [(None, v) for v in value]
@@ -167,6 +212,7 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
                             expected="one command per line")
     out: list[Command] = []
     cursor = key_line or 0
+    end = raw.table_end(header)  # the search for a line stays inside the table: linear in the file
     pending: tuple[int | None, str] | None = None
     for line, text in lines:
         stripped = text.strip()
@@ -176,10 +222,10 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
         if not stripped or stripped.startswith("#"):
             continue
         if stripped.endswith("\\"):
-            pending = (line if line is not None else raw.find(stripped[:-1].strip(), cursor), stripped[:-1].strip())
+            pending = (line if line is not None else raw.find(stripped[:-1].strip(), cursor, end), stripped[:-1].strip())
             continue
         if line is None:
-            line = raw.find(stripped.split()[0] if len(stripped) > 60 else stripped, cursor) or key_line
+            line = raw.find(stripped.split()[0] if len(stripped) > 60 else stripped, cursor, end) or key_line
         cursor = line or cursor
         out.append(Command(stripped, netns, file, line))
     return out
@@ -187,25 +233,32 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
 
 def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
     line = _line(raw, header, "sysctls")
+
+    def bad(message: str, item) -> TopologyError:
+        return TopologyError(message, file=file, line=line, value=item,
+                             expected='KEY=VALUE, the value a string, an integer or a boolean')
+
     if isinstance(value, list):
         items = {}
         for item in value:
-            key, sep, val = str(item).partition("=")
-            if not sep:
-                raise TopologyError(f"bad sysctl {item!r}", file=file, line=line, value=item, expected="KEY=VALUE")
+            key, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
+            if not sep or not key.strip():
+                raise bad(f"bad sysctl {short(item)}", item)
             items[key.strip()] = val.strip()
         return items
     if isinstance(value, dict):
         flat: dict[str, str] = {}
-
-        def walk(prefix: str, v) -> None:
-            if isinstance(v, dict):  # TOML turned an unquoted dotted key into tables
-                for k, sub in v.items():
-                    walk(f"{prefix}.{k}" if prefix else k, sub)
+        stack = [("", value)]  # TOML turned an unquoted dotted key into tables
+        while stack:
+            prefix, v = stack.pop()
+            if isinstance(v, dict):
+                stack.extend((f"{prefix}.{k}" if prefix else k, sub) for k, sub in reversed(v.items()))
+            elif isinstance(v, str) and prefix:
+                flat[prefix] = v
+            elif isinstance(v, int) and prefix and abs(v) < 2**64:  # a sysctl holds at most a u64
+                flat[prefix] = str(int(v))  # bool is an int: true/false are 1/0
             else:
-                flat[prefix] = str(int(v) if isinstance(v, bool) else v)
-
-        walk("", value)
+                raise bad(f"bad sysctl {prefix or '(empty key)'} = {short(v)}", v)
         return flat
-    raise TopologyError("sysctls must be a table or an array", file=file, line=line,
+    raise TopologyError("sysctls must be a table or an array", file=file, line=line, value=type(value).__name__,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')

@@ -25,18 +25,21 @@ Every error is one :class:`~flowsim.errors.TopologyError` naming the file,
 the command ``[[traffic]]`` and the absolute line of the offending key (of
 the table's header when the key is missing), found through the topology
 loader's raw-TOML line index (:class:`flowsim.config.raw.RawToml`, since tomllib
-gives no line numbers); a duplicate ``name`` names only the file.
+gives no line numbers); a duplicate ``name`` names the line of the second one.
+Times are bounded (:mod:`flowsim.config.limits`): ``start`` and the span of
+the sends, ``packets / rate``, are finite and at most a million seconds.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 
 import attrs
 
 from flowsim.config.network import Topology
-from flowsim.config.raw import RawToml
-from flowsim.errors import TopologyError
+from flowsim.config.limits import MAX_VIRTUAL_TIME, SECONDS_EXPECTED, is_number, seconds_problem
+from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import IPAddress
 from flowsim.kernel.pkt import IP_DEFAULT_TTL
 
@@ -91,33 +94,28 @@ TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets
 def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic]:
     """The checked ``[[traffic]]`` tables of a topology file, in file order."""
     out = []
+    seen: set[str] = set()
     for _i, line, item, bad in raw.tables(items, "traffic", file, TRAFFIC_KEYS,
                                           ("name", "proto", "from", "to", "dport")):
-        out.append(_one_traffic(item, topo, line, bad))
-    names = [t.name for t in out]
-    for name in names:
-        if names.count(name) > 1:
-            raise TopologyError(f"duplicate traffic name {name!r}", file=file, value=name, expected="unique names")
+        flow = _one_traffic(item, topo, line, bad)
+        if flow.name in seen:  # a set: N tables load in linear time
+            raise bad(f"duplicate traffic name {flow.name!r}", flow.name, "unique names", "name")
+        seen.add(flow.name)
+        out.append(flow)
     return out
 
 
 def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
     proto = item["proto"]
     if proto not in ("tcp", "udp"):
-        raise bad(f"bad proto {proto!r}", proto, "tcp or udp", "proto")
+        raise bad(f"bad proto {short(proto)}", proto, "tcp or udp", "proto")
     netns = item["from"]
-    if netns not in topo.namespaces:
-        raise bad(f"no namespace {netns!r}", netns, "one of " + ", ".join(topo.namespaces), "from")
-    try:
-        dst = ipaddress.ip_address(item["to"])
-    except (ValueError, TypeError):
-        raise bad(f"bad address {item['to']!r}", item["to"], "an IP address", "to") from None
+    if not isinstance(netns, str) or netns not in topo.namespaces:
+        raise bad(f"no namespace {short(netns)}", netns, "one of " + ", ".join(topo.namespaces), "from")
+    dst = _address(item, "to", bad)
     ns = topo.namespaces[netns]
     if "src" in item:
-        try:
-            src = ipaddress.ip_address(item["src"])
-        except (ValueError, TypeError):
-            raise bad(f"bad address {item['src']!r}", item["src"], "an IP address", "src") from None
+        src = _address(item, "src", bad)
         if ns.owner_of(src) is None:
             raise bad(f"{src} is not an address of {netns}", str(src), f"an address configured in {netns}", "src")
     else:
@@ -133,35 +131,66 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
         if value is None:
             return None
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise bad(f"bad {key} {value!r}", value, f"an integer {lo}..{hi}", key)
+            raise bad(f"bad {key} {short(value)}", value, f"an integer {lo}..{hi}", key)
         return value
 
     def flag(key: str) -> bool:
         value = item.get(key, proto == "tcp")
         if not isinstance(value, bool):
-            raise bad(f"bad {key} {value!r}", value, "true or false", key)
+            raise bad(f"bad {key} {short(value)}", value, "true or false", key)
         if value and proto != "tcp":
             raise bad(f"{key} is only for tcp", value, "false for udp", key)
         return value
 
-    def number(key: str) -> float:
-        value = item.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise bad(f"bad {key} {value!r}", value, "a number >= 0", key)
-        return float(value)
 
     df = item.get("df")
     if df is not None and not isinstance(df, bool):
-        raise bad(f"bad df {df!r}", df, "true or false", "df")
+        raise bad(f"bad df {short(df)}", df, "true or false", "df")
     if df is not None and dst.version != 4:
         raise bad("df is only for IPv4 (IPv6 routers never fragment)", df, "no df key for IPv6", "df")
     if not isinstance(item["name"], str) or not item["name"]:
         raise bad("traffic name must be a non-empty string", item["name"], "a string", "name")
+    packets = integer("packets", 1, 10**9, 10)
+    rate, start = _rate(item, packets, bad), _start(item, bad)
     return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
                    dport=integer("dport", 1, 65535, None), sport=integer("sport", 1, 65535, None),
-                   packets=integer("packets", 1, 10**9, 10), size=integer("size", 1, 65535, 1000),
+                   packets=packets, size=integer("size", 1, 65535, 1000),
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
-                   close="fin" if flag("close") else None, rate=number("rate"), start=number("start"),
+                   close="fin" if flag("close") else None, rate=rate, start=start,
                    gso_size=integer("gso_size", 1, 65535, None), flows=integer("flows", 1, 65535, 1), df=df,
                    line=line)
+
+
+def _address(item: dict, key: str, bad) -> IPAddress:
+    """An address written as a string (ipaddress would also take an integer: ``to = 5`` is 0.0.0.5)."""
+    value = item[key]
+    try:
+        if not isinstance(value, str):
+            raise TypeError
+        return ipaddress.ip_address(value)
+    except (ValueError, TypeError):
+        raise bad(f"bad address {short(value)}", value, "an IP address as a string", key) from None
+
+
+def _start(item: dict, bad) -> float:
+    """``start``: when the client begins, a time a run can reach (:mod:`flowsim.config.limits`)."""
+    value = item.get("start", 0)
+    why = seconds_problem(value)
+    if why is not None:
+        raise bad(f"bad start {short(value)}: {why}", value, SECONDS_EXPECTED, "start")
+    return float(value)
+
+
+def _rate(item: dict, packets: int, bad) -> float:
+    """``rate`` in packets per second (0: back to back), finite, and slow enough only for the sends to end
+    within a run's bounded virtual time (``packets / rate`` seconds)."""
+    value = item.get("rate", 0)
+    if not is_number(value) or not math.isfinite(value) or value < 0:
+        raise bad(f"bad rate {short(value)}", value, "a finite number of packets per second >= 0 (0: back to back)",
+                  "rate")
+    if value > 0 and seconds_problem(packets / value) is not None:
+        raise bad(f"rate {value!r} spreads {packets} packets over {packets / value:g} s", value,
+                  f"a rate of at least {packets / MAX_VIRTUAL_TIME:g} packets per second "
+                  f"(a run's virtual time is at most {MAX_VIRTUAL_TIME:.0f} s)", "rate")
+    return float(value)
