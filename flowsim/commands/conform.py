@@ -10,7 +10,8 @@ when missing and cached in ~/.cache/flowsim/conform.
 
 Exit status: 0 when every fact agreed (known differences included), 1 when
 something differs, 2 on errors (missing tools, no package mirror, a
-scenario the guest could not set up, bad input).
+scenario the guest could not set up, bad input), 3 on an internal error
+(a flowsim bug: ``flowsim --debug conform …`` shows its traceback).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ routing back to ``src``), showing both directions and the per-direction
 route the flow's tuples would be built from.
 
 Exit status: 0 when the path (or flow) resolves, 1 when it does not, 2 on
-bad input.
+bad input, 3 on an internal error (a flowsim bug: ``--debug`` shows it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ shows per flowtable the fast-path and slow-path packets with the reasons,
 per traffic direction the packets sent and delivered and how many took
 the fast path, the conntrack entries and the nft named counters.
 
-Exit status: 0 after a run, 2 on bad input (one line on stderr).
+Exit status: 0 after a run, 2 on bad input (one line on stderr), 3 on an
+internal error (a flowsim bug: ``flowsim --debug run …`` shows its traceback).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ Example::
     flowsim sweep topologies/ip6ip6-rx.toml --grid profile=linux-7.0,linux-7.1.5 \\
         --grid 'traffic.*.packets=10,100' --csv
 
-Exit status: 0 after the sweep, 2 on bad input (one line on stderr).
+Exit status: 0 after the sweep, 2 on bad input (one line on stderr), 3 on
+an internal error (a flowsim bug: ``flowsim --debug sweep …`` shows its traceback).
 """
 
 from __future__ import annotations
