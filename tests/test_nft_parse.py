@@ -427,3 +427,30 @@ def test_ipv4_prefix_property(addr, plen):
     """`ip saddr A/N` is the network of A with prefix length N (host bits ignored, as nft does)."""
     m = one_rule(f"ip saddr {addr}/{plen}")[0]
     assert m.values == (ipaddress.ip_network(f"{addr}/{plen}", strict=False),)
+
+
+def _chain_ladder(n: int, kind: str = "jump", first: str = "c1") -> str:
+    """Regular chains c1 … cN, each jumping (or going) to the next; cN accepts."""
+    return "".join(f"  chain c{i} {{\n    {kind} c{i + 1}\n  }}\n" for i in range(1, n)) + \
+        f"  chain c{n} {{\n    accept\n  }}\n"
+
+
+_BASE = "table inet t {\n  chain base {\n    type filter hook forward priority 0;\n    jump c1\n  }\n"
+
+
+@pytest.mark.parametrize("text, error", [
+    (_BASE + _chain_ladder(15) + "}\n", None),
+    (_BASE + _chain_ladder(16) + "}\n", ("x.nft:49:10", "jump to 'c16' nests chains 16 deep")),
+    (_BASE + _chain_ladder(16, "goto") + "}\n", ("x.nft:49:10", "goto to 'c16' nests chains 16 deep")),
+    # a diamond: c1..c15 first explored from base at level 1..15, then reached again two levels deeper
+    (_BASE.replace("    jump c1\n", "    jump c1\n    jump a1\n") + _chain_ladder(15)
+     + "  chain a1 {\n    jump a2\n  }\n  chain a2 {\n    jump c1\n  }\n}\n", ("x.nft:44:10", "jump to 'c14' nests chains 16 deep")),
+])
+def test_jump_depth_is_nft_chain_validate(text, error):
+    """nft_chain_validate: a chain reached through NFT_JUMP_STACK_SIZE (16) jumps or gotos is EMLINK, at the jump."""
+    if error is None:
+        parse_ruleset(text, file="x.nft")
+        return
+    with pytest.raises(RulesetError, match="Too many links") as exc:
+        parse_ruleset(text, file="x.nft")
+    assert str(exc.value).startswith(error[0]) and error[1] in str(exc.value)

@@ -5,7 +5,8 @@ rules are compiled once every chain, set and counter of their table exists.
 Each expression becomes a :mod:`flowsim.nft.model` value; right-hand sides
 are typed by the selector (:mod:`flowsim.nft.types`).  Validation follows
 ``nft_chain_validate``: jump/goto targets exist and are regular chains, no
-loops (ELOOP), ``flow add``/``flow offload`` only under a forward hook
+loops (ELOOP), no chain reached through :data:`NFT_JUMP_STACK_SIZE` jumps or
+gotos (EMLINK), ``flow add``/``flow offload`` only under a forward hook
 (``nft_flow_offload_validate``), NAT only in nat chains at their hooks
 (``nft_nat_validate``), a device in at most one flowtable (EBUSY).
 """
@@ -31,6 +32,8 @@ __all__ = ["RuleCompiler"]
 _NAT_HOOKS = {"dnat": ("prerouting", "output"), "redirect": ("prerouting", "output"),
               "snat": ("postrouting", "input"), "masquerade": ("postrouting",)}
 _NAT_FLAGS = frozenset({"random", "fully-random", "persistent"})
+#: include/net/netfilter/nf_tables.h: nft_chain_validate refuses a chain reached at this level (-EMLINK)
+NFT_JUMP_STACK_SIZE = 16
 #: statements after which nothing more may follow in a rule (STMT_F_TERMINAL in nft)
 _TERMINAL = (Verdict, NatStmt, RejectStmt, VerdictMap)
 
@@ -432,7 +435,7 @@ class RuleCompiler(Generic[_Table]):
                         self.check_expr(t, e)
             for ch in t.chains.values():
                 if ch.hook is not None:  # a base chain
-                    self.walk(t, ch, ch.hook, ch, [])
+                    self.walk(t, ch, ch.hook, ch, [], {})
 
     def check_expr(self, t: Table, e):
         verdicts = [e] if isinstance(e, Verdict) else [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
@@ -450,13 +453,27 @@ class RuleCompiler(Generic[_Table]):
                            f"a flowtable of table {t.family} {t.name}")
 
     def walk(self, t: Table, base: Chain, hook: BaseHook, ch: Chain, path: list[str],
-             done: set[str] | None = None) -> None:
-        """Depth-first from a base chain: loops, and statements valid only at some hooks."""
-        done = set() if done is None else done
+             done: dict[str, int], via: Verdict | None = None) -> None:
+        """``nft_chain_validate`` depth-first from a base chain: loops, depth, statements valid only at some hooks.
+
+        The level is ``len(path)``: ``nft_immediate_validate`` (and ``nft_lookup_validate``
+        for verdict maps) raise it by one for a ``jump`` and for a ``goto`` alike, and a
+        chain reached at level :data:`NFT_JUMP_STACK_SIZE` is refused with -EMLINK
+        (nft: "Could not process rule: Too many links").  *done* maps each chain explored
+        from this base chain to the deepest level it was explored at: as the kernel's
+        ``chain->depth >= ctx->level`` shortcut, a chain is explored again only deeper.
+        """
+        level = len(path)
         if ch.name in path:
             raise self.err(f"jump loop: {' -> '.join(path + [ch.name])}", ch.loc, ch.name, "no loops (ELOOP)")
-        if ch.name in done:
-            return  # already explored from this base chain (diamond-shaped jumps)
+        if level >= NFT_JUMP_STACK_SIZE:
+            where = via.loc if via is not None else ch.loc
+            raise self.err(f"{via.kind if via else 'jump'} to {ch.name!r} nests chains {level} deep: "
+                           f"{' -> '.join(path + [ch.name])} (Too many links, EMLINK)", where, ch.name,
+                           f"at most {NFT_JUMP_STACK_SIZE - 1} nested jumps or gotos from a base chain "
+                           f"(NFT_JUMP_STACK_SIZE {NFT_JUMP_STACK_SIZE})")
+        if done.get(ch.name, -1) >= level:
+            return  # already explored from this base chain at this depth or deeper (diamond-shaped jumps)
         for rule in ch.rules:
             for e in rule.exprs:
                 if isinstance(e, FlowAdd) and hook.hook != "forward":
@@ -472,8 +489,8 @@ class RuleCompiler(Generic[_Table]):
                     [v for _, v in e.entries] if isinstance(e, VerdictMap) else []
                 for v in verdicts:
                     if v.chain is not None:
-                        self.walk(t, base, hook, t.chains[v.chain], path + [ch.name], done)
-        done.add(ch.name)
+                        self.walk(t, base, hook, t.chains[v.chain], path + [ch.name], done, v)
+        done[ch.name] = level
 
 
 def _has_l4_match(exprs) -> bool:
