@@ -68,7 +68,7 @@ from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
 
-__all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
+__all__ = ["ip_rcv", "ip_forward", "dst_mtu_maybe_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",
            "IPFRAG_TIME"]
 
@@ -131,6 +131,25 @@ def _unreachable(version: int, host_unreach: bool = False) -> tuple[int, int]:
 
 # ----------------------------------------------------------------- forward and output
 
+def dst_mtu_maybe_forward(st, rt) -> int:
+    """The MTU a forwarded packet is checked against: ``ip_dst_mtu_maybe_forward(dst, true)`` (include/net/ip.h)
+    / ``ip6_dst_mtu_maybe_forward(dst, true)`` (include/net/ip6_route.h), as ``ip_forward`` / ``ip6_forward``
+    and the flowtable's ``flow_offload_fill_route`` ask it.
+
+    IPv4 honours a route's configured ``mtu`` whether locked or not ("'forwarding = true' case should always
+    honour route mtu"); only a *learned* PMTU (``rt_pmtu``) needs ``mtu lock`` or
+    ``net.ipv4.ip_forward_use_pmtu``, and the simulated routers learn none (they send no traffic of their own
+    that an ICMP error could lower).  IPv6 honours the route's MTU only when locked (``dst_metric_locked``):
+    otherwise the device's (``idev->cnf.mtu6``).  Local output keeps the route's MTU for both
+    (``dst_mtu`` → ``ip6_mtu`` is ``ip6_dst_mtu_maybe_forward(dst, false)``).
+    """
+    if rt.version == 6 and rt.mtu and not rt.mtu_lock:
+        dev = st.ns.devices.get(rt.dev) if rt.dev else None
+        if dev is not None:
+            return dev.mtu
+    return st.route_mtu(rt)
+
+
 def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
     """``ip_forward`` / ``ip6_forward``: TTL, MTU, TTL decrement, FORWARD, then output."""
     where = f"{st.name} forward"
@@ -147,7 +166,7 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
         kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
         return
     out_dev = st.ns.devices[rt.dev]
-    mtu = st.route_mtu(rt)
+    mtu = dst_mtu_maybe_forward(st, rt)
     if v4:
         if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, nfc=nfc)
@@ -187,9 +206,9 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
             return
         # the slow path of GSO: segment, then ip_fragment each segment (refused with DF)
         for seg in stack_l2.gso_segment(kernel, skb, f"{st.name} output") or ():
-            _ip_finish_output(kernel, st, seg, reparse_ip(seg.buf, seg.data), mtu, out_dev, nexthop)
+            _ip_finish_output(kernel, st, seg, reparse_ip(seg.buf, seg.data), mtu, out_dev, nexthop, nfc, in_dev)
         return
-    _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop)
+    _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop, nfc, in_dev)
 
 
 def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
@@ -207,15 +226,25 @@ def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
         return False
 
 
-def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
-    """``ip_finish_output`` for a non-GSO skb: fragment (or refuse) what is longer than the MTU."""
+def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop, nfc: NfCtx | None = None,
+                      in_dev=None) -> None:
+    """``ip_finish_output`` / ``__ip6_finish_output`` for a non-GSO skb: fragment (or refuse) what is longer than
+    the route's MTU (``dst_mtu``).
+
+    Refusing is ``ip_fragment`` with DF / ``ip6_fragment`` of an skb without ``ignore_df``: a forwarded packet
+    (*in_dev*) gets the ICMP error there.  IPv6 reaches it when ``ip6_forward`` checked the device's MTU but the
+    route has a smaller one that is not locked (:func:`dst_mtu_maybe_forward`); a local sender that ignores
+    the path MTU only gets EMSGSIZE.
+    """
     if info.tot_len > mtu and out_dev.link_type != "loopback":
-        if info.version == 4 and not info.df:
+        v4 = info.version == 4
+        if v4 and not info.df:
             _fragment_and_send(kernel, st, skb, info, mtu, out_dev, nexthop)
             return
-        # a local sender that ignores the path MTU (EMSGSIZE); forwarded packets were checked in ip_forward
-        kernel.drop(skb, "frag-needed" if info.version == 4 else "pkt-too-big", f"{st.name} output",
-                    len=info.tot_len, mtu=mtu)
+        if in_dev is not None:
+            icmp_send(kernel, st, skb, info, *((ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED) if v4 else (ICMPV6_PKT_TOOBIG, 0)),
+                      mtu, nfc=nfc)
+        kernel.drop(skb, "frag-needed" if v4 else "pkt-too-big", f"{st.name} output", len=info.tot_len, mtu=mtu)
         return
     stack_l2.neigh_output(kernel, out_dev, skb, nexthop)
 
