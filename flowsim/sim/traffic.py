@@ -36,6 +36,12 @@ discovery).  UDP: the client's datagrams, the server's replies once the
 first datagram arrived; IPv4 datagrams larger than the path MTU are sent
 without DF (fragmented by the sending host), like ``IP_PMTUDISC_WANT``.
 
+``df = false`` (IPv4, ``net.ipv4.ip_no_pmtu_disc = 1``: ``IP_PMTUDISC_DONT``)
+sends every packet without DF, so routers fragment (``ip_fragment``)
+instead of answering Fragmentation Needed.  TCP still sizes its segments
+to its own route's MTU (``tcp_sync_mss``) and ignores any Fragmentation
+Needed (``tcp_v4_mtu_reduced`` leaves a DONT socket's MSS alone).
+
 GSO (``gso_size``): data packets leave the endpoint as one GSO skb of
 ``size`` bytes (at most :data:`GSO_MAX_SKB`, TCP's ``tcp_tso_autosize``
 bound) whose segments carry ``gso_size`` payload bytes, lowered to what fits
@@ -151,8 +157,9 @@ class Endpoint:
             if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
                 gso_size = mss
         else:
-            # TCP segments and IPv6 datagrams fit the path MTU; IPv4 UDP may be fragmented by this host
-            clamp = v == 6 or (spec.proto == "tcp" and spec.df is not False)
+            # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
+            # MTU; IPv4 UDP may be fragmented by this host
+            clamp = v == 6 or spec.proto == "tcp"
             l3 = self._l3_size(size) if clamp else size
             payload_len = max(l3 - _HDR[v] - l4, 0)
         payload = bytes(payload_len)
@@ -257,6 +264,8 @@ class Endpoint:
         self.icmp_errors.append((info.icmp_type, info.icmp_code, value))
         frag_needed = (info.l4proto == IPPROTO_ICMP and info.icmp_type == 3 and info.icmp_code == 4)
         too_big = info.l4proto != IPPROTO_ICMP and info.icmp_type == 2
+        if frag_needed and self.conv.spec.proto == "tcp" and self.conv.spec.df is False:
+            return  # tcp_v4_mtu_reduced: an IP_PMTUDISC_DONT socket (ip_no_pmtu_disc) keeps its MSS
         if frag_needed or too_big:
             mtu = value & 0xFFFF if frag_needed else value
             floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
