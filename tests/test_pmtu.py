@@ -129,30 +129,33 @@ def test_unlocked_ipv6_route_mtu_is_not_the_flow_mtu():
     assert r["drops"] == {}
 
 
-# profile, original (sent, delivered, fastpath, slowpath), reply (the same), flowtable reasons
+# profile, nsr1's egress MTU, original (sent, delivered, fastpath, slowpath), reply (the same), flowtable reasons,
+# the lengths of the fragments ns2 receives (ip_fragment: 8-byte aligned pieces of the 1980 payload bytes)
 NO_PMTU_DISC = [
-    ("linux-7.1.5", (204, 204, 2, 202), (202, 202, 1, 401),
-     {"fragment": 400, "mtu-exceeded": 200, "no-flow-entry": 3}),
-    ("linux-6.12", (204, 204, 0, 204), (202, 202, 0, 402),
-     {"flow-teardown": 2, "fragment": 400, "mtu-exceeded": 200, "no-flow-entry": 3, "tcp-fin-rst": 1}),
+    ("linux-7.1.5", 1500, (204, 204, 2, 202), (202, 202, 1, 401),
+     {"fragment": 400, "mtu-exceeded": 200, "no-flow-entry": 3}, [520, 1500]),
+    ("linux-7.1.5", 1280, (204, 204, 2, 202), (202, 202, 1, 401),
+     {"fragment": 400, "mtu-exceeded": 200, "no-flow-entry": 3}, [744, 1276]),
+    ("linux-6.12", 1500, (204, 204, 0, 204), (202, 202, 0, 402),
+     {"flow-teardown": 2, "fragment": 400, "mtu-exceeded": 200, "no-flow-entry": 3, "tcp-fin-rst": 1}, [520, 1500]),
 ]
 
 
-@pytest.mark.parametrize("profile,orig,reply,reasons", NO_PMTU_DISC)
-def test_selftest_without_pmtu_discovery_fragments(profile, orig, reply, reasons):
+@pytest.mark.parametrize("profile,egress,orig,reply,reasons,lengths", NO_PMTU_DISC)
+def test_selftest_without_pmtu_discovery_fragments(profile, egress, orig, reply, reasons, lengths):
     """nft_flowtable.sh with ip_no_pmtu_disc: every 2000-byte segment leaves the fast path (nf_flow_exceeds_mtu:
     mtu-exceeded 200; the reply's fragments: fragment 400), nsr1 fragments each in two (ip_fragment), no ICMP error
     is sent, and the transfer completes whole."""
-    sim, r, frames = _simulate(None, lambda ss: [attrs.evolve(s, size=2000, reply_size=2000, df=False)
-                                                 for s in ss if s.name == "tcp-12345"],
-                               profile=profile, capture=("ns2", "eth0"))
+    sim, r, frames = _simulate(_selftest(veth1_mtu=egress), lambda ss: [
+        attrs.evolve(s, size=2000, reply_size=2000, df=False) for s in ss if s.name == "tcp-12345"],
+        profile=profile, capture=("ns2", "eth0"))
     t = r["traffic"][0]["directions"]
     for d, want in (("original", orig), ("reply", reply)):
         assert (t[d]["sent"], t[d]["delivered"], t[d]["fastpath"], t[d]["slowpath"]) == want
     assert r["flowtables"][0]["reasons"] == reasons
     assert r["drops"] == {} and r["packets"]["by_origin"]["stack"]["injected"] == 0  # no ICMP error at all
     frags = [p[IP] for p in frames if IP in p and p[IP].dst == "10.0.2.99" and (p[IP].flags.MF or p[IP].frag)]
-    assert len(frags) == 400 and sorted({f.len for f in frags}) == [520, 1500]
+    assert len(frags) == 400 and sorted({f.len for f in frags}) == lengths
     (conv,) = sim.conversations
     assert conv.client.pmtu == 9000 and conv.client.icmp_errors == [] and conv.server.received == 204
 

@@ -13,12 +13,17 @@ else ``net.ipv4.conf.all.forwarding`` / ``ip_forward``;
 ``net.ipv6.conf.all.forwarding``) or an ICMP destination unreachable.
 
 Forward (``ip_forward`` / ``ip6_forward``, in the kernel's order): TTL or
-hop limit ≤ 1 → ICMP time exceeded; longer than the route MTU with DF (or
-IPv6) → ICMP fragmentation needed / Packet Too Big with that MTU; TTL −1
-with an incremental checksum update; FORWARD (where ``flow add`` runs with
-this route); POSTROUTING (SNAT / masquerade, conntrack confirmation);
-``ip_finish_output``: IPv4 without DF longer than the MTU is fragmented;
-``ip_finish_output2`` → :func:`flowsim.kernel.stack.l2.neigh_output`.
+hop limit ≤ 1 → ICMP time exceeded; longer than the forwarding MTU
+(:func:`dst_mtu_maybe_forward`: IPv6 ignores a route ``mtu`` that is not
+locked) with DF (or IPv6) → ICMP fragmentation needed / Packet Too Big with
+that MTU; TTL −1 with an incremental checksum update; FORWARD (where
+``flow add`` runs with this route); POSTROUTING (SNAT / masquerade,
+conntrack confirmation); ``ip_finish_output``: IPv4 without DF longer than
+the route's MTU is fragmented, anything else longer is refused with the
+ICMP error (``ip_fragment`` / ``ip6_fragment``); ``ip_finish_output2`` →
+:func:`flowsim.kernel.stack.l2.neigh_output`.  Every ICMP error carries the
+conntrack entry of the packet it is about (``nf_ct_attach``), so NAT
+translates it back to what the sender sent.
 
 Local output (``ip_local_out``): route, OUTPUT (conntrack, DNAT, filter),
 a new route if DNAT changed the destination, then the same POSTROUTING and

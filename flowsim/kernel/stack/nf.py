@@ -24,7 +24,10 @@ the hook's ``type nat`` chains only for a connection whose NAT for this
 manipulation is not yet set up, binds what they ask for (or the null
 binding) with ``nf_nat_setup_info``, then rewrites the packet with
 ``nf_nat_packet`` — an ICMP error RELATED to a NATed connection gets its
-quoted packet translated too (``nf_nat_icmp_reply_translation``).  The
+quoted packet translated too (``nf_nat_icmp_reply_translation``), whether
+conntrack found it from its quote or the stack attached the offender's entry
+to an error it generated (:func:`nf_ct_attach`); such an error is never
+bound to a NAT of its own (``nf_nat_ipv4_fn`` returns first).  The
 simulator rewrites NATed connections at every NAT hook whether or not the
 namespace registered a nat chain for that hook (modern kernels do the same
 once any nat chain exists).
