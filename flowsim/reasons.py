@@ -93,7 +93,6 @@ _ROWS = [
     ("flow-add-already-offloaded", ACCEPT, "nft_flow_offload_eval", "IPS_OFFLOAD is already set: one flow per ct"),
     ("flow-add-path", ACCEPT, "nft_flow_route", "path resolution failed and the kernel creates no flow"),
     ("flow-add-ct-dying", ACCEPT, "flow_offload_alloc", "the conntrack entry is dying"),
-    ("flow-add-insert-clash", ACCEPT, "flow_offload_add", "a tuple of the new flow is already in the table"),
     # --- the slow path: nf_tables and conntrack
     ("nft-drop", DROP, "nft_do_chain", "an nftables rule or a chain policy dropped the packet"),
     ("nft-reject", DROP, "nft_reject_eval", "an nftables reject statement refused the packet"),

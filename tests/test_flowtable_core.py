@@ -66,13 +66,38 @@ def test_flow_offload_add_inserts_both_tuples_and_refreshes_the_ct_for_a_day():
     assert ct.status & IPS_OFFLOAD and ft.flows_created == 1 and ft.history[-1][1] == "add"
 
 
-def test_flow_offload_add_refuses_a_tuple_already_in_the_table():
-    """flow_offload_add: rhashtable_insert_fast fails (-EEXIST) when a tuple is hashed already."""
+def test_flow_offload_add_puts_a_same_key_entry_at_the_head_of_the_bucket():
+    """flow_offload_add: rhashtable_insert_fast checks no duplicate key; the new entry shadows the old one."""
     kernel, state, ft, ct, flow = selftest()
     twin = flow_offload_alloc(ct)
     twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
-    assert ft.flow_offload_add(twin, kernel.now, state.ns) == "flow-add-insert-clash"
-    assert list(ft.flows.values()) == [flow] and len(ft.table) == 2 and ft.flows_created == 1
+    assert ft.flow_offload_add(twin, kernel.now, state.ns) is None
+    assert list(ft.flows.values()) == [flow, twin] and ft.flows_created == 2
+    assert [ft.table[h.key] for h in flow.tuplehash] == twin.tuplehash
+    assert [ft.shadowed[h.key] for h in flow.tuplehash] == [[flow.tuplehash[0]], [flow.tuplehash[1]]]
+
+
+def test_flow_offload_del_removes_that_very_entry():
+    """flow_offload_del → rhashtable_remove_fast: the older entry goes and the head stays; then the head goes."""
+    kernel, state, ft, ct, flow = selftest()
+    twin = flow_offload_alloc(ct)
+    twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
+    ft.flow_offload_add(twin, kernel.now, state.ns)
+    ft._remove(flow, kernel.now)
+    assert [ft.table[h.key] for h in twin.tuplehash] == twin.tuplehash and not ft.shadowed
+    assert len(ft.by_addrs) == 2 and all(h.flow is twin for h in ft.by_addrs.values())
+    ft._remove(twin, kernel.now)
+    assert not ft.table and not ft.shadowed and not ft.by_addrs and ft.flows_removed == 2
+
+
+def test_removing_the_head_brings_the_older_entry_back():
+    """rhashtable_remove_fast of the head: the next entry of the same key is what rhashtable_lookup finds."""
+    kernel, state, ft, ct, flow = selftest()
+    twin = flow_offload_alloc(ct)
+    twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
+    ft.flow_offload_add(twin, kernel.now, state.ns)
+    ft._remove(twin, kernel.now)
+    assert [ft.table[h.key] for h in flow.tuplehash] == flow.tuplehash and not ft.shadowed
 
 
 def test_flow_offload_lookup_finds_the_direction_of_the_packet():

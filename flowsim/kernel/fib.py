@@ -21,6 +21,17 @@ failures are routes whose :attr:`Route.error` is the kernel's negative errno
 (blackhole ``-EINVAL``, unreachable ``-EHOSTUNREACH``, prohibit ``-EACCES``,
 no route at all ``-ENETUNREACH``).
 
+Route validity (what ``dst_check`` answers for a route a flow cached) is kept
+per family, as the kernel keeps it.  IPv4: the namespace's ``rt_genid``
+(:meth:`Fib.rt_cache_flush`), bumped by ``fib_table_insert``, by
+``fib_table_delete`` and replace of a route a lookup had returned
+(``FA_S_ACCESSED``), and by address and device events.  IPv6: a serial per
+fib6 node, the route's cookie (``rt6_get_cookie``): ``fib6_add`` bumps the
+nodes from the new route up to the root
+(:meth:`Fib.fib6_update_sernum_upto_root`), a deleted route fails its own
+check, an address deleted bumps them all (:meth:`Fib.fib6_flush_trees`).
+:meth:`Fib.sync` applies what a run event did to the addresses and devices.
+
     >>> import ipaddress
     >>> r = Route(ipaddress.ip_network("0.0.0.0/0"), dev="veth1", gateway=ipaddress.ip_address("192.168.10.2"))
     >>> str(r), str(r.nexthop(ipaddress.ip_address("10.0.2.99")))
@@ -32,6 +43,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 from collections.abc import Iterable
+from typing import cast
 
 import attrs
 
@@ -101,6 +113,9 @@ class Route:
                 "metric": self.metric, "mtu": self.mtu, "mtu_lock": self.mtu_lock, "error": self.error}
 
 
+_IPV6_ROOT = ipaddress.IPv6Network("::/0")  # the root node of a fib6 table (tb6_root)
+
+
 def _no_route(daddr: IPAddress) -> Route:
     return Route(ipaddress.ip_network((daddr, daddr.max_prefixlen)), type="none", proto="none")
 
@@ -111,10 +126,156 @@ class Fib:
     def __init__(self, ns) -> None:
         self.ns = ns  # flowsim.config.topology.Namespace: devices with their addresses and state
         self.static: list[Route] = []
-        # rt_genid / fib6 sernum: bumped by every route change, so cached routes
-        # (a flow's dst_cache) can tell they are obsolete (dst_check)
-        self.genid = 0
+        # Route validity (dst_check), per family as the kernel keeps it:
+        # IPv4: net->ipv4.rt_genid, bumped by rt_cache_flush; every cached rtable remembers the value it was
+        #   made under (rt_is_expired).
+        self.rt_genid = 0
+        # IPv6: one serial number per fib6 node (fn_sernum), from the per-namespace counter
+        #   net->ipv6.fib6_sernum (fib6_new_sernum); a route's cookie is its node's (fib6_get_cookie_safe).
+        #   A node is (table, prefix); one never changed holds the value of the last fib6_flush_trees.
+        self.fib6_sernum = 0
+        self._fn_sernum: dict[tuple[str, IPNetwork], int] = {}
+        self._fib6_flushed = 0
+        self._accessed: set[Route] = set()  # static IPv4 routes a lookup returned (FA_S_ACCESSED)
+        self._derived: frozenset | None = None  # the address-derived routes at the last sync()
+        self.version = 0  # any change above: lets a cached dst_check answer stand until the next one
         self.frozen = False  # the FIB of a loaded description (flowsim.config.network.Topology.freeze)
+
+    @property
+    def genid(self) -> tuple[int, int]:
+        """Both generations at once: (IPv4 rt_genid, IPv6 fib6_sernum) (a summary to compare, not a cookie)."""
+        return (self.rt_genid, self.fib6_sernum)
+
+    # --- route validity (dst_check)
+    def rt_cache_flush(self) -> None:
+        """``rt_cache_flush`` → ``rt_genid_bump_ipv4``: every IPv4 route cached before is obsolete."""
+        self.rt_genid += 1
+        self.version += 1
+
+    def fib6_new_sernum(self) -> int:
+        """``fib6_new_sernum``: the next value of the namespace's counter."""
+        self.fib6_sernum += 1
+        return self.fib6_sernum
+
+    def fn_sernum(self, table: str, prefix: IPNetwork) -> int:
+        """The ``fn_sernum`` of the fib6 node of *prefix* in *table*."""
+        return max(self._fn_sernum.get((table, prefix), 0), self._fib6_flushed)
+
+    def fib6_update_sernum_upto_root(self, table: str, prefix: ipaddress.IPv6Network) -> None:
+        """``fib6_update_sernum_upto_root``: a new serial on the node of *prefix* and on every node above it.
+
+        The nodes above a prefix are those of the prefixes covering it (down to
+        the root, ``::/0``): routes there may no longer be the best match for
+        part of their range.  More specific and disjoint prefixes keep theirs.
+        """
+        sernum = self.fib6_new_sernum()
+        path: set[tuple[str, IPNetwork]] = {(table, prefix), (table, _IPV6_ROOT)}
+        nodes = [(r.table, r.prefix) for r in self.static + self.connected(6) + self.local(6) if r.version == 6]
+        path.update(key for key in [*nodes, *self._fn_sernum]
+                    if key[0] == table and isinstance(key[1], ipaddress.IPv6Network) and prefix.subnet_of(key[1]))
+        for key in path:
+            self._fn_sernum[key] = sernum
+        self.version += 1
+
+    def fib6_flush_trees(self) -> None:
+        """``rt_genid_bump_ipv6`` → ``fib6_flush_trees``: a new serial on every node of every table."""
+        self._fib6_flushed = self.fib6_new_sernum()
+        self._fn_sernum.clear()
+        self.version += 1
+
+    def _route_changed(self, route: Route, old: Route | None = None, *, inserted: bool = True) -> None:
+        """What a route insert, replace or delete does to cached routes, per family.
+
+        IPv4 (``fib_table_insert`` / ``fib_table_delete``): a new route always
+        flushes; a replaced or deleted one only when a lookup had returned it
+        (``FA_S_ACCESSED``).  IPv6: ``fib6_add`` bumps the new route's node up to
+        the root; a deleted or replaced route leaves its node (its
+        ``fib6_node`` is NULL), which fails its own cookie check, nothing more.
+        """
+        if route.version == 4:
+            replaced = old if old is not None else (None if inserted else route)
+            if replaced is None or replaced in self._accessed:
+                self.rt_cache_flush()
+            if replaced is not None:
+                self._accessed.discard(replaced)
+            self.version += 1
+            return
+        if inserted:
+            self.fib6_update_sernum_upto_root(route.table, cast(ipaddress.IPv6Network, route.prefix))
+        self.version += 1
+
+    def dst_cookie(self, dst: Route) -> int:
+        """The cookie a flow stores with its dst (``flow_offload_dst_cookie``, ``flow_offload_fill_route``).
+
+        IPv6: ``rt6_get_cookie``, the serial of the route's fib6 node.  IPv4
+        stores 0, but the rtable carries ``rt_genid``: that is the value here.
+        An xfrm bundle is checked through the route of its path
+        (``xfrm_bundle_ok``: ``dst_check(xfrm_dst_path(dst), path_cookie)``).
+        """
+        dst = getattr(dst, "route", None) or dst
+        if dst.version == 4:
+            return self.rt_genid
+        return self.fn_sernum(dst.table, dst.prefix)
+
+    def dst_check(self, dst: Route, cookie: int) -> bool:
+        """``dst_check``: ``ipv4_dst_check`` (``rt_is_expired``) or ``ip6_dst_check`` (the route still in its
+        fib6 node, ``fib6_get_cookie_safe``, and the node's serial equal to *cookie*)."""
+        dst = getattr(dst, "route", None) or dst
+        if dst.version == 4:
+            return cookie == self.rt_genid
+        return self._in_tree(dst) and cookie == self.fn_sernum(dst.table, dst.prefix)
+
+    def _in_tree(self, route: Route) -> bool:
+        """The IPv6 route is still linked in its node: a static one not deleted (routes through a device that is
+        down are deleted: ``rt6_sync_down_dev``), a derived one still derived."""
+        if route.proto == "kernel":
+            return route in (self.local(6) if route.table == "local" else self.connected(6))
+        return any(r is route for r in self.static) and self._usable(route)
+
+    def derived(self) -> frozenset:
+        """The routes the kernel installs for addresses (prefix and local routes), both families."""
+        return frozenset(self.connected() + self.local())
+
+    def sync(self, came_up: Iterable[str] = (), went_down: Iterable[str] = (), mtu_changed: Iterable[str] = ()) -> None:
+        """After a run event: what the notifiers do to cached routes (see :meth:`netdev_event` and the address
+        notifiers).
+
+        The address-derived routes are compared with the last sync: an IPv4
+        change is ``fib_inetaddr_event`` / ``fib_netdev_event`` → ``rt_cache_flush``;
+        an IPv6 prefix or local route gone is an address deleted
+        (``__ipv6_ifa_notify`` RTM_DELADDR → ``rt_genid_bump_ipv6``, also what
+        ``addrconf_ifdown`` does to the addresses of a device going down); one
+        new is ``fib6_add`` of the address's routes (each node up to the root).
+        """
+        before = self._derived
+        now = self._derived = self.derived()
+        for name in went_down:
+            self.netdev_event(name, "down")
+        for name in came_up:
+            self.netdev_event(name, "up")
+        for name in mtu_changed:
+            self.netdev_event(name, "changemtu")
+        if before is None or before == now:
+            return
+        gone, new = before - now, now - before
+        if any(r.version == 4 for r in gone | new):
+            self.rt_cache_flush()
+        if any(r.version == 6 for r in gone):
+            self.fib6_flush_trees()
+        for r in sorted((r for r in new if r.version == 6), key=str):
+            self.fib6_update_sernum_upto_root(r.table, cast(ipaddress.IPv6Network, r.prefix))
+
+    def netdev_event(self, dev: str, event: str) -> None:
+        """``fib_netdev_event`` (IPv4: UP, DOWN and CHANGEMTU flush the route cache) and the routes part of
+        ``addrconf_notify`` (IPv6: DOWN deletes the routes through the device, ``rt6_sync_down_dev``; they fail
+        their check from then on.  flowsim keeps them for the device's return, which counts as adding them
+        again: ``fib6_add``).  An IPv6 MTU change only updates the routes' MTU (``rt6_mtu_change``)."""
+        self.rt_cache_flush()
+        if event == "up":
+            for r in self.static:
+                if r.version == 6 and r.dev == dev:
+                    self.fib6_update_sernum_upto_root(r.table, cast(ipaddress.IPv6Network, r.prefix))
+        self.version += 1
 
     def _mutable(self) -> None:
         if self.frozen:
@@ -165,12 +326,12 @@ class Fib:
         Raises LookupError (no such route) or KeyError (route exists) for the caller to report.
         """
         self._mutable()
-        self.genid += 1
         old = self.find(route.prefix, route.metric, route.table)
         if mode == "add" and old is not None:
             if route.version == 4 or (old.gateway, old.dev) == (route.gateway, route.dev):
                 raise KeyError(str(old))
             self.static.append(route)  # IPv6: another nexthop of an ECMP route (rt6 siblings)
+            self._route_changed(route)
             return
         if mode == "change" and old is None:
             # `ip route change` matches on prefix only when no metric was given
@@ -181,6 +342,7 @@ class Fib:
             self.static[self.static.index(old)] = route
         else:
             self.static.append(route)
+        self._route_changed(route, old)
 
     def delete(self, prefix: IPNetwork, *, metric: int | None = None, dev: str | None = None,
                gateway: IPAddress | None = None) -> Route:
@@ -189,7 +351,7 @@ class Fib:
             if (r.prefix == prefix and (metric is None or r.metric == metric) and (dev is None or r.dev == dev)
                     and (gateway is None or r.gateway == gateway)):
                 self.static.remove(r)
-                self.genid += 1
+                self._route_changed(r, inserted=False)
                 return r
         raise LookupError(str(prefix))
 
@@ -197,7 +359,9 @@ class Fib:
         """Routes through a device that leaves the namespace go with it (NETDEV_UNREGISTER)."""
         self._mutable()
         self.static = [r for r in self.static if r.dev != dev]
-        self.genid += 1
+        # fib_disable_ip → rt_cache_flush; addrconf_ifdown deletes the addresses → rt_genid_bump_ipv6
+        self.rt_cache_flush()
+        self.fib6_flush_trees()
 
     # --- lookups
     def _usable(self, r: Route) -> bool:
@@ -236,7 +400,10 @@ class Fib:
             prefer = 0 if (oif is not None and r.dev == oif) else 1
             return (-r.prefix.prefixlen, r.metric, prefer, order[id(r)])
 
-        return min(found, key=rank)
+        best = min(found, key=rank)
+        if best.version == 4 and best.proto != "kernel":
+            self._accessed.add(best)  # fib_table_lookup → fib_alias_accessed
+        return best
 
     def route_mtu(self, route: Route) -> int:
         """``dst_mtu``: the route's MTU metric, else its device's MTU."""

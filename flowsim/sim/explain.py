@@ -51,7 +51,6 @@ ADVICE: dict[str, tuple[str, str | None]] = {
     "flow-add-unconfirmed": ("`flow add` only ever saw the first packet of the connection (not yet confirmed)", None),
     "flow-add-already-offloaded": ("the connection already has a flow (in this or another flowtable)", None),
     "flow-add-ct-dying": ("the conntrack entry was dying when `flow add` ran", None),
-    "flow-add-insert-clash": ("a tuple of the new flow was already in the table", None),
     "flow-add-no-conntrack": ("the packet had no conntrack entry", "do not mark the traffic notrack"),
     "mtu-exceeded": ("packets are longer than the flow's MTU and go to the slow path (which fragments or "
                      "sends ICMP)", "lower the senders' MTU/MSS, or raise the MTU of the egress path"),

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 A :class:`Flowtable` is one ``struct nf_flowtable``: a hash table from
 :class:`~flowsim.kernel.flowtable.tuple.FlowTuple` keys to the two :class:`FlowOffloadTuple`
-halves of every :class:`FlowOffload` (one per connection), plus the
+halves of every :class:`FlowOffload` (one per connection; a torn-down flow
+waiting for the GC stays in its bucket behind the connection's new one, as
+``rhashtable_insert_fast`` leaves it), plus the
 flowtable's flags (``counter``, ``offload``) and the statistics the report
 shows.  The key/metadata split of ``struct flow_offload_tuple`` is kept: the
 key is an immutable ``FlowTuple``; direction, xmit type, MTU, egress device,
@@ -87,7 +89,8 @@ class FlowOffloadTuple:
     xmit_type: XmitType = XmitType.UNSPEC
     mtu: int = 0
     dst: Route | None = None  # dst_cache (NEIGH/XFRM: an XfrmRoute for XFRM; DIRECT too in ≤ 6.18)
-    dst_genid: int = 0  # the FIB generation the route was looked up in (dst_cookie / rt_genid)
+    dst_cookie: int = 0  # IPv6: rt6_get_cookie (the fib6 node's serial); IPv4: the rtable's rt_genid
+    dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     ifidx: int = 0  # NEIGH/XFRM egress device
     out_ifidx: int = 0  # DIRECT egress device
     out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the device that really transmits
@@ -178,10 +181,8 @@ def _tunnel_key(tun) -> Tunnel | None:
 
 def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
     """``flow_offload_route_init`` → ``flow_offload_fill_route`` for ORIGINAL then REPLY (nf_flow_table_core.c)."""
-    genid = getattr(ns.fib, "genid", 0)
     for d, half in enumerate(flow.tuplehash):
         rd = route.tuple[d]
-        half.dst_genid = genid
         # the forwarding MTU of this direction's route (the underlay's for a tunnel direction)
         half.mtu = ns.fib.route_mtu(rd.dst) if rd.dst is not None else 0
         encaps = rd.in_encaps[:rd.in_num_encaps]
@@ -205,6 +206,9 @@ def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
         else:
             half.ifidx = rd.out_ifindex
             half.dst = rd.dst
+            # flow_offload_dst_cookie: only NEIGH and XFRM tuples keep a dst to check (nf_flow_dst_check)
+            half.dst_cookie = ns.fib.dst_cookie(rd.dst)
+            half.dst_checked = ns.fib.version
 
 
 @attrs.define(slots=True, eq=False)
@@ -217,7 +221,10 @@ class Flowtable:
     devices: tuple = ()
     priority: int = 0
     flags: int = 0
-    table: dict = attrs.Factory(dict)  # FlowTuple -> FlowOffloadTuple (the rhashtable; flow_offload_lookup is .get)
+    # the rhashtable, one bucket chain per key: FlowTuple -> the entry at the head of the chain (the newest, the one
+    # rhashtable_lookup returns: flow_offload_lookup is .get) and FlowTuple -> the older entries, newest first
+    table: dict = attrs.Factory(dict)
+    shadowed: dict = attrs.Factory(dict)
     flows: dict = attrs.Factory(dict)  # id -> FlowOffload (for gc and reports)
     by_addrs: dict = attrs.Factory(dict)  # key without iif/encap/tun -> FlowOffloadTuple (explain's near misses)
     # statistics
@@ -260,18 +267,21 @@ class Flowtable:
 
     # --- nf_flow_table_core.c --------------------------------------------------
     def flow_offload_add(self, flow: FlowOffload, now: float, ns) -> str | None:
-        """``flow_offload_add``: timeout, insert both tuples, ct timeout to a day.  Reason id on failure."""
+        """``flow_offload_add``: timeout, insert both tuples, ct timeout to a day.  Reason id on failure.
+
+        ``rhashtable_insert_fast`` on this plain (not unique-key) table checks
+        no duplicate: an entry with the same key — the torn-down flow of the
+        same connection, waiting for the GC — stays in the bucket behind the
+        new one (:meth:`rhashtable_insert`).  It fails only on allocation, which
+        the simulator never does: the result is always None.
+        """
         flow.offload_timeout = offload_timeout(ns, flow.ct.l4proto)
         flow.timeout = now + flow.offload_timeout
-        keys = [half.key for half in flow.tuplehash]
-        if any(k in self.table for k in keys) or keys[0] == keys[1]:
-            return "flow-add-insert-clash"
         flow.id = self._next_id
         self._next_id += 1
         flow.created = now
         for half in flow.tuplehash:
-            self.table[half.key] = half
-            self.by_addrs[_addr_key(half.key)] = half
+            self.rhashtable_insert(half)
         self.flows[flow.id] = flow
         self.by_ct[flow.ct.id] = flow
         flow.ct.timeout = now + NF_CT_DAY  # nf_ct_refresh(ct, NF_CT_DAY)
@@ -316,12 +326,41 @@ class Flowtable:
                 self.flow_offload_teardown(flow, kernel, ns_state, f"device {ifindex} down")
         self.nf_flow_offload_work_gc(kernel, ns_state)
 
+    def rhashtable_insert(self, half: FlowOffloadTuple) -> None:
+        """``rhashtable_insert_fast`` (``__rhashtable_insert_fast`` with no key): the entry goes in at the head of
+        its bucket, before any entry with the same key (a rehash keeps their order)."""
+        key = half.key
+        old = self.table.get(key)
+        if old is not None:
+            self.shadowed.setdefault(key, []).insert(0, old)
+        self.table[key] = half
+        self.by_addrs[_addr_key(key)] = half
+
+    def rhashtable_remove(self, half: FlowOffloadTuple) -> None:
+        """``rhashtable_remove_fast``: unlink this very entry; the next one of the same key, if any, moves up."""
+        key = half.key
+        older = self.shadowed.get(key)
+        if self.table.get(key) is half:
+            if older:
+                self.table[key] = older.pop(0)
+            else:
+                del self.table[key]
+        elif older is not None:
+            older[:] = [h for h in older if h is not half]
+        if older is not None and not older:
+            del self.shadowed[key]
+        ak = _addr_key(key)
+        if self.by_addrs.get(ak) is half:
+            head = self.table.get(key)
+            if head is not None:
+                self.by_addrs[ak] = head
+            else:
+                del self.by_addrs[ak]
+
     def _remove(self, flow: FlowOffload, now: float) -> None:
+        """``flow_offload_del``: both tuples out of the table, then the flow is freed."""
         for half in flow.tuplehash:
-            if self.table.get(half.key) is half:
-                del self.table[half.key]
-            if self.by_addrs.get(_addr_key(half.key)) is half:
-                del self.by_addrs[_addr_key(half.key)]
+            self.rhashtable_remove(half)
         del self.flows[flow.id]
         self.flows_removed += 1
         self.history.append((now, "free", flow.id, ""))

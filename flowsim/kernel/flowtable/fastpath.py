@@ -226,10 +226,15 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
-    # nf_flow_dst_check: NEIGH/XFRM routes go stale when the FIB changes; DIRECT tuples are not checked
-    if th.xmit_type != _DIRECT and th.dst_genid != ns_state.ns.fib.genid:
-        ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
-        return _accept(kernel, ft, skb, "route-stale", "the FIB changed since the flow was created", th)
+    # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst); the answer of the last check
+    # stands while the FIB has not changed at all (th.dst_checked)
+    if th.xmit_type != _DIRECT:
+        fib = ns_state.ns.fib
+        if th.dst_checked != fib.version:
+            if not fib.dst_check(th.dst, th.dst_cookie):
+                ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
+                return _accept(kernel, ft, skb, "route-stale", _stale_detail(th.dst), th)
+            th.dst_checked = fib.version
     if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
         return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
     ft.flow_offload_refresh(flow, kernel.now)
@@ -254,6 +259,14 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
     th.packets += 1
     th.bytes += len(skb.buf) - skb.data  # skb->len
     return None
+
+
+def _stale_detail(dst) -> str:
+    """Why dst_check failed, in the words of the family's check."""
+    dst = getattr(dst, "route", None) or dst
+    if dst.version == 4:
+        return f"{dst}: the IPv4 route cache was flushed since the flow was created (rt_genid)"
+    return f"{dst}: its fib6 node changed or the route is gone since the flow was created (ip6_dst_check)"
 
 
 # --- transmit ------------------------------------------------------------------------

@@ -295,6 +295,7 @@ class Kernel:
     # ------------------------------------------------------------------ setup
     def _netns_state(self, ns) -> NetnsState:
         st = NetnsState(ns.name, ns, ConntrackTable(), {})
+        ns.fib.sync()  # the address-derived routes the run starts with (later events are compared with them)
         if ns.nft is None or not ns.nft.text.strip():
             return st
         text = ns.nft
@@ -366,32 +367,33 @@ class Kernel:
         """After a run event changed namespace *netns* (*before*: device name -> (up, mtu) until then):
         the notifiers of the devices whose state changed.
 
-        NETDEV_DOWN: ``rt_cache_flush`` (every cached route, a flow's too, is
-        obsolete), ``neigh_ifdown`` and the flowtable's ``nf_flow_table_cleanup``
-        (flows entering through the device torn down, GC flushed).  NETDEV_UP
-        and NETDEV_CHANGEMTU: ``rt_cache_flush``; after an UP the neighbours on
-        the segment are learnt again (what the first ARP/ND exchange would do).
+        Route validity first, for device, address and route changes alike
+        (:meth:`flowsim.kernel.fib.Fib.sync`: ``rt_cache_flush`` for IPv4, fib6
+        node serials for IPv6).  NETDEV_DOWN: ``neigh_ifdown`` and the
+        flowtable's ``nf_flow_table_cleanup`` (flows entering through the
+        device torn down, GC flushed).  After an UP the neighbours on the
+        segment are learnt again (what the first ARP/ND exchange would do).
         The namespace's route cache is dropped after any event.
         """
         st = self.netns[netns]
         st.routes.clear()
-        came_up = False
+        up: list[str] = []
+        down: list[str] = []
+        mtu: list[str] = []
         for name, dev in st.ns.devices.items():
             old = before.get(name)
-            if old is None or old == (dev.up, dev.mtu):
-                continue
-            st.ns.fib.genid += 1  # rt_cache_flush (fib_netdev_event)
-            if old[0] == dev.up:  # NETDEV_CHANGEMTU
-                continue
-            if dev.up:
-                came_up = True
-                continue
+            if old is not None and old != (dev.up, dev.mtu):
+                (mtu if old[0] == dev.up else up if dev.up else down).append(name)
+        # route validity first (rt_cache_flush, fib6 serials: Fib.sync), also for address and route changes
+        st.ns.fib.sync(came_up=up, went_down=down, mtu_changed=mtu)
+        for name in down:
+            dev = st.ns.devices[name]
             st.ns.neigh.flush_dev(name)
             for ft in st.flowtables.values():
                 ft.cleanup_dev(self, st, dev.ifindex)
             if self.tracing:
                 self.traces.append(TraceRecord(self.now, "-", f"{netns} {name}", f"NETDEV_DOWN ({why})", ()))
-        if came_up:
+        if up:
             self.topo.discover()
 
     # ------------------------------------------------------------------ fate of a packet
