@@ -96,6 +96,14 @@ class Profile:
     bridge_tag_encap_check: bool = _switch(
         "bridge VLAN TAG mode checks the 2-VLAN limit in nft_dev_path_info (6.19)")
 
+    # --- nf_tables control plane: net/netfilter/nf_tables_api.c (nft_netdev_hook_alloc, nft_flowtable_event)
+    flowtable_absent_device: str = _switch(
+        "a flowtable listing a device the namespace does not have: 'refuse' the ruleset "
+        "(nft_netdev_hook_alloc returns -ENOENT, nft: 'Could not process rule: No such file or directory'; "
+        "before 6.16) or 'bind-on-register': accept it and hook the device when it appears "
+        "(6.16: 6d07a289504a 'Support wildcard netdev hook specs' drops the -ENOENT, a331b78a5525 "
+        "'Respect NETDEV_REGISTER events' binds it in nft_flowtable_event)", ("refuse", "bind-on-register"))
+
     # --- flow life cycle: nf_flow_state_check (nf_flow_table_ip.c), flow_offload_teardown (nf_flow_table_core.c)
     tcp_fin_rst: str = _switch(
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
@@ -158,7 +166,7 @@ _LINUX_6_18 = Profile(
     encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite",
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
-    tcp_fin_rst="closing",
+    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing",
 )
 
 _LINUX_6_19 = attrs.evolve(
@@ -182,7 +190,8 @@ _LINUX_7_1_5 = attrs.evolve(
 )
 
 # Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).
-_LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown")
+_LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
+                          flowtable_absent_device="refuse")
 _LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1")
 
 PROFILES: dict[str, Profile] = {

@@ -41,7 +41,8 @@ def _parse(frame: bytes, profile: str):
 
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile of flowsim.profiles (a new one must say what its switches do)."""
-    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL):
+    for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL,
+                  FLOWTABLE_ABSENT_DEVICE):
         assert set(table) == set(PROFILES)
 
 
@@ -258,3 +259,36 @@ def test_tunnel_push_from_a_bridged_lan(profile, expected):
     r = build_report(sim)
     delivered = tuple(t["directions"]["original"]["delivered"] for t in r["traffic"])
     assert (r["drops"], delivered) == expected
+
+
+# --- flowtable_absent_device: 6d07a289504a + a331b78a5525 (6.16) -----------------------------------------------
+# nft_netdev_hook_alloc returned -ENOENT for a flowtable device the namespace does not have, so nft refused the
+# whole ruleset ("Could not process rule: No such file or directory"); from 6.16 the hook is created without it
+# and nft_flowtable_event binds it at NETDEV_REGISTER.  The UDP flows of conform-udp-idle offload as without it (86).
+FLOWTABLE_ABSENT_DEVICE = {
+    "linux-6.1": "refused at 32:31",
+    "linux-6.12": "refused at 32:31",
+    "linux-6.18": "unbound wan9, fastpath 86",
+    "linux-6.19": "unbound wan9, fastpath 86",
+    "linux-7.0": "unbound wan9, fastpath 86",
+    "linux-7.1.5": "unbound wan9, fastpath 86",
+}
+
+
+@pytest.mark.parametrize("profile,expected", sorted(FLOWTABLE_ABSENT_DEVICE.items()))
+def test_flowtable_listing_an_absent_device(profile, expected):
+    """nft_netdev_hook_alloc: a missing flowtable device refuses the ruleset before 6.16, stays unbound after."""
+    from flowsim.errors import RulesetError
+    text = _edit((TOPOLOGIES / "conform-udp-idle.toml").read_text(),
+                 ("devices = { veth0, veth1 }", "devices = { veth0, veth1, wan9 }"))
+    topo = load_topology_text(text, "absent.toml")
+    try:
+        sim = Simulation(topo, profile).run()
+    except RulesetError as exc:
+        assert "No such file or directory" in str(exc) and exc.value == "wan9"
+        got = f"refused at {exc.line}:{exc.column}"
+    else:
+        unbound = [dev for _ft, dev in sim.unbound_devices["r"]]
+        fastpath = build_report(sim)["flowtables"][0]["fastpath"]
+        got = f"unbound {' '.join(unbound)}, fastpath {fastpath}"
+    assert got == expected

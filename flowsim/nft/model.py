@@ -351,6 +351,8 @@ class Flowtable:
     counter: bool = False
     loc: Loc | None = attrs.field(default=None, eq=False)
     order: int = 0
+    #: where each of ``devices`` was written (the device's token, or the ``$variable`` that gave it)
+    device_locs: tuple[Loc, ...] = attrs.field(default=(), eq=False)
 
     @property
     def nf_flowtable_flags(self) -> int:

@@ -419,14 +419,19 @@ class _Builder(RuleCompiler[_TableB]):
             return base - int(toks[1].value, 0), f"{name.value} - {toks[1].value}"
         return base, name.value
 
-    def devset(self, node, defines) -> list[str]:
+    def devset(self, node, defines, locs: list[Loc] | None = None) -> list[str]:
+        """The device names of a ``devices = { … }`` or ``device`` spec; *locs* collects where each was written."""
         out = []
         for dn in node.children:
             tok = dn.children[0]
             if tok.type == "VAR":
                 for v in self.var(tok, defines, flatten=True):
                     out.append(v.text)
+                    if locs is not None:
+                        locs.append(self.loc(tok))
             else:
+                if locs is not None:
+                    locs.append(self.loc(tok))
                 out.append(tok.value[1:-1] if tok.type == "STRING" else tok.value)
                 self.devices.append((out[-1], self.loc(tok)))
         return out
@@ -464,6 +469,7 @@ class _Builder(RuleCompiler[_TableB]):
             raise self.err("flowtables belong to ip, ip6 or inet tables", name, name.value, "an ip/ip6/inet table")
         hook = prio = None
         devices: list[str] = []
+        device_locs: list[Loc] = []
         flags: set[str] = set()
         counter = False
         for item in node.children[1:]:
@@ -473,7 +479,7 @@ class _Builder(RuleCompiler[_TableB]):
                     raise self.err(f"flowtable hook {hook.value!r}", hook, hook.value, "ingress")
                 prio = self.prio(item.children[-1])[0]
             elif item.data == "ft_devices":
-                devices += self.devset(item.children[0], self.defines)
+                devices += self.devset(item.children[0], self.defines, device_locs)
             elif item.data == "ft_flags":
                 for f in self.tokens(item, "IDENT"):
                     if f.value != "offload":
@@ -487,7 +493,7 @@ class _Builder(RuleCompiler[_TableB]):
         tb.flowtables[name.value] = Flowtable(
             family=tb.family, table=tb.name, name=name.value, hook="ingress", priority=prio,
             devices=tuple(devices), flags=frozenset(flags), counter=counter, loc=self.loc(name),
-            order=self._next_order())
+            order=self._next_order(), device_locs=tuple(device_locs))
 
     def counter_obj(self, tb: _TableB, node):
         name = self.tokens(node, "IDENT")[0]

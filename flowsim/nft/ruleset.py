@@ -42,6 +42,7 @@ from flowsim.nft.eval import (
     HookEntry, HookResult, MarkSet, NatRequest, Nftables, NftCounter, NftPacket, NftraceSet, RuleRef,
     TraceStep,
 )
+from flowsim.nft.hooks import nft_flowtable_hook_devices
 from flowsim.nft.model import (
     CHAIN_PRIORITIES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_NETDEV, BaseHook, Chain, CounterDef,
     CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NamedSet, NatStmt, Range, RejectStmt, Rule,
@@ -55,5 +56,5 @@ __all__ = [
     "Selector", "Range", "Loc", "CHAIN_PRIORITIES", "NFPROTO_INET", "NFPROTO_IPV4", "NFPROTO_IPV6",
     "NFPROTO_NETDEV", "Nftables", "NftPacket", "NftCounter", "HookResult", "HookEntry", "RuleRef", "TraceStep",
     "MarkSet", "DscpSet", "NftraceSet", "FlowAddRequest", "NatRequest", "L3_HOOKS", "NAT_MANIP",
-    "NF_IP_PRI_CONNTRACK", "NF_IP_PRI_NAT_DST", "NF_IP_PRI_NAT_SRC",
+    "NF_IP_PRI_CONNTRACK", "NF_IP_PRI_NAT_DST", "NF_IP_PRI_NAT_SRC", "nft_flowtable_hook_devices",
 ]
