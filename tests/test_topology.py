@@ -423,3 +423,16 @@ def test_wrong_types_are_errors_not_tracebacks(text, what):
     with pytest.raises(TopologyError, match=re.escape(what)) as info:
         load_topology_text(text, "t.toml")
     assert info.value.line is not None
+
+
+@pytest.mark.parametrize("text,line,what", [
+    ("[netns.r]\ncommands = '''\nip link set lo up\n", 3, "invalid TOML"),  # "at end of document": no line in it
+    ("[netns.r]\n[ntens.r]\n", 2, "unknown key 'ntens'"),  # a misspelt table is a key of the top table
+    ("[netns.r]\n[netns.r.extra]\n", 2, "unknown key 'extra' in [netns.r]"),
+    ("netns = { r = { comands = '' } }\n", 1, "unknown key 'comands' in [netns.r]"),
+])
+def test_errors_found_by_fuzzing_name_a_line(text, line, what):
+    """Errors the mutation fuzz found without a line number now name one (tests/test_config_fuzz.py)."""
+    with pytest.raises(TopologyError, match=re.escape(what)) as info:
+        load_topology_text(text, "t.toml")
+    assert info.value.line == line

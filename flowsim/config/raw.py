@@ -59,8 +59,12 @@ class RawToml:
                         break
         # indexes, so that each lookup is O(1) and loading N tables stays linear
         self._by_name: dict[str, list[int]] = {}  # dotted name -> indexes into headers, in file order
-        for idx, (_no, name, _array) in enumerate(self.headers):
+        self._by_prefix: dict[str, int] = {}  # dotted prefix -> line of the first header under it
+        for idx, (no, name, _array) in enumerate(self.headers):
             self._by_name.setdefault(name, []).append(idx)
+            parts = name.split(".")
+            for n in range(1, min(len(parts), 3)):  # [netns.r.x] is under netns and netns.r
+                self._by_prefix.setdefault(".".join(parts[:n]), no)
         self._by_key: dict[tuple[int, str], tuple[int, str]] = {}  # (header index, key) -> first (line, value)
         for line, hidx, k, value in self.keys:
             self._by_key.setdefault((hidx, k), (line, value))
@@ -108,19 +112,26 @@ class RawToml:
         return self._by_key.get((want, key))
 
     def line_of(self, header: str | None, key: str | None = None, occurrence: int = 0) -> int | None:
-        """The line of *key* in that table, else of the table's header, else of a top-level ``name = …``
-        (an array or table written inline): the best line to blame for a value."""
+        """The best line to blame for a value: of *key* in that table, else of the table's header (or of the
+        first header under it), else of the ``name = …`` that wrote the table inline, else the same for the
+        enclosing table (None: a top-level *key* that is nowhere)."""
         found = self.key(header, key, occurrence) if key is not None else None
         if found is not None:
             return found[0]
-        if header is None:
-            return None
-        line = self.header_line(header, occurrence)
-        if line is not None:
-            return line
-        head, _, last = header.rpartition(".")
-        top = self.key(head or None, last)
-        return top[0] if top is not None else None
+        if header is None:  # a top-level table: [key] or [key.sub]
+            header, occurrence = key, 0
+        while header:
+            line = self.header_line(header, occurrence)
+            if line is None and occurrence == 0:
+                line = self._by_prefix.get(header)
+            if line is not None:
+                return line
+            head, _, last = header.rpartition(".")
+            top = self.key(head or None, last)
+            if top is not None:
+                return top[0]
+            header, occurrence = head, 0
+        return None
 
     def table_end(self, header: str) -> int | None:
         """The line of the first header after the first table *header* (None: it runs to the end)."""

@@ -112,8 +112,9 @@ def _parse_toml(text: str, file: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise TopologyError(f"invalid TOML: {exc}", file=file, line=int(m.group(1)) if m else None,
+        m = re.search(r"line (\d+)", str(exc))  # "(at end of document)" has none: the last line
+        last = text.rstrip("\n").count("\n") + 1
+        raise TopologyError(f"invalid TOML: {exc}", file=file, line=int(m.group(1)) if m else last,
                             expected="a TOML document") from None
     except RecursionError:
         raise TopologyError("invalid TOML: arrays or inline tables nested too deeply", file=file,
@@ -185,7 +186,7 @@ def _check_keys(table: dict, allowed: set, raw: RawToml, header: str | None, fil
     for key in table:
         if key not in allowed:
             raise TopologyError(f"unknown key {key!r}" + (f" in [{header}]" if header else ""), file=file,
-                                line=_line(raw, header, key) or raw.header_line(f"{header}.{key}" if header else key),
+                                line=raw.line_of(f"{header}.{key}") if header else raw.line_of(None, key),
                                 value=key, expected="one of " + ", ".join(sorted(allowed)))
 
 
