@@ -344,6 +344,8 @@ BAD_INPUTS = [
     ("bad-nft-type.toml", 3, "nft must be a string"),
     ("bad-to-type.toml", 13, "bad address 5"),
     ("bad-from-type.toml", 12, "no namespace ['r']"),
+    ("bad-netns-exec-depth.toml", 4, "command nested too deeply"),
+    ("bad-sport-flows.toml", 16, "flows = 3 from sport 65535 run past port 65535"),
 ]
 
 

@@ -165,7 +165,7 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
         ns = topo.namespaces[name]
         ns.commands = tuple(_commands(table.get("commands", []), name, raw, header, file))
         for cmd in ns.commands:
-            iproute.run(topo, cmd)
+            _run(topo, cmd)
         ns.sysctls.update(_sysctls(table.get("sysctls", {}), raw, header, file))
         if "nft" in table:
             if not isinstance(table["nft"], str):
@@ -176,6 +176,16 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
     topo.traffic = read_traffic(data.get("traffic", []), topo, raw, file)
     topo.events = read_events(data.get("event", []), topo, raw, file)
     return topo.freeze()
+
+
+def _run(topo: Topology, cmd: Command) -> None:
+    """One command line; ``ip netns exec NS`` nested hundreds deep recurses too deeply: a located error."""
+    try:
+        iproute.run(topo, cmd)
+    except RecursionError:
+        text = cmd.text if len(cmd.text) <= 60 else cmd.text[:57] + "..."
+        raise TopologyError("command nested too deeply", file=cmd.file, line=cmd.line, command=text,
+                            expected="at most a few 'ip netns exec NS' prefixes") from None
 
 
 def _line(raw: RawToml, header: str | None, key: str) -> int | None:

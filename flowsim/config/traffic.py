@@ -151,14 +151,18 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
     if not isinstance(item["name"], str) or not item["name"]:
         raise bad("traffic name must be a non-empty string", item["name"], "a string", "name")
     packets = integer("packets", 1, 10**9, 10)
+    sport, flows = integer("sport", 1, 65535, None), integer("flows", 1, 65535, 1)
+    if sport is not None and sport + flows - 1 > 65535:  # flows use client ports sport … sport + flows - 1
+        raise bad(f"flows = {flows} from sport {sport} run past port 65535", flows,
+                  f"at most {65536 - sport} flows from sport {sport}", "flows")
     rate, start = _rate(item, packets, bad), _start(item, bad)
     return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
-                   dport=integer("dport", 1, 65535, None), sport=integer("sport", 1, 65535, None),
+                   dport=integer("dport", 1, 65535, None), sport=sport,
                    packets=packets, size=integer("size", 1, 65535, 1000),
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=rate, start=start,
-                   gso_size=integer("gso_size", 1, 65535, None), flows=integer("flows", 1, 65535, 1), df=df,
+                   gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df,
                    line=line)
 
 
