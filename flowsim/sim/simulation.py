@@ -61,7 +61,6 @@ from flowsim.kernel.conntrack import IPS_OFFLOAD
 from flowsim.kernel.flowtable.core import NF_FLOW_TEARDOWN
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
 from flowsim.kernel.stack.ip import IPFRAG_TIME
-from flowsim.nft.ruleset import nft_flowtable_hook_devices
 from flowsim.sim.traffic import Conversation, TrafficSpec
 
 __all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY", "MAX_TIME", "next_expiry", "pcap_file"]
@@ -153,15 +152,8 @@ class Simulation:
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
                              link_delay=link_delay)
         self.topo = self.kernel.topo  # the run's live instance of *topo*
-        # nf_tables_newflowtable: each flowtable device is hooked when the ruleset is committed (after the
-        # namespace's ip commands); a missing one refuses the ruleset before 6.16 and stays unbound after.
-        self.unbound_devices: dict[str, tuple] = {}  # netns -> ((nft Flowtable, device name), …)
-        for name, st in self.kernel.netns.items():
-            if st.ruleset is not None:
-                unbound = nft_flowtable_hook_devices(st.ruleset, st.ns.devices,
-                                                     self.kernel.profile.flowtable_absent_device, name)
-                if unbound:
-                    self.unbound_devices[name] = unbound
+        # flowtable devices listed but absent (flowsim.kernel.stack.core: nf_tables_newflowtable), per netns
+        self.unbound_devices = {name: st.unbound for name, st in self.kernel.netns.items() if st.unbound}
         if tracing:
             self.kernel.ledger.all_tags = []
         self.kernel.schedule = self.at

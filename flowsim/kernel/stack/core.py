@@ -68,7 +68,7 @@ from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
-from flowsim.nft.ruleset import Nftables, parse_ruleset
+from flowsim.nft.ruleset import Nftables, nft_flowtable_hook_devices, parse_ruleset
 from flowsim.profiles import Profile, get_profile
 from flowsim.reasons import reason
 
@@ -208,6 +208,7 @@ class NetnsState:
     flowtables: dict  # name -> flowsim.kernel.flowtable.core.Flowtable
     nft: Any = None  # flowsim.nft.ruleset.Nftables or None (no ruleset: no netfilter at all)
     ruleset: Any = None
+    unbound: tuple = ()  # (nft Flowtable, device name) listed but absent: bound by name when it registers
     ft_by_key: dict = attrs.Factory(dict)  # (family, table, name) -> Flowtable
     ft_by_model: dict = attrs.Factory(dict)  # id(nft_model.Flowtable) -> Flowtable: the per-packet lookup
     ct_active: bool = False  # conntrack hooks registered (the ruleset has L3 chains or flowtables)
@@ -301,6 +302,9 @@ class Kernel:
         text = ns.nft
         ruleset = parse_ruleset(text.text, file=text.file, line_offset=max(text.line - 1, 0))
         st.ruleset = ruleset
+        # nf_tables_newflowtable hooks each listed device at commit (after the namespace's ip commands): a
+        # missing one refuses the ruleset before 6.16 and stays unbound after (nft_netdev_hook_alloc)
+        st.unbound = nft_flowtable_hook_devices(ruleset, ns.devices, self.profile.flowtable_absent_device, ns.name)
         st.nft = Nftables(ruleset)
         st.ct_active = any(c.hook is not None and c.hook.hook not in ("ingress", "egress")
                            for c in ruleset.base_chains) or bool(ruleset.flowtables)
