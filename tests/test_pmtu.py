@@ -28,7 +28,6 @@ from flowsim.kernel.headers import IPPROTO_TCP
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, build_ipv4, icmp_error, new_skb, parse_ip, tcp_segment,
 )
-from flowsim.kernel.stack.ip import dst_mtu_maybe_forward
 from flowsim.profiles import get_profile
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
@@ -73,7 +72,7 @@ def test_dst_mtu_maybe_forward(family, option, expected):
     sim = Simulation(load_topology_text(_selftest(option), str(TOPO / "selftest.toml")), get_profile("linux-7.1.5"))
     st = sim.kernel.netns["nsr1"]
     rt = st.route(ipaddress.ip_address("10.0.2.99" if family == 4 else "dead:2::99"))
-    assert dst_mtu_maybe_forward(st, rt) == expected
+    assert st.ns.fib.dst_mtu_maybe_forward(rt) == expected
     assert st.route_mtu(rt) == (1400 if option else 1500)  # dst_mtu, what local output uses, is the route's
 
 
@@ -84,7 +83,7 @@ def test_ip_forward_use_pmtu_changes_nothing_without_a_learned_pmtu():
     sim = Simulation(load_topology_text(text, str(TOPO / "selftest.toml")), get_profile("linux-7.1.5"))
     st = sim.kernel.netns["nsr1"]
     assert st.sysctl_on("net.ipv4.ip_forward_use_pmtu")
-    assert dst_mtu_maybe_forward(st, st.route(ipaddress.ip_address("10.0.2.99"))) == 1400
+    assert st.ns.fib.dst_mtu_maybe_forward(st.route(ipaddress.ip_address("10.0.2.99"))) == 1400
 
 
 # name, route option, the error's drop place, the quoted TTL / hop limit: ip_forward / ip6_forward refuse before
@@ -115,8 +114,6 @@ def test_route_mtu_on_the_slow_path(name, option, where, ttl):
     assert conv.client.pmtu == 1400 and conv.client.state == "time_wait"
 
 
-@pytest.mark.xfail(strict=True, reason="flow_offload_fill_route must take ip6_dst_mtu_maybe_forward(dst, true) for "
-                   "the flow MTU (flowsim/kernel/flowtable/core.py, owned by another change)")
 def test_unlocked_ipv6_route_mtu_is_not_the_flow_mtu():
     """flow_offload_fill_route: the flow's IPv6 MTU is the device's (1500) under an unlocked `mtu 1400` route, so the
     fast path forwards the 200 1450-byte segments the slow path would refuse (nf_flow_exceeds_mtu passes)."""

@@ -405,6 +405,24 @@ class Fib:
             self._accessed.add(best)  # fib_table_lookup → fib_alias_accessed
         return best
 
+    def dst_mtu_maybe_forward(self, route: Route) -> int:
+        """The MTU a forwarded packet is checked against: ``ip_dst_mtu_maybe_forward(dst, true)`` (include/net/ip.h)
+        / ``ip6_dst_mtu_maybe_forward(dst, true)`` (include/net/ip6_route.h), as ``ip_forward`` / ``ip6_forward``
+        and the flowtable's ``flow_offload_fill_route`` ask it.
+
+        IPv4 honours a route's configured ``mtu`` whether locked or not ("'forwarding = true' case should always
+        honour route mtu"); only a *learned* PMTU (``rt_pmtu``) needs ``mtu lock`` or
+        ``net.ipv4.ip_forward_use_pmtu``, and the simulated routers learn none (they send no traffic of their own
+        that an ICMP error could lower).  IPv6 honours the route's MTU only when locked (``dst_metric_locked``):
+        otherwise the device's (``idev->cnf.mtu6``).  Local output keeps the route's MTU for both
+        (``dst_mtu`` → ``ip6_mtu`` is ``ip6_dst_mtu_maybe_forward(dst, false)``).
+        """
+        if route.version == 6 and route.mtu and not route.mtu_lock:
+            dev = self.ns.devices.get(route.dev) if route.dev else None
+            if dev is not None:
+                return dev.mtu
+        return self.route_mtu(route)
+
     def route_mtu(self, route: Route) -> int:
         """``dst_mtu``: the route's MTU metric, else its device's MTU."""
         if route.mtu:

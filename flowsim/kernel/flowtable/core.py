@@ -184,7 +184,7 @@ def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
     for d, half in enumerate(flow.tuplehash):
         rd = route.tuple[d]
         # the forwarding MTU of this direction's route (the underlay's for a tunnel direction)
-        half.mtu = ns.fib.route_mtu(rd.dst) if rd.dst is not None else 0
+        half.mtu = ns.fib.dst_mtu_maybe_forward(rd.dst) if rd.dst is not None else 0  # flow_offload_fill_route
         encaps = rd.in_encaps[:rd.in_num_encaps]
         # reversed: tuple.encap[0] is the outermost (bottom-most) header, as the packet shows it
         key_encap = tuple(Encap(e.id, e.proto) for e in reversed(encaps))

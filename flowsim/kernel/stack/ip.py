@@ -73,7 +73,7 @@ from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
 
-__all__ = ["ip_rcv", "ip_forward", "dst_mtu_maybe_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
+__all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",
            "IPFRAG_TIME"]
 
@@ -136,25 +136,6 @@ def _unreachable(version: int, host_unreach: bool = False) -> tuple[int, int]:
 
 # ----------------------------------------------------------------- forward and output
 
-def dst_mtu_maybe_forward(st, rt) -> int:
-    """The MTU a forwarded packet is checked against: ``ip_dst_mtu_maybe_forward(dst, true)`` (include/net/ip.h)
-    / ``ip6_dst_mtu_maybe_forward(dst, true)`` (include/net/ip6_route.h), as ``ip_forward`` / ``ip6_forward``
-    and the flowtable's ``flow_offload_fill_route`` ask it.
-
-    IPv4 honours a route's configured ``mtu`` whether locked or not ("'forwarding = true' case should always
-    honour route mtu"); only a *learned* PMTU (``rt_pmtu``) needs ``mtu lock`` or
-    ``net.ipv4.ip_forward_use_pmtu``, and the simulated routers learn none (they send no traffic of their own
-    that an ICMP error could lower).  IPv6 honours the route's MTU only when locked (``dst_metric_locked``):
-    otherwise the device's (``idev->cnf.mtu6``).  Local output keeps the route's MTU for both
-    (``dst_mtu`` → ``ip6_mtu`` is ``ip6_dst_mtu_maybe_forward(dst, false)``).
-    """
-    if rt.version == 6 and rt.mtu and not rt.mtu_lock:
-        dev = st.ns.devices.get(rt.dev) if rt.dev else None
-        if dev is not None:
-            return dev.mtu
-    return st.route_mtu(rt)
-
-
 def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
     """``ip_forward`` / ``ip6_forward``: TTL, MTU, TTL decrement, FORWARD, then output."""
     where = f"{st.name} forward"
@@ -171,7 +152,7 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
         kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
         return
     out_dev = st.ns.devices[rt.dev]
-    mtu = dst_mtu_maybe_forward(st, rt)
+    mtu = st.ns.fib.dst_mtu_maybe_forward(rt)
     if v4:
         if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, nfc=nfc)
