@@ -7,8 +7,10 @@ declares a flow's fields), ``iproute`` (the ``ip``/``bridge`` command
 interpreter), ``iproute_xfrm`` (``ip xfrm state|policy``), ``ipcontext``
 (the family and namespace of one ``ip`` line), ``network``
 (:class:`~flowsim.config.network.Topology`: namespaces, devices and links;
-a loaded one is a frozen description that each run instantiates) and
-``raw`` (TOML line numbers, shell words).  Each imports only the ones after
+a loaded one is a frozen description that each run instantiates),
+``raw`` (TOML line numbers, shell words), ``names`` (device and namespace
+names as the kernel and ``ip netns`` check them) and ``limits`` (the bounded
+virtual time of a run).  Each imports only the ones after
 it in this list.  Every error names the file, the line and what was
 expected.
 

@@ -6,7 +6,7 @@ An event changes the network while traffic flows — a WAN link that goes
 down and comes back, a route that moves::
 
     [[event]]
-    at = 0.002                          # seconds of virtual time
+    at = 0.002                          # seconds of virtual time: finite, 0 … 1e6 (flowsim.config.limits)
     netns = "router"
     command = "ip link set eth1 down"
 

@@ -55,6 +55,8 @@ def run(topo: Topology, cmd: Command) -> None:
     """Apply one command line to *topo* (a live one: a loaded description refuses, FrozenTopologyError)."""
     topo._mutable()  # device fields (up, mtu, addresses) have no guard of their own
     tokens = shell_split(cmd)
+    if not tokens:  # a line of only a shell comment, or the API's empty Command
+        raise cmd.error("empty command", expected="ip, bridge or sysctl")
     programs = {"ip": _ip, "bridge": _bridge, "sysctl": _sysctl}
     handler = programs.get(tokens[0])
     if handler is None:

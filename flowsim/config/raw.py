@@ -5,7 +5,9 @@ Theory of operation
 ``tomllib`` gives values without line numbers, yet every
 :class:`~flowsim.errors.TopologyError` names the absolute line of what it
 refuses.  :class:`RawToml` indexes the TOML text once — table headers and
-keys outside multi-line strings, with the line each is on — so the readers
+keys outside multi-line strings, with the line each is on, and dictionaries
+from a table's name and a key to them, so that each lookup costs the same
+however many tables the file has (loading stays linear) — so the readers
 (:mod:`flowsim.config.topology`, :mod:`flowsim.config.traffic`,
 :mod:`flowsim.config.events`) can point at a key, at a table of an array, or
 at the first line of a multi-line string.  :func:`shell_split` splits one

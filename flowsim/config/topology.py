@@ -55,7 +55,14 @@ errors point at the exact line.  Extensions for what iproute2 cannot create:
   switchdev (BR_VLFLAG_ADDED_BY_SWITCHDEV; default: on for DSA user ports).
 
 Every error is one :class:`~flowsim.errors.TopologyError` naming the file, the
-absolute line, the command and what was expected.
+absolute line, the command and what was expected — also for input that is no
+topology at all: bytes that are not UTF-8 (the line and byte offset of the
+first bad one), values nested too deep for tomllib, values of the wrong type
+anywhere.  Names are checked as the kernel and iproute2 check them
+(:mod:`flowsim.config.names`: namespaces as ``ip netns add``, every device a
+command creates by ``dev_valid_name``), times are finite and bounded
+(:mod:`flowsim.config.limits`).  Loading is linear in the size of the file
+(:class:`~flowsim.config.raw.RawToml` indexes it once; ``benchmarks/bench_load.py``).
 """
 
 from __future__ import annotations
@@ -103,11 +110,6 @@ def _decode(data: bytes, file: str) -> str:
                             expected="a UTF-8 text file (TOML)") from None
 
 
-# tomllib parses nested arrays and inline tables by recursion, so it fails on a deep one with RecursionError;
-# where it did, the error names the first line nested deeper than this (a topology nests 3 levels at most).
-_MAX_NESTING = 100
-
-
 def _parse_toml(text: str, file: str) -> dict:
     try:
         return tomllib.loads(text)
@@ -118,21 +120,23 @@ def _parse_toml(text: str, file: str) -> dict:
                             expected="a TOML document") from None
     except RecursionError:
         raise TopologyError("invalid TOML: arrays or inline tables nested too deeply", file=file,
-                            line=_deep_line(text), expected="a few levels of [ ] and { } (a topology needs 3 at most)") from None
+                            line=_deepest_line(text),
+                            expected="a few levels of [ ] and { } (a topology needs 3 at most)") from None
 
 
-def _deep_line(text: str) -> int | None:
-    """The first line where [ and { (counted naively, strings included) nest deeper than _MAX_NESTING."""
-    depth = 0
+def _deepest_line(text: str) -> int:
+    """The first line where [ and { nest deepest (counted naively, strings included): tomllib parses nesting
+    by recursion, so a RecursionError comes from the deepest value."""
+    depth, deepest, where = 0, -1, 1
     for no, line in enumerate(text.split("\n"), 1):
         for ch in line:
             if ch in "[{":
                 depth += 1
-                if depth > _MAX_NESTING:
-                    return no
+                if depth > deepest:
+                    deepest, where = depth, no
             elif ch in "]}":
                 depth = max(depth - 1, 0)
-    return None
+    return where
 
 
 def load_topology_text(text: str, file: str = "<topology>") -> Topology:
