@@ -172,3 +172,14 @@ def test_gso_data_leaves_as_one_skb(tmp_path, size, gso_size, lengths, gso_sizes
     assert {n for n, _g in skbs} == lengths and {g for _n, g in skbs} == gso_sizes
     segs = segments(tmp_path / "ns1-eth0.pcap", 41000)
     assert {len(e[IP]) for _t, e in segs if str(e[TCP].flags) == "PA"} == lengths
+
+
+def test_client_ports_wrap_inside_the_unprivileged_range():
+    """The 256th table's default port and ports past 65535 wrap into 1024-65535 instead of overflowing the TCP header."""
+    from flowsim.sim.traffic import EPHEMERAL_BASE, client_port
+
+    assert client_port(EPHEMERAL_BASE, 100 * 3) == 40300
+    assert client_port(EPHEMERAL_BASE, 100 * 255) == 1024 + (65500 - 1024) % 64512 == 65500
+    assert client_port(EPHEMERAL_BASE, 100 * 256) == 1024 + (65600 - 1024) % 64512 == 1088
+    assert client_port(65535, 1) == 1024
+    assert all(1024 <= client_port(60000, k) <= 65535 for k in range(0, 70000, 997))

@@ -55,6 +55,7 @@ import os
 from pathlib import Path
 
 from flowsim.config import iproute
+from flowsim.config.limits import MAX_VIRTUAL_TIME
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import PcapWriter
 from flowsim.kernel.conntrack import IPS_OFFLOAD
@@ -67,10 +68,9 @@ __all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY", "MAX_TIME", "next_expi
 
 GC_INTERVAL = 1.0  # seconds: nf_flow_offload_work_gc and gc_worker periods
 PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
-# The latest virtual time a run accepts (about 31 years).  Past it a float no longer tells a
-# link delay (20 µs) from the next one reliably and GC_INTERVAL steps stop adding up; no
-# timeout of the kernel (NF_CT_DAY is five days) needs more.
-MAX_TIME = 1e9
+# The latest virtual time a run accepts: the same bound as a topology file's times (no timeout of
+# the kernel needs more: NF_CT_DAY is five days), one definition for files and the API.
+MAX_TIME = MAX_VIRTUAL_TIME
 # nf_flow_offload_gc_step refreshes an offloaded conntrack entry when fewer seconds than this remain
 _CT_EXTEND_UNDER = 300.0
 

@@ -73,6 +73,14 @@ __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_
 
 DEFAULT_GAP = 10e-6  # seconds between back-to-back packets (rate = 0)
 EPHEMERAL_BASE = 40000  # first client port when the table gives none (ip_local_port_range is 32768-60999)
+_PORT_LOW, _PORT_SPAN = 1024, 65536 - 1024  # client ports wrap inside the unprivileged range
+
+
+def client_port(base: int, offset: int) -> int:
+    """Client port *base* + *offset*, wrapped into 1024-65535 past the top (the 256th table of a file, or
+    thousands of flows), so that every flow of a run gets a port a TCP header can carry."""
+    port = base + offset
+    return port if port <= 65535 else _PORT_LOW + (port - _PORT_LOW) % _PORT_SPAN
 _HDR = {4: 20, 6: 40}
 _L4HDR = {"tcp": 20, "udp": 8}
 MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
@@ -87,10 +95,10 @@ class TrafficSpec(Traffic):
     @classmethod
     def from_topology(cls, t: Traffic, index: int = 0) -> TrafficSpec:
         """From a :class:`flowsim.config.traffic.Traffic` of a topology file: the client port defaults to
-        40000 + 100 × *index* (the table's place in the file)."""
+        40000 + 100 × *index* (the table's place in the file), wrapped by :func:`client_port`."""
         values = {a.name: getattr(t, a.name) for a in attrs.fields(Traffic)}
         if t.sport is None:
-            values["sport"] = EPHEMERAL_BASE + 100 * index
+            values["sport"] = client_port(EPHEMERAL_BASE, 100 * index)
         return cls(**values)
 
     @property
@@ -301,7 +309,7 @@ class Conversation:
         self.spec = spec
         self.flow = flow
         self.seq = 0
-        sport = (spec.sport or EPHEMERAL_BASE) + flow
+        sport = client_port(spec.sport or EPHEMERAL_BASE, flow)
         self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, spec.dport)
         self.server: Endpoint | None = None
         self.closing = False
