@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fastpath.py
 	$(BIN)/python benchmarks/bench_slowpath.py
 	$(BIN)/python benchmarks/bench_ovpn.py
+	$(BIN)/python benchmarks/bench_load.py
 
 # All conformance scenarios on Debian's 6.12 and 6.1 kernels in qemu (TCG); updates docs/conformance.md.
 conform: $(STAMP)

@@ -19,37 +19,21 @@ Both also refuse a NUL byte: a C string ends there, so the name the kernel or
 name, else what is wrong with it, for the caller's located
 :class:`~flowsim.errors.TopologyError`.
 
-This module imports nothing from :mod:`flowsim.config`.
+``dev_valid_name`` is a kernel function: it lives with the devices
+(:mod:`flowsim.kernel.devices.base`), which check every name a command
+gives; this module re-exports it.  It imports nothing from :mod:`flowsim.config`.
 """
 
 from __future__ import annotations
 
+from flowsim.kernel.devices.base import DEV_NAME_EXPECTED, IFNAMSIZ, dev_valid_name
+
 __all__ = ["IFNAMSIZ", "NAME_MAX", "DEV_NAME_EXPECTED", "NETNS_NAME_EXPECTED", "dev_valid_name",
            "netns_invalid_name"]
 
-IFNAMSIZ = 16  # include/uapi/linux/if.h, with the terminating NUL
 NAME_MAX = 255  # include/uapi/linux/limits.h
-# lib/ctype.c: the bytes the kernel's isspace() is true for (latin-1 NBSP included)
-_KERNEL_SPACE = frozenset(b"\t\n\v\f\r \xa0")
 
-DEV_NAME_EXPECTED = (f"1 to {IFNAMSIZ - 1} bytes without '/', ':' or whitespace, not '.' or '..' "
-                     "(dev_valid_name)")
 NETNS_NAME_EXPECTED = f"1 to {NAME_MAX} bytes without '/', not '.' or '..' (ip netns add)"
-
-
-def dev_valid_name(name: str) -> str | None:
-    """``dev_valid_name``: None if the kernel accepts *name* as a device name, else why not."""
-    raw = name.encode("utf-8", "surrogateescape")
-    if not raw:
-        return "empty device name"
-    if len(raw) >= IFNAMSIZ:
-        return f"device name of {len(raw)} bytes is too long"
-    if name in (".", ".."):
-        return f"device name {name!r} is reserved"
-    for byte in raw:
-        if byte in b"/:\0" or byte in _KERNEL_SPACE:
-            return f"device name {name!r} contains {chr(byte)!r}"
-    return None
 
 
 def netns_invalid_name(name: str) -> str | None:

@@ -52,6 +52,7 @@ __all__ = [
     "ZERO_MAC", "DevPathType", "BrVlanMode", "Command", "Args", "IfAddr", "NetDevice",
     "Encap", "PathEncap", "PathTun", "PathBridge", "PathDsa", "PathEntry", "PathError", "PathCtx",
     "mac_for", "parse_mac", "mac_from_bytes", "is_zero_mac", "is_valid_unicast_mac",
+    "IFNAMSIZ", "DEV_NAME_EXPECTED", "dev_valid_name",
 ]
 
 NET_DEVICE_PATH_STACK_MAX = 5  # including the final ETHERNET entry
@@ -133,6 +134,28 @@ class Command:
                              value=value, expected=expected)
 
 
+IFNAMSIZ = 16  # include/uapi/linux/if.h, with the terminating NUL
+# lib/ctype.c: the bytes the kernel's isspace() is true for (latin-1 NBSP included)
+_KERNEL_SPACE = frozenset(b"\t\n\v\f\r \xa0")
+DEV_NAME_EXPECTED = (f"1 to {IFNAMSIZ - 1} bytes without '/', ':' or whitespace, not '.' or '..' "
+                     "(dev_valid_name)")
+
+
+def dev_valid_name(name: str) -> str | None:
+    """``dev_valid_name``: None if the kernel accepts *name* as a device name, else why not."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not raw:
+        return "empty device name"
+    if len(raw) >= IFNAMSIZ:
+        return f"device name of {len(raw)} bytes is too long"
+    if name in (".", ".."):
+        return f"device name {name!r} is reserved"
+    for byte in raw:
+        if byte in b"/:\0" or byte in _KERNEL_SPACE:
+            return f"device name {name!r} contains {chr(byte)!r}"
+    return None
+
+
 class Args:
     """The remaining tokens of one command, with the shared value parsers."""
 
@@ -203,9 +226,9 @@ class Args:
 
     def name(self, keyword: str) -> str:
         text = self.next(f"a device name after {keyword!r}")
-        if not text or len(text) > 15 or "/" in text or text in (".", ".."):
-            raise self.cmd.error(f"bad device name {text!r}", value=text,
-                                 expected="1-15 characters without '/' (IFNAMSIZ)")
+        problem = dev_valid_name(text)
+        if problem is not None:
+            raise self.cmd.error(f"bad device name {text!r}: {problem}", value=text, expected=DEV_NAME_EXPECTED)
         return text
 
 
