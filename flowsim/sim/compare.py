@@ -28,6 +28,10 @@ import collections
 import attrs
 
 from flowsim.config.topology import Topology, load_topology
+from flowsim.kernel.headers import (
+    ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN,
+    IPV6_HLEN, NEXTHDR_DEST, PPPOE_SES_HLEN, VLAN_HLEN, pppoe_proto_to_ethertype,
+)
 from flowsim.profiles import Profile, profile_from_cli
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
@@ -170,34 +174,35 @@ def _switch_diff(a: Profile, b: Profile) -> dict:
 
 def hexdump_frame(frame: bytes) -> str:
     """Hex with header boundaries: Ethernet | (802.1Q)* | (PPPoE) | IP headers | rest."""
-    parts, off = [], 14
-    parts.append(frame[:14].hex())
+    parts, off = [], ETH_HLEN
+    parts.append(frame[:ETH_HLEN].hex())
     etype = int.from_bytes(frame[12:14], "big")
-    while etype in (0x8100, 0x88A8) and len(frame) >= off + 4:
-        parts.append(frame[off:off + 4].hex())
+    while etype in (ETH_P_8021Q, ETH_P_8021AD) and len(frame) >= off + VLAN_HLEN:
+        parts.append(frame[off:off + VLAN_HLEN].hex())
         etype = int.from_bytes(frame[off + 2:off + 4], "big")
-        off += 4
-    if etype == 0x8864 and len(frame) >= off + 8:
-        parts.append(frame[off:off + 8].hex())
-        etype = {0x0021: 0x0800, 0x0057: 0x86DD}.get(int.from_bytes(frame[off + 6:off + 8], "big"), 0)
-        off += 8
+        off += VLAN_HLEN
+    if etype == ETH_P_PPP_SES and len(frame) >= off + PPPOE_SES_HLEN:
+        parts.append(frame[off:off + PPPOE_SES_HLEN].hex())
+        etype = pppoe_proto_to_ethertype(int.from_bytes(frame[off + 6:off + 8], "big"))
+        off += PPPOE_SES_HLEN
+    inner = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
     for _ in range(3):  # outer and inner IP headers
-        if etype == 0x0800 and len(frame) >= off + 20:
+        if etype == ETH_P_IP and len(frame) >= off + IPV4_HLEN:
             ihl = (frame[off] & 0x0F) * 4
             proto = frame[off + 9]
             parts.append(frame[off:off + ihl].hex())
             off += ihl
-            etype = {4: 0x0800, 41: 0x86DD}.get(proto, 0)
-        elif etype == 0x86DD and len(frame) >= off + 40:
+            etype = inner.get(proto, 0)
+        elif etype == ETH_P_IPV6 and len(frame) >= off + IPV6_HLEN:
             nh = frame[off + 6]
-            parts.append(frame[off:off + 40].hex())
-            off += 40
-            if nh == 60 and len(frame) >= off + 8:
+            parts.append(frame[off:off + IPV6_HLEN].hex())
+            off += IPV6_HLEN
+            if nh == NEXTHDR_DEST and len(frame) >= off + 8:
                 ln = (frame[off + 1] + 1) * 8
                 nh = frame[off]
                 parts.append(frame[off:off + ln].hex())
                 off += ln
-            etype = {4: 0x0800, 41: 0x86DD}.get(nh, 0)
+            etype = inner.get(nh, 0)
         else:
             break
     rest = frame[off:]
