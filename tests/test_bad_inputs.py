@@ -11,6 +11,8 @@ refuse.
 
 from __future__ import annotations
 
+import re
+
 import struct
 from pathlib import Path
 
@@ -176,3 +178,13 @@ def test_help_and_version_return_0(capsys):
     """--help and --version return status 0 from main instead of raising SystemExit."""
     assert main(["--version"]) == 0 and main(["run", "--help"]) == 0
     assert "flowsim" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted(BAD.glob("*.toml")), ids=lambda p: p.name)
+def test_every_bad_topology_fixture_is_one_located_error(capsys, path):
+    """Every fixture of tests/data/topologies (their exact messages are in test_topology.py): `flowsim run`
+    exits 2 with one line naming the file and a line number, never an internal error."""
+    rc = main(["run", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "internal error" not in err and "Traceback" not in err
+    assert err.count("\n") == 1 and re.match(rf"flowsim: error: {re.escape(str(path))}:\d+: ", err), err
