@@ -33,7 +33,8 @@ ERRORS = [
     ('at = 1\nnetns = "nsr1"', 2, "event needs 'command'"),
     ('at = -1\nnetns = "nsr1"\ncommand = "ip link set veth1 down"', 3, "bad at -1"),
     ('at = 1\nnetns = "nsr9"\ncommand = "ip link set veth1 down"', 4, "no namespace 'nsr9'"),
-    ('at = 1\nnetns = "nsr1"\ncommand = "ip link add x type dummy"', 5, "cannot be created or deleted"),
+    ('at = 1\nnetns = "nsr1"\ncommand = "ip link del veth1"', 5, "cannot be deleted during a run"),
+    ('at = 1\nnetns = "nsr1"\ncommand = "ip link add veth1 type dummy"', 5, "already exists"),  # dry run
     ('at = 1\nnetns = "nsr1"\ncommand = "ip link set veth1 master br0"', 5, "only up, down and mtu"),
     ('at = 1\nnetns = "nsr1"\ncommand = "sysctl -w net.ipv4.ip_forward=0"', 5, "not an ip command"),
     ('at = 1\nnetns = "nsr1"\ncommand = "ip xfrm state flush"', 5, "'ip xfrm' cannot run as an event"),

@@ -11,9 +11,14 @@ down and comes back, a route that moves::
     command = "ip link set eth1 down"
 
 The command is an ordinary topology line (:mod:`flowsim.config.iproute`), limited
-to what changes a running kernel without rebuilding it: ``ip link set DEV``
+to what changes a running kernel without rebuilding it: ``ip link add``
+(any kind :mod:`flowsim.config.iproute` knows, e.g. a veth pair with ``peer
+name X netns Y``, or a VLAN on an existing device), ``ip link set DEV``
 with ``up``, ``down`` or ``mtu N``, and ``ip route``, ``ip neigh`` and
-``ip addr`` lines (any ``-4``/``-6``).  Creating, deleting or moving devices
+``ip addr`` lines (any ``-4``/``-6``).  A device added by an event is
+registered with the kernel (``Kernel.netdev_register``: NETDEV_REGISTER, which
+binds the flowtable hooks that list it by name on a 6.16+ profile).
+Deleting devices, moving them to another namespace or changing their master
 is refused, since flows, hooks and caches of the run refer to them.
 
 The loader checks the events by running them, in time order, on a live
@@ -79,17 +84,20 @@ def read_events(items, topo: Topology, raw: RawToml, file: str) -> list[Event]:
 def _check_kind(cmd: Command) -> None:
     """Only the commands a running kernel can take (see the module docstring)."""
     words = [w for w in cmd.text.split() if w not in ("-4", "-6")]
-    expected = "ip link set DEV up|down|mtu N, or an ip route / ip neigh / ip addr line"
+    expected = "ip link add …, ip link set DEV up|down|mtu N, or an ip route / ip neigh / ip addr line"
     if len(words) < 2 or words[0] != "ip":
         raise cmd.error("not an ip command", value=words[0] if words else "", expected=expected)
     if words[1] in ("link", "l"):
+        if len(words) >= 3 and words[2] in ("add", "a", "ad"):
+            return  # NETDEV_REGISTER: the dry run checks the rest (names, kinds, duplicates)
         if len(words) < 4 or words[2] != "set":
-            raise cmd.error("devices cannot be created or deleted during a run", value=" ".join(words[1:3]),
-                            expected=expected)
+            raise cmd.error("devices cannot be deleted during a run: flows, hooks and caches of the run refer "
+                            "to them", value=" ".join(words[1:3]), expected=expected)
         rest = words[4:] if words[3] != "dev" else words[5:]
         options = [w for w in rest if not w.isdigit()]
         if not options or any(w not in _LINK_SET_OPTIONS for w in options):
-            raise cmd.error("only up, down and mtu can change during a run", value=" ".join(rest),
+            raise cmd.error("only up, down and mtu can change during a run (moving a device or changing its "
+                            "master would leave flows and caches of the run pointing at it)", value=" ".join(rest),
                             expected=expected)
     elif words[1] not in _OBJECTS:
         raise cmd.error(f"'ip {words[1]}' cannot run as an event", value=words[1], expected=expected)

@@ -152,8 +152,6 @@ class Simulation:
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
                              link_delay=link_delay)
         self.topo = self.kernel.topo  # the run's live instance of *topo*
-        # flowtable devices listed but absent (flowsim.kernel.stack.core: nf_tables_newflowtable), per netns
-        self.unbound_devices = {name: st.unbound for name, st in self.kernel.netns.items() if st.unbound}
         if tracing:
             self.kernel.ledger.all_tags = []
         self.kernel.schedule = self.at
@@ -182,6 +180,12 @@ class Simulation:
     def profile(self):
         return self.kernel.profile
 
+    @property
+    def unbound_devices(self) -> dict[str, tuple]:
+        """Flowtable devices listed but absent, per netns (``nf_tables_newflowtable``; an event adding one
+        binds it: ``Kernel.netdev_register``)."""
+        return {name: st.unbound for name, st in self.kernel.netns.items() if st.unbound}
+
     # ------------------------------------------------------------------ events
     def at(self, t: float, fn, *args) -> None:
         """Run ``fn(*args)`` at virtual time *t* (finite, at most :data:`MAX_TIME`)."""
@@ -193,11 +197,17 @@ class Simulation:
         self._order += 1
 
     def _event(self, event) -> None:
-        """A ``[[event]]`` line runs on the run's live topology; the kernel hears what changed."""
-        ns = self.topo.namespaces[event.netns]
-        before = {name: (dev.up, dev.mtu) for name, dev in ns.devices.items()}
+        """A ``[[event]]`` line runs on the run's live topology; the kernel hears what changed.
+
+        Its namespace hears of every change; any other namespace only when a device appeared there (the
+        peer of a veth pair added with ``peer … netns Y``).
+        """
+        before = {ns_name: {name: (dev.up, dev.mtu) for name, dev in ns.devices.items()}
+                  for ns_name, ns in self.topo.namespaces.items()}
         iproute.run(self.topo, event.command)
-        self.kernel.netdev_changes(event.netns, before, event.command.text)
+        for ns_name, ns in self.topo.namespaces.items():
+            if ns_name == event.netns or ns.devices.keys() != before[ns_name].keys():
+                self.kernel.netdev_changes(ns_name, before[ns_name], event.command.text)
         self.events_run.append(event)
 
     def _accept(self, kernel, st, skb, info):

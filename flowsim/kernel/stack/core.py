@@ -319,7 +319,8 @@ class Kernel:
         return self.netns[netns]
 
     def peer(self, dev):
-        """The other end of a veth pair or cable (cached: links do not change during a run)."""
+        """The other end of a veth pair or cable (cached: links change only when an event adds a device,
+        :meth:`netdev_register`)."""
         try:
             return self._peers[dev]  # devices hash by identity
         except KeyError:
@@ -369,11 +370,14 @@ class Kernel:
     # ------------------------------------------------------------------ configuration changes during a run
     def netdev_changes(self, netns: str, before: dict[str, tuple[bool, int]], why: str = "") -> None:
         """After a run event changed namespace *netns* (*before*: device name -> (up, mtu) until then):
-        the notifiers of the devices whose state changed.
+        the notifiers of the devices that registered or whose state changed.
 
-        Route validity first, for device, address and route changes alike
+        A device not in *before* was added by the event: NETDEV_REGISTER first
+        (:meth:`netdev_register`), and NETDEV_UP with it when it was created up.
+        Route validity next, for device, address and route changes alike
         (:meth:`flowsim.kernel.fib.Fib.sync`: ``rt_cache_flush`` for IPv4, fib6
-        node serials for IPv6).  NETDEV_DOWN: ``neigh_ifdown`` and the
+        node serials for IPv6; the routes of a new device's addresses appear
+        there).  NETDEV_DOWN: ``neigh_ifdown`` and the
         flowtable's ``nf_flow_table_cleanup`` (flows entering through the
         device torn down, GC flushed).  After an UP the neighbours on the
         segment are learnt again (what the first ARP/ND exchange would do).
@@ -386,7 +390,11 @@ class Kernel:
         mtu: list[str] = []
         for name, dev in st.ns.devices.items():
             old = before.get(name)
-            if old is not None and old != (dev.up, dev.mtu):
+            if old is None:
+                self.netdev_register(st, dev, why)
+                if dev.up:
+                    up.append(name)
+            elif old != (dev.up, dev.mtu):
                 (mtu if old[0] == dev.up else up if dev.up else down).append(name)
         # route validity first (rt_cache_flush, fib6 serials: Fib.sync), also for address and route changes
         st.ns.fib.sync(came_up=up, went_down=down, mtu_changed=mtu)
@@ -399,6 +407,29 @@ class Kernel:
                 self.traces.append(TraceRecord(self.now, "-", f"{netns} {name}", f"NETDEV_DOWN ({why})", ()))
         if up:
             self.topo.discover()
+
+    def netdev_register(self, st: NetnsState, dev, why: str = "") -> None:
+        """NETDEV_REGISTER of *dev*, added to namespace *st* by a run event (``register_netdevice``).
+
+        ``nft_flowtable_event`` (6.16+, a331b78a5525) binds the hook of every
+        flowtable that lists the device's name and was left unbound at commit
+        (:func:`flowsim.nft.hooks.nft_flowtable_hook_devices`): the ingress hook
+        is looked up by device name (:func:`flowsim.nft.hooks.nf_hook_entries`),
+        so dropping the pair from ``st.unbound`` is the binding.  Before 6.16 a
+        ruleset listing an absent device never loaded, so nothing is unbound.
+        The caches that assumed a fixed set of devices are dropped: the veth/cable
+        peers (:meth:`peer`), the VLAN uppers of ``__vlan_find_dev_deep_rcu`` (a
+        VLAN added on an existing lower), the merged L3 hook steps and the routes.
+        """
+        bound = [ft.name for ft, name in st.unbound if name == dev.name]
+        st.unbound = tuple((ft, name) for ft, name in st.unbound if name != dev.name)
+        self._peers.clear()
+        self._vlan_uppers.clear()
+        st.hook_cache.clear()
+        st.routes.clear()
+        if self.tracing:
+            what = f"NETDEV_REGISTER ({why})" + (f": flowtable {', '.join(bound)} hooked" if bound else "")
+            self.traces.append(TraceRecord(self.now, "-", f"{st.name} {dev.name}", what, ()))
 
     # ------------------------------------------------------------------ fate of a packet
     def drop(self, skb, rid: str, where: str = "", **details) -> None:

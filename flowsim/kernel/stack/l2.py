@@ -183,7 +183,7 @@ def _to_host(skb: SkBuff, dev) -> bool:
 
 
 def _vlan_upper(kernel, dev, vid: int, proto: int):
-    """``__vlan_find_dev_deep_rcu`` (cached: devices do not change during a run)."""
+    """``__vlan_find_dev_deep_rcu`` (cached until an event adds a device: ``Kernel.netdev_register``)."""
     cache = kernel._vlan_uppers
     key = (dev.netns, dev.name, vid, proto)
     if key not in cache:
