@@ -20,17 +20,9 @@ from flowsim.config import iproute
 from flowsim.config.topology import load_topology_text
 from flowsim.kernel.devices.base import Command
 from flowsim.kernel.stack.core import Kernel
+from tests.test_fib import BASE  # the two dummy devices and their addresses
 
-SETUP = """
-ip link add e0 type dummy
-ip link add e1 type dummy
-ip link set e0 up
-ip link set e1 up
-ip addr add 10.0.0.1/24 dev e0
-ip addr add 10.1.0.1/16 dev e1
-ip addr add 2001:db8:0::1/64 dev e0 nodad
-ip addr add 2001:db8:1::1/64 dev e1 nodad
-ip route add default via 10.0.0.254
+SETUP = BASE + """ip route add default via 10.0.0.254
 ip route add 192.0.2.0/24 via 10.1.0.254
 ip route add 203.0.113.0/24 via 10.0.0.254
 ip -6 route add default via 2001:db8::ff
