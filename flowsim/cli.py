@@ -22,8 +22,9 @@ import sys
 import traceback
 
 from flowsim import __version__
+from flowsim.commands._args import plain_parser
 from flowsim.errors import FlowsimError
-from flowsim.profiles import DEFAULT_PROFILE, PROFILES, SWITCHES
+from flowsim.profiles import DEFAULT_PROFILE, PROFILES
 
 __all__ = ["main", "build_parser", "add_profile_args"]
 
@@ -37,7 +38,7 @@ def add_profile_args(parser: argparse.ArgumentParser, *, multiple: bool = False)
         parser.add_argument("--profile", metavar="P", default=DEFAULT_PROFILE,
                             help=f"kernel behaviour profile (default {DEFAULT_PROFILE}; one of {', '.join(PROFILES)})")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
-                        help="override a profile switch (" + ", ".join(SWITCHES) + ")")
+                        help="override a profile switch, e.g. ipip_rx=0 (the switches and their values: flowsim profiles)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"flowsim.commands.{info.name}")
         module.register(sub)
+    plain_parser(parser)  # descriptions are module docstrings: no reStructuredText markup in --help
     return parser
 
 

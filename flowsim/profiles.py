@@ -25,14 +25,15 @@ import attrs
 
 from flowsim.errors import ProfileError
 
-__all__ = ["Profile", "PROFILES", "DEFAULT_PROFILE", "get_profile", "profile_from_cli", "SWITCHES"]
+__all__ = ["Profile", "PROFILES", "PROFILE_NOTES", "DEFAULT_PROFILE", "get_profile", "profile_from_cli", "SWITCHES"]
 
 DEFAULT_PROFILE = "linux-7.1.5"
 
 
-def _switch(doc: str, choices: tuple[str, ...] | None = None):
-    """A profile field: *doc* says what it models; *choices* for str switches."""
-    return attrs.field(metadata={"doc": doc, "choices": choices})
+def _switch(doc: str, choices: tuple[str, ...] | None = None, *, kernel: str):
+    """A profile field: *doc* says what it models; *choices* for str switches; *kernel* the kernel change
+    behind it (the series or commit, and the release it came in), shown by ``flowsim profiles``."""
+    return attrs.field(metadata={"doc": doc, "choices": choices, "kernel": kernel})
 
 
 @attrs.frozen
@@ -44,57 +45,76 @@ class Profile:
 
     # --- receive side: net/netfilter/nf_flow_table_ip.c parsing (nf_flow_offload_ip_hook,
     #     nf_flow_offload_ipv6_hook, nf_flow_ip4_tunnel_proto, nf_flow_ip6_tunnel_proto, nf_flow_tuple_encap)
-    ipip_rx: bool = _switch("IPIP tunnels recognised at the flowtable hook (nf_flow_ip4_tunnel_proto, 6.19)")
-    ip6ip6_rx: bool = _switch("IP6IP6 tunnels recognised at the flowtable hook (nf_flow_ip6_tunnel_proto, 7.0)")
+    ipip_rx: bool = _switch(
+        "IPIP tunnels recognised at the flowtable hook (nf_flow_ip4_tunnel_proto, 6.19)",
+        kernel="IPIP flowtable acceleration series (fe8313316eaf), 6.19")
+    ip6ip6_rx: bool = _switch(
+        "IP6IP6 tunnels recognised at the flowtable hook (nf_flow_ip6_tunnel_proto, 7.0)",
+        kernel="IP6IP6 flowtable acceleration series (5e5180352193), 7.0")
     ip4_tunnel_ihl_check: bool = _switch(
-        "explicit IHL < 5 check in nf_flow_ip4_tunnel_proto (025a41e76b51, CVE-2026-72417, 7.1.5)")
+        "explicit IHL < 5 check in nf_flow_ip4_tunnel_proto (025a41e76b51, CVE-2026-72417, 7.1.5)",
+        kernel="025a41e76b51 (CVE-2026-72417), 7.1.5")
     ip6_tunnel_hdr_size: str = _switch(
         "IPv6 tunnel header size stored by nf_flow_ip6_tunnel_proto: 'absolute' offset from "
         "ipv6_skip_exthdr (7.0 bug with in-band VLAN/PPPoE) or 'relative' (fixed, 7.1.5)",
-        ("absolute", "relative"))
+        ("absolute", "relative"),
+        kernel="June-2026 IPv6 tunnel parsing fixes, 7.1.5")
     ip6_tunnel_exthdr: str = _switch(
         "extension headers after the outer IPv6 header: 'skip' them with ipv6_skip_exthdr (7.0) "
-        "or send the packet to the 'slowpath' (7.1.5)", ("skip", "slowpath"))
+        "or send the packet to the 'slowpath' (7.1.5)", ("skip", "slowpath"),
+        kernel="June-2026 IPv6 tunnel parsing fixes, 7.1.5")
     ip6_tunnel_header_access: str = _switch(
         "how the outer IPv6 header is read: 'header_pointer' (7.0, not pulled; a later skb_pull "
-        "of non-linear bytes is a bug) or 'pull' (pskb_may_pull, 7.1.5)", ("header_pointer", "pull"))
+        "of non-linear bytes is a bug) or 'pull' (pskb_may_pull, 7.1.5)", ("header_pointer", "pull"),
+        kernel="June-2026 IPv6 tunnel parsing fixes (pskb_may_pull), 7.1.5")
     tuple_encap_pppoe_proto: str = _switch(
         "protocol nf_flow_tuple_encap compares for a PPPoE-carried packet: the 'raw' PPP protocol "
         "(mainline through 7.1.5: tunnel fields stay empty) or the 'mapped' ethertype (CI tree's "
-        "ctx.ether_type rework)", ("raw", "mapped"))
+        "ctx.ether_type rework)", ("raw", "mapped"),
+        kernel="not in mainline: the CI tree's ctx.ether_type rework")
 
     # --- transmit side: nf_flow_offload_ip_hook's xmit (nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push,
     #     nf_flow_encap_push, nf_flow_queue_xmit / neigh_xmit)
     ip6ip6_tx_encap_limit: bool = _switch(
         "IP6IP6 push adds a destination-options header with encap limit 4 and the MTU check "
-        "subtracts 8 more (7.0); removed in 7.1.5")
+        "subtracts 8 more (7.0); removed in 7.1.5",
+        kernel="IP6IP6 series (5e5180352193), 7.0; encap limit removed in 7.1.5")
     encap_push_order: str = _switch(
         "how VLAN tags are pushed on transmit: 'legacy' (<= 6.18: neigh_xmit / hw_ifidx path), "
         "'entry0-first' (6.19: generic skb_vlan_push from entry 0, reverse QinQ order), "
-        "'innermost-first' (April-2026 fix, nf_flow_vlan_push)", ("legacy", "entry0-first", "innermost-first"))
+        "'innermost-first' (April-2026 fix, nf_flow_vlan_push)", ("legacy", "entry0-first", "innermost-first"),
+        kernel="VLAN push rework, 6.19; April-2026 inline VLAN/PPPoE fixes (nf_flow_vlan_push), 7.0")
     pppoe_direct_xmit: bool = _switch(
-        "PPPoE path entries force DIRECT xmit with needs_gso_segment (April-2026 fix)")
+        "PPPoE path entries force DIRECT xmit with needs_gso_segment (April-2026 fix)",
+        kernel="April-2026 inline VLAN/PPPoE fixes, 7.0")
     tunnel_push_dst: str = _switch(
         "route used by the tunnel push: the 'opposite' tuple's dst_cache (7.0 bug) or 'this' "
-        "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"))
+        "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"),
+        kernel="Pablo Neira Ayuso's tunnel dst fix (merge status unverified; no named profile has it)")
 
     # --- path discovery: nf_flow_table_path.c (nft_dev_path_info, dev_fill_forward_path, ndo_fill_forward_path)
     # The tx side of the tunnel acceleration is these resolvers: a flow into the tunnel carries the
     # tunnel in its tuple only through DEV_PATH_TUN, and the fast path pushes the outer header for
     # exactly those tuples (nf_flow_tunnel_v4_push / _v6_push came in the same series).
     ipip_fill_forward_path: bool = _switch(
-        "ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP; the fast path pushes the IPIP header, 6.19)")
+        "ipip_fill_forward_path exists (DEV_PATH_TUN for IPIP; the fast path pushes the IPIP header, 6.19)",
+        kernel="IPIP flowtable acceleration series (fe8313316eaf), 6.19")
     ip6tnl_fill_forward_path: bool = _switch(
-        "ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl; the fast path pushes the IP6IP6 header, 7.0)")
+        "ip6_tnl_fill_forward_path exists (DEV_PATH_TUN for ip6tnl; the fast path pushes the IP6IP6 header, 7.0)",
+        kernel="IP6IP6 flowtable acceleration series (5e5180352193), 7.0")
     ip6tnl_requires_encaplimit_none: bool = _switch(
-        "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)")
+        "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)",
+        kernel="June-2026 IP6IP6 fixes, 7.1.5")
     path_failure: str = _switch(
         "what a path-resolution failure does: build an 'incomplete-flow' (7.0) or create 'no-flow' "
-        "(June-2026 rework)", ("incomplete-flow", "no-flow"))
+        "(June-2026 rework)", ("incomplete-flow", "no-flow"),
+        kernel="June-2026 path resolution rework, 7.1.5")
     path_requires_both_neigh: bool = _switch(
-        "device paths used only when both directions are NEIGH xmit (<= 6.18)")
+        "device paths used only when both directions are NEIGH xmit (<= 6.18)",
+        kernel="direct xmit path rework, 6.19 (both directions NEIGH before)")
     bridge_tag_encap_check: bool = _switch(
-        "bridge VLAN TAG mode checks the 2-VLAN limit in nft_dev_path_info (6.19)")
+        "bridge VLAN TAG mode checks the 2-VLAN limit in nft_dev_path_info (6.19)",
+        kernel="bridge VLAN TAG encap check in nft_dev_path_info, 6.19")
 
     # --- nf_tables control plane: net/netfilter/nf_tables_api.c (nft_netdev_hook_alloc, nft_flowtable_event)
     flowtable_absent_device: str = _switch(
@@ -102,12 +122,14 @@ class Profile:
         "(nft_netdev_hook_alloc returns -ENOENT, nft: 'Could not process rule: No such file or directory'; "
         "before 6.16) or 'bind-on-register': accept it and hook the device when it appears "
         "(6.16: 6d07a289504a 'Support wildcard netdev hook specs' drops the -ENOENT, a331b78a5525 "
-        "'Respect NETDEV_REGISTER events' binds it in nft_flowtable_event)", ("refuse", "bind-on-register"))
+        "'Respect NETDEV_REGISTER events' binds it in nft_flowtable_event)", ("refuse", "bind-on-register"),
+        kernel="6d07a289504a 'Support wildcard netdev hook specs' and a331b78a5525 'Respect NETDEV_REGISTER events', 6.16")
 
     # --- flow life cycle: nf_flow_state_check (nf_flow_table_ip.c), flow_offload_teardown (nf_flow_table_core.c)
     tcp_fin_rst: str = _switch(
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
-        ("closing", "teardown"))
+        ("closing", "teardown"),
+        kernel="flow CLOSING state for TCP FIN/RST, 6.14")
 
     def derive(self, **overrides) -> Profile:
         """A copy with some switches changed; values may be given as text."""
@@ -196,6 +218,16 @@ _LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1")
 
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5)
+}
+
+# One line per named profile for ``flowsim profiles`` (the module docstring says the same).
+PROFILE_NOTES: dict[str, str] = {
+    "linux-6.1": "Debian 6.1 kernel of the qemu conformance runs: no tunnel acceleration, FIN/RST tears down",
+    "linux-6.12": "Debian 6.12 kernel of the qemu conformance runs: no tunnel acceleration, FIN/RST tears down",
+    "linux-6.18": "no tunnel acceleration; FIN/RST sets CLOSING",
+    "linux-6.19": "IPIP acceleration",
+    "linux-7.0": "IP6IP6 acceleration as merged for 7.0, with its known bugs",
+    "linux-7.1.5": "June-2026 fixes (the default)",
 }
 
 

@@ -64,3 +64,64 @@ def test_every_switch_is_documented():
     for f in attrs.fields(Profile):
         if f.name in SWITCHES:
             assert len(f.metadata["doc"]) > 20, f.name
+
+
+def test_every_switch_names_its_kernel_change():
+    """Each switch names the kernel change behind it (flowsim profiles shows it)."""
+    import attrs
+
+    from flowsim.profiles import PROFILE_NOTES, Profile
+
+    for f in attrs.fields(Profile):
+        if f.name in SWITCHES:
+            assert len(f.metadata["kernel"]) > 5, f.name
+    assert set(PROFILE_NOTES) == set(PROFILES)
+
+
+def test_profiles_command_lists_every_profile_and_switch(capsys):
+    """`flowsim profiles`: each profile with its note; each switch with meaning, allowed values, kernel change and
+    the profiles giving each value."""
+    from flowsim.cli import main
+
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    for name in PROFILES:
+        assert name in out
+    for name in SWITCHES:
+        assert f"\n{name}  (" in out
+    assert "kernel: 025a41e76b51" in out
+    assert "    absolute: linux-6.1 linux-6.12 linux-6.18 linux-6.19 linux-7.0\n    relative: linux-7.1.5\n" in out
+    assert "    this:     (no named profile)" in out  # tunnel_push_dst=this: only through --set
+    assert "None" not in out and "True" not in out and "False" not in out
+
+
+def test_profiles_command_json_matches_the_profiles(capsys):
+    """--json: the same facts as data; every value is the profile's own and among the switch's choices."""
+    import json
+
+    from flowsim.cli import main
+
+    assert main(["profiles", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["default"] == DEFAULT_PROFILE
+    assert list(data["profiles"]) == list(PROFILES)
+    assert list(data["switches"]) == list(SWITCHES)
+    for name, sw in data["switches"].items():
+        assert sw["description"] and sw["kernel"]
+        for profile, value in sw["values"].items():
+            assert value == getattr(PROFILES[profile], name)
+            assert value in sw["choices"]
+            derived = profile_from_cli(profile, [f"{name}={value if isinstance(value, str) else int(value)}"])
+            assert derived.switches() == PROFILES[profile].switches()  # the listed value round-trips through --set
+    assert data["switches"]["ipip_rx"]["type"] == "bool"
+
+
+def test_profiles_command_one_switch_and_unknown(capsys):
+    """SWITCH arguments narrow the listing; an unknown one is the usual one-line error, exit 2."""
+    from flowsim.cli import main
+
+    assert main(["profiles", "tcp_fin_rst"]) == 0
+    out = capsys.readouterr().out
+    assert "tcp_fin_rst  (closing | teardown)" in out and "ipip_rx" not in out
+    assert main(["profiles", "nope"]) == 2
+    assert "unknown profile switch 'nope'" in capsys.readouterr().err

@@ -13,13 +13,41 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 
 from flowsim.errors import ConfigError
 
-__all__ = ["int_in_range", "number_type", "seconds_type", "headlen_type", "count_type", "readable_file",
+__all__ = ["plain", "plain_parser", "int_in_range", "number_type", "seconds_type", "headlen_type", "count_type", "readable_file",
            "writable_file", "IFINDEX_MAX"]
 
 IFINDEX_MAX = 2**31 - 1  # dev->ifindex is an int; dev_index_reserve hands out 1..INT_MAX
+
+
+_RST_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj):`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``(.+?)``", re.S)
+
+
+def plain(text: str | None) -> str | None:
+    """*text* (a module docstring) as ``--help`` shows it: ``x`` and :mod:`x` become x, ``Example::`` ends in one colon."""
+    if not text:
+        return text
+    text = _RST_ROLE.sub(r"\1", text)
+    text = _RST_LITERAL.sub(r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.M)
+
+
+def plain_parser(parser: argparse.ArgumentParser) -> None:
+    """Render the description, epilog and every option's help of *parser* and its sub-parsers with :func:`plain`."""
+    parser.description = plain(parser.description)
+    parser.epilog = plain(parser.epilog)
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+            for sub in action.choices.values():
+                plain_parser(sub)
 
 
 def int_in_range(name: str, text: str, lo: int, hi: int) -> int:

@@ -15,7 +15,7 @@ __all__ = ["register", "run"]
 def register(sub) -> None:
     p = sub.add_parser("compare", help="run a topology under two profiles and show what changes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("topology", metavar="TOPOLOGY")
+    p.add_argument("topology", metavar="TOPOLOGY", help="topology file (TOML)")
     p.add_argument("--profile", action="append", metavar="P", required=True,
                    help="kernel profile; give it twice (A then B), or once with --set-b to vary one switch")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
@@ -26,7 +26,7 @@ def register(sub) -> None:
                    help="bytes of each received frame in the skb's linear area (shows header access costs)")
     p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
                    help="stop after S seconds of virtual time (default: when the traffic is done)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 

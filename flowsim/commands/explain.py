@@ -19,12 +19,12 @@ def register(sub) -> None:
 
     p = sub.add_parser("explain", help="say why each connection was or was not offloaded",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("topology", metavar="TOPOLOGY")
+    p.add_argument("topology", metavar="TOPOLOGY", help="topology file (TOML)")
     p.add_argument("--traffic", metavar="NAME", help="only the connections of this traffic table")
     add_profile_args(p)
     p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
                    help="stop after S seconds of virtual time (default: when the traffic is done)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 

@@ -38,8 +38,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("trace", help="trace chosen packets hop by hop", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("topology", metavar="TOPOLOGY")
-    p.add_argument("--traffic", metavar="NAME")
+    p.add_argument("topology", metavar="TOPOLOGY", help="topology file (TOML)")
+    p.add_argument("--traffic", metavar="NAME", help="only packets of this traffic table (--packet counts within it)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--packet", type=count_type("--packet", 0, what="a packet index"), metavar="K",
                    help="the K-th packet of the traffic (from 0)")
@@ -50,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--hex", action="store_true", help="show the bytes of each frame sent, with header boundaries")
     p.add_argument("--limit", type=count_type("--limit", 1, what="a number of packets"), default=5, metavar="N",
                    help="at most N packets (default 5)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
