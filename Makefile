@@ -3,15 +3,24 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# `make demo` installs flowsim and its run-time dependencies only; `make test` (and the targets that
+# need the test tools) the test extra too.  Separate stamps: `make test` after `make demo` adds the extra.
+STAMP      := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test lint bench system-deps clean conform mutation
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP) $(TEST_STAMP)
 
 # Debian packages some tests drive for real (tcpdump matches the xfrm captures).
 system-deps:
@@ -27,10 +36,10 @@ demo: $(STAMP)
 	$(BIN)/flowsim explain topologies/ip6ip6-over-pppoe.toml
 
 # Lint, types and the import contracts first (seconds), then the tests.
-test: $(STAMP) system-deps lint
+test: $(TEST_STAMP) system-deps lint
 	$(BIN)/python -m pytest -n 2
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check flowsim tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -48,7 +57,7 @@ conform: $(STAMP)
 
 # Every switch of every profile flipped in turn; fails if a flip leaves the focused tests green
 # (tools/mutation.py; results cached in .mutation/, only survivors re-run).
-mutation: $(STAMP)
+mutation: $(TEST_STAMP)
 	$(BIN)/python tools/mutation.py
 
 clean:
