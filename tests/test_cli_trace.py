@@ -36,3 +36,19 @@ def test_bad_match_is_one_error_line():
     proc = subprocess.run([sys.executable, "-m", "flowsim", "trace", str(TOPO / "selftest.toml"), "--match", "color=red"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("flowsim: error:") and "Traceback" not in proc.stderr
+
+
+def test_json_details_are_typed(capsys):
+    """Issue 18 item 1: trace details are JSON values, never str() of a Python object: no VLAN is null (not
+    "None"), lengths and encaplimit are integers (or null), IPv6 endpoints read [addr]:port."""
+    assert main(["trace", str(TOPO / "ip6ip6-rx-encaplimit.toml"), "--profile", "linux-6.12", "--packet", "0",
+                 "--json"]) == 0
+    (pkt,) = json.loads(capsys.readouterr().out)
+    details = [s["details"] for s in pkt["steps"]]
+    assert not [d for d in details if "None" in d.values()]
+    rx = [d for s, d in zip(pkt["steps"], details) if s["what"] == "rx"]
+    assert rx and all(d["vlan"] is None and isinstance(d["len"], int) for d in rx)
+    encap = [d for s, d in zip(pkt["steps"], details) if s["what"] == "encapsulated"]
+    assert encap and all(isinstance(d["encaplimit"], int) or d["encaplimit"] is None for d in encap)
+    tuples = [d["detail"] for d in details if "detail" in d and "ipv6 " in d["detail"]]
+    assert all("]:" in t for t in tuples)

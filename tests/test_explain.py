@@ -24,7 +24,7 @@ def answers(name, profile="linux-7.1.5", **switches):
 @pytest.mark.parametrize("topology,profile,offloaded,needle,fix", [
     ("selftest.toml", "linux-7.1.5", True, "both directions take the fast path", None),
     ("ip6ip6-rx-encaplimit.toml", "linux-7.1.5", False, "encaplimit none", "encaplimit none"),
-    ("ip6ip6-over-pppoe.toml", "linux-7.1.5", True, "tun: packets None vs flow", None),
+    ("ip6ip6-over-pppoe.toml", "linux-7.1.5", True, "tun: packets no tunnel, flow 2001:db8:2::2", None),
     ("dsa.toml", "linux-7.1.5", None, "UNTAG_HW", None),
     ("ipip-in-ipip.toml", "linux-7.1.5", False, "a second tunnel in the stack", None),
     ("ip6ip6-rx.toml", "linux-6.18", None, "no resolver for ip6tnl", "7.0"),
@@ -69,3 +69,19 @@ def test_xfrm_direction_names_its_bundle():
                                                 "src": "192.168.10.1", "dst": "192.168.10.2", "reqid": 1}
     assert "xfrm" not in answer.paths["reply"]
     assert "path original: XFRM spi 0x1001 tunnel 192.168.10.1 → 192.168.10.2 (mtu 1446)" in answer.text()
+
+
+@pytest.mark.parametrize("topology", ["ip6ip6-over-pppoe.toml", "dsa.toml", "ipip.toml"])
+def test_text_has_no_python_reprs_nor_repeats(topology):
+    """Issue 18 item 5: readable answers: no None/dict/list reprs, each explaining sentence once, IPv6
+    endpoints as [addr]:port."""
+    for a in answers(topology).values():
+        text = a.text()
+        for repr_ in ("None", "{'", "['", "[]"):
+            assert repr_ not in text, text
+        lines = [ln.strip() for ln in text.splitlines()]
+        for ln in lines:
+            if len(ln) > 60:
+                assert sum(ln in other for other in lines) == 1, text
+        if a.original["src"].count(":"):
+            assert f"[{a.original['src']}]:{a.original['sport']}" in a.connection

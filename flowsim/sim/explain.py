@@ -95,12 +95,16 @@ class Explanation:
                  f"  {'offloaded' if self.offloaded else 'NOT offloaded'}: {self.why}"]
         if self.fix:
             lines.append(f"  fix: {self.fix}")
+        said = {self.why}  # each explaining sentence once: a near miss that is the answer is not repeated
         for d, info in self.directions.items():
             slow = ", ".join(f"{k} {v}" for k, v in info.get("slowpath", {}).items()) or "-"
             lines.append(f"  {d}: fast path {info.get('fastpath', 0)}, slow path: {slow}")
             for miss in info.get("near_miss", ()):
-                lines.append(f"    near miss x{miss['packets']}: fields {', '.join(miss['fields'])} differ — "
-                             f"{miss['why']}")
+                lines.append(f"    near miss ({miss['packets']} packets with the flow's addresses and ports but another "
+                             f"key): {miss['differences']}")
+                if not any(miss["reason"] in s for s in said):
+                    lines.append(f"      {miss['reason']}")
+                    said.add(miss["reason"])
         for d, p in self.paths.items():
             stack = " → ".join(f"{e['type']} {e['dev']}" for e in p.get("stack", ())) or "-"
             x = p.get("xfrm")
@@ -132,9 +136,10 @@ def _first_failure(per: dict | None) -> tuple[str, str] | None:
 
 
 def _field(key, name: str, st):
+    """A key field as typed JSON data: integers, address text, device names, ``None`` for no tunnel."""
     value = getattr(key, name)
     if name == "encap":
-        return [f"{e.proto:#06x}:{e.id}" for e in value]
+        return [e.to_json() for e in value]
     if name == "tun":
         return None if value is None else value.to_dict()
     if name == "iifidx":
@@ -146,17 +151,58 @@ def _field(key, name: str, st):
     return value
 
 
-def _near_text(name: str, sample, th, st) -> str:
-    got, want = _field(sample, name, st), _field(th.key, name, st)
-    text = f"{name}: packets {got} vs flow {want}"
+_ETHERTYPES = {0x8100: "VLAN", 0x88A8: "802.1ad VLAN", 0x8864: "PPPoE session"}
+
+
+def _encap_text(encap) -> str:
+    if not encap:
+        return "no VLAN/PPPoE header"
+    parts = []
+    for e in encap:
+        name = _ETHERTYPES.get(e.proto, f"ethertype {e.proto:#06x}")
+        if e.proto == 0x8864:
+            parts.append(f"{name} {e.id:#06x}")
+        elif e.proto in (0x8100, 0x88A8) and e.id >> 12:
+            parts.append(f"{name} TCI {e.id:#06x} (VID {e.id & 0xFFF}, priority {e.id >> 13})")
+        else:
+            parts.append(f"{name} {e.id}")
+    return " in ".join(parts)
+
+
+def _tun_text(tun) -> str:
+    if tun is None:
+        return "no tunnel"
+    d = tun.to_dict()
+    family = "IPv4" if tun.l3_proto == 4 else "IPv6"
+    return f"{d['src']} → {d['dst']} ({family} tunnel)"
+
+
+def _value_text(key, name: str, st) -> str:
+    """A key field in words, for the text answers."""
+    if name == "encap":
+        return _encap_text(key.encap)
+    if name == "tun":
+        return _tun_text(key.tun)
+    return str(_field(key, name, st))
+
+
+def _near_reason(name: str, sample, th) -> str:
+    """Why packets differ from their flow in field *name*: the kernel behaviour behind it."""
     if name == "tun" and sample.tun is None and any(e.proto == 0x8864 for e in sample.encap):
-        return text + " — " + _NEAR_MISS["tun"]
+        return _NEAR_MISS["tun"]
     if name == "encap" and th.in_vlan_ingress:
-        return (text + " — the flow's VLAN comes from a bridge VLAN added through switchdev (UNTAG_HW): the "
-                "switch strips it before the CPU sees the packet, so only hardware offload can match it")
+        return ("the flow's VLAN comes from a bridge VLAN added through switchdev (UNTAG_HW): the switch strips "
+                "it before the CPU sees the packet, so only hardware offload can match it")
     if name == "encap" and any((e.id >> 12) for e in sample.encap):
-        return text + " — the packets' VLAN TCI carries priority bits; the path records only the VID"
-    return text + " — " + _NEAR_MISS.get(name, "")
+        return "the packets' VLAN TCI carries priority bits; the path records only the VID"
+    if name == "tun" and sample.tun is None:
+        return "the packets carry no tunnel header although the flow expects the tunnel"
+    return _NEAR_MISS.get(name, f"the packets' {name} differs from the flow's")
+
+
+def _near_diff(name: str, sample, th, st) -> str:
+    """One differing field in words: what the packets carry, what the flow expects."""
+    return f"{name}: packets {_value_text(sample, name, st)}, flow {_value_text(th.key, name, st)}"
 
 
 def _original(ct) -> dict:
@@ -165,10 +211,15 @@ def _original(ct) -> dict:
             "dst": str(t.dst), "sport": t.sport, "dport": t.dport}
 
 
+def _endpoint(addr, port: int) -> str:
+    """``addr:port``, IPv6 as ``[addr]:port``."""
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
 def _conn_text(ct) -> str:
     t = ct.tuplehash[IP_CT_DIR_ORIGINAL]
     proto = {6: "tcp", 17: "udp", 47: "gre"}.get(t.l4proto, str(t.l4proto))
-    return f"{proto} {t.src}:{t.sport} -> {t.dst}:{t.dport}"
+    return f"{proto} {_endpoint(t.src, t.sport)} -> {_endpoint(t.dst, t.dport)}"
 
 
 def _paths(kernel, st, ft, ct) -> tuple[dict, str | None, str | None]:
@@ -259,17 +310,20 @@ def _explain_ct(kernel, st, ft, ct, flow) -> Explanation:
             near = ft.near_misses.get((flow.id, d))
             if near is not None:
                 fields, n, sample = near
+                reasons = list(dict.fromkeys(_near_reason(f, sample, th) for f in fields))
                 misses.append({"fields": list(fields), "packets": n,
                                "values": {f: {"packet": _field(sample, f, st), "flow": _field(th.key, f, st)}
                                           for f in fields},
-                               "why": "; ".join(_near_text(f, sample, th, st) for f in fields)})
+                               "differences": "; ".join(_near_diff(f, sample, th, st) for f in fields),
+                               "reason": "; ".join(reasons)})
             directions[name] = {"fastpath": th.packets, "slowpath": dict(th.slow or {}), "near_miss": misses}
         slow_dirs = [n for n, d in directions.items() if not d["fastpath"]]
         if slow_dirs:
             d = slow_dirs[0]
             detail = directions[d]
             if detail["near_miss"]:
-                why = (f"the flow exists but {d} packets miss it: " + detail["near_miss"][0]["why"])
+                miss = detail["near_miss"][0]
+                why = f"the flow exists but {d} packets miss it (near miss below): {miss['reason']}"
                 fix = None
             elif detail["slowpath"]:
                 rid = max(detail["slowpath"], key=detail["slowpath"].get)

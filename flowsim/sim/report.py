@@ -150,6 +150,19 @@ def _table(headers: list[str], rows: list[list], indent: str = "  ") -> list[str
     return out
 
 
+#: the one-line legend printed under each table of :func:`format_report`
+_LEGEND = {
+    "traffic": "  sent/delivered/dropped: packets per direction; in flight: sent but neither delivered nor dropped "
+               "when the run ended; fastpath/slowpath: flowtable hook verdicts (one per hook a packet met)",
+    "flowtables": "  fastpath: packets the flowtable hook forwarded itself; slowpath: packets it passed to the normal "
+                  "forward path (reasons at the right); drops: dropped by the hook; flows: in the table at the end",
+    "drops": "  packets lost, per reason id (`flowsim reasons` explains each); e.g.: the first ones, where and why",
+    "conntrack": "  connections at the end; pkts orig/reply: packets conntrack counted per direction (fast-path "
+                 "packets bypass it unless the flowtable has the `counter` flag)",
+    "counters": "  nft named counters at the end: packets and bytes that matched their rule",
+}
+
+
 def format_report(r: dict) -> str:
     """The report as readable tables."""
     p = r["packets"]
@@ -170,11 +183,13 @@ def format_report(r: dict) -> str:
             rows.append([t["name"] if d == "original" else "", d, x["sent"], x["delivered"], x["dropped"],
                          x["in_flight"], x["fastpath"], x["slowpath"]])
     lines += _table(["name", "direction", "sent", "delivered", "dropped", "in flight", "fastpath", "slowpath"], rows)
+    lines.append(_LEGEND["traffic"])
     if r["flowtables"]:
         lines += ["", "flowtables"]
         rows = [[f["netns"], f["name"], f["fastpath"], f["slowpath"], f.get("drops", 0), len(f.get("flows", [])),
                  ", ".join(f"{k} {v}" for k, v in f.get("reasons", {}).items()) or "-"] for f in r["flowtables"]]
         lines += _table(["netns", "flowtable", "fastpath", "slowpath", "drops", "flows", "slow-path reasons"], rows)
+        lines.append(_LEGEND["flowtables"])
         for f in r["flowtables"]:
             if f.get("gso", {}).get("segmented"):
                 lines.append(f"  {f['netns']} @{f['name']}: {f['gso']['segmented']} GSO skbs segmented in software "
@@ -185,6 +200,7 @@ def format_report(r: dict) -> str:
     if r["drops"]:
         lines += ["", "drops"]
         lines += _table(["reason", "packets"], [[k, v] for k, v in r["drops"].items()])
+        lines.append(_LEGEND["drops"])
         for s in r["drop_samples"][:5]:
             lines.append(f"    e.g. {s['packet']} at {s['time'] * 1e3:.3f} ms in {s['where']}: {s['reason']}")
     for netns, entries in r["conntrack"].items():
@@ -194,7 +210,9 @@ def format_report(r: dict) -> str:
         rows = [[e["proto"], e["original"], e["reply"], e["state"], ",".join(e["status"]) or "-",
                  e["counters"]["original"]["packets"], e["counters"]["reply"]["packets"]] for e in entries]
         lines += _table(["proto", "original", "reply", "state", "status", "pkts orig", "pkts reply"], rows)
+        lines.append(_LEGEND["conntrack"])
     for netns, cs in r["counters"].items():
         lines += ["", f"nft counters ({netns})"]
         lines += _table(["counter", "packets", "bytes"], [[k, v["packets"], v["bytes"]] for k, v in cs.items()])
+        lines.append(_LEGEND["counters"])
     return "\n".join(lines) + "\n"

@@ -146,8 +146,10 @@ class FlowTuple(NamedTuple):
     def __str__(self) -> str:
         encap = ",".join(f"{e.proto:#06x}:{e.id}" for e in self.encap)
         tun = "-" if self.tun is None else f"{self.tun.to_dict()['src']}->{self.tun.to_dict()['dst']}/{self.tun.l3_proto}"
-        return (f"{_L3_NAMES.get(self.l3proto, self.l3proto)} {self.src_text}:{self.sport} -> "
-                f"{self.dst_text}:{self.dport} l4proto {self.l4proto} iif {self.iifidx} "
+        src, dst = ((f"[{self.src_text}]", f"[{self.dst_text}]") if self.l3proto == AF_INET6
+                    else (self.src_text, self.dst_text))
+        return (f"{_L3_NAMES.get(self.l3proto, self.l3proto)} {src}:{self.sport} -> "
+                f"{dst}:{self.dport} l4proto {self.l4proto} iif {self.iifidx} "
                 f"encap [{encap}] tun {tun}")
 
 

@@ -191,11 +191,19 @@ class TraceRecord:
     packet: str
     where: str
     what: str
-    details: tuple = ()
+    details: tuple = ()  # (name, value) pairs, values JSON-ready: None, bool, int, float or text
 
     def __str__(self) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in self.details)
+        extra = " ".join(f"{k}={v}" for k, v in self.details if v is not None)
         return f"{self.time * 1e3:10.3f} ms  {self.packet:28} {self.where:24} {self.what}" + (f"  [{extra}]" if extra else "")
+
+
+def _trace_value(v):
+    """A trace detail as a JSON-ready value: numbers, booleans and ``None`` stay typed (``null`` for an absent
+    VLAN, not the text "None"); addresses and other values become their text form."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
 
 
 @attrs.define(slots=True, eq=False)
@@ -354,7 +362,7 @@ class Kernel:
         if self.tracing:
             tag = getattr(skb, "tag", None)
             self.traces.append(TraceRecord(self.now, str(tag) if tag is not None else "-", where, what,
-                                           tuple(sorted((k, str(v)) for k, v in details.items()))))
+                                           tuple(sorted((k, _trace_value(v)) for k, v in details.items()))))
 
     def add_pieces(self, skb, n: int) -> None:
         """*n* more skbs now carry *skb*'s packet (fragmentation, flooding, GSO segmentation)."""

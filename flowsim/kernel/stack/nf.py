@@ -174,7 +174,7 @@ def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_de
             rng = NatRange.from_request(res.nat, addr=addr)
         st.conntrack.nf_nat_setup_info(ct, manip, rng)
         kernel.trace(skb, f"{st.name} {hook}", f"NAT {manip} bound", ct=ct.id,
-                     reply=f"{ct.tuplehash[1].src}:{ct.tuplehash[1].sport}->{ct.tuplehash[1].dst}:{ct.tuplehash[1].dport}")
+                     reply=_endpoints(ct.tuplehash[1]))
     if not ct.status & IPS_NAT_MASK:
         return info
     changed = nf_nat_packet(ct, d, hook, skb.buf, info.l3off)
@@ -313,3 +313,9 @@ def _eval(kernel, st, hook, skb, info, nfc, in_dev, out_dev, route, entries):
             kernel.trace(skb, f"{st.name} {hook}", str(step))
     return res
 
+
+def _endpoints(t) -> str:
+    """A conntrack tuple's endpoints for the trace, IPv6 as ``[addr]:port``."""
+    def ep(addr, port):
+        return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+    return f"{ep(t.src, t.sport)}->{ep(t.dst, t.dport)}"
