@@ -41,6 +41,10 @@ def register(subparsers) -> None:
     p.add_argument("topology", help="topology file (TOML)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--pcap-dir", metavar="DIR", help="write one pcap per (namespace, device) into DIR")
+    p.add_argument("--pcapng", metavar="FILE",
+                   help="write every device's frames into one pcapng FILE: an interface NETNS/DEV per device, "
+                        "direction and packet id per frame, the flowtable verdict (fastpath / slowpath REASON / "
+                        "drop REASON) as the comment of each frame the hook saw")
     p.add_argument("--duration", type=_seconds, metavar="S",
                    help="stop after S seconds of virtual time (GC runs every second up to it); "
                         "default: when the traffic is done")
@@ -61,7 +65,7 @@ def run(args) -> int:
         raise ConfigError(f"{args.topology}: no [[traffic]] tables", value=args.topology,
                           expected="a topology with at least one [[traffic]] table")
     sim = Simulation(topo, profile, flowtables=not args.no_flowtables, headlen=args.headlen,
-                     pcap_dir=args.pcap_dir)
+                     pcap_dir=args.pcap_dir, pcapng=args.pcapng)
     bar = progress_enabled(getattr(args, "quiet", False))
     with SimProgress.for_simulation(sim, args.duration, enabled=bar) as progress:
         sim.run(args.duration, progress=progress)

@@ -13,6 +13,9 @@ Writing uses the classic pcap format (Ethernet link type), which tcpdump,
 Wireshark and scapy all read: :class:`PcapWriter` for the simulator's
 per-device captures, :func:`write_pcap` for the frames of a model run, with
 fixed timestamps so the file is reproducible byte for byte.
+:class:`PcapngWriter` writes one pcapng for a whole run: an interface per
+device with the link type libpcap gives that device type
+(:func:`device_linktype`), the direction, a packet id and a comment per frame.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import attrs
 from flowsim.errors import CaptureError
 from flowsim.kernel.headers import ETH_P_IP, ETH_P_IPV6
 
-__all__ = ["Frame", "read_capture", "PcapWriter", "write_pcap", "ether_frame", "LINKTYPES"]
+__all__ = ["Frame", "read_capture", "PcapWriter", "PcapngWriter", "write_pcap", "ether_frame", "LINKTYPES",
+           "device_linktype"]
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101
@@ -305,3 +309,112 @@ def write_pcap(path: str | Path, frames: Iterable[bytes], start: int = 1_800_000
         for n, frame in enumerate(frames, 1):
             writer.write(frame, start + n / 1_000_000)
     return n
+
+
+# libpcap's map_arphrd_to_dlt (pcap-linux.c) for the simulator's device link types: Ethernet-like
+# devices (veth, bridge, vlan, macvlan, dummy, loopback) capture as Ethernet; IP tunnels
+# (ARPHRD_TUNNEL ipip, ARPHRD_TUNNEL6 ip6tnl) and ARPHRD_NONE (tun, wireguard) as raw IP;
+# PPP and GRE devices in Linux cooked mode, libpcap's choice for them and for the types it
+# does not map.
+_DEVICE_LINKTYPES = {"tunnel": LINKTYPE_RAW, "tunnel6": LINKTYPE_RAW, "none": LINKTYPE_RAW,
+                     "ppp": LINKTYPE_LINUX_SLL, "ipgre": LINKTYPE_LINUX_SLL}
+_ARPHRD = {"ppp": 512, "ipgre": 778}  # the hardware type field of a cooked header
+_SLL_HOST, _SLL_OUTGOING = 0, 4
+
+
+def device_linktype(link_type: str) -> int:
+    """The pcap link type of a device whose ``link_type`` is *link_type* (``ether``, ``tunnel6`` …)."""
+    return _DEVICE_LINKTYPES.get(link_type, LINKTYPE_ETHERNET)
+
+
+def _from_ethernet(frame: bytes, linktype: int, arphrd: int, outbound: bool) -> bytes:
+    """The frame as a capture of *linktype* holds it (the inverse of :func:`_to_ethernet`).
+
+    The simulator hands L3 devices' frames on behind a synthetic Ethernet
+    header (zero MACs, the protocol): raw IP drops it, a cooked header replaces it.
+    """
+    if linktype == LINKTYPE_RAW:
+        return frame[14:]
+    if linktype == LINKTYPE_LINUX_SLL:
+        return (struct.pack("!HHH8s", _SLL_OUTGOING if outbound else _SLL_HOST, arphrd, 0, b"")
+                + frame[12:14] + frame[14:])
+    return frame
+
+
+def _option(code: int, value: bytes) -> bytes:
+    return struct.pack("<HH", code, len(value)) + value + bytes(-len(value) % 4)
+
+
+def _block(btype: int, body: bytes) -> bytes:
+    body += bytes(-len(body) % 4)
+    n = len(body) + 12
+    return struct.pack("<II", btype, n) + body + struct.pack("<I", n)
+
+
+_OPT_COMMENT, _IF_NAME, _IF_TSRESOL, _SHB_USERAPPL = 1, 2, 9, 4
+_EPB_FLAGS, _EPB_PACKETID = 2, 5
+_EPB_INBOUND, _EPB_OUTBOUND = 1, 2
+_END_OF_OPT = bytes(4)
+
+
+class PcapngWriter:
+    """Write a run's frames to one pcapng file (draft-ietf-opsawg-pcapng), all devices in one section.
+
+    :meth:`interface` describes a device once (``if_name``, its link type,
+    microsecond timestamps); :meth:`write` appends an enhanced packet block
+    with the direction (``epb_flags``), a packet id (``epb_packetid``) and a
+    comment (``opt_comment``) when given.  Frames are Ethernet frames as the
+    simulator captures them; those of raw-IP and cooked interfaces are
+    converted to their link type.
+    """
+
+    def __init__(self, path: str | Path, snaplen: int = 262144, application: str = "flowsim"):
+        # the writer owns the file for its lifetime; close() / the context manager closes it
+        try:
+            self._fh = open(path, "wb")  # noqa: SIM115
+        except OSError as exc:
+            raise CaptureError(f"cannot write pcapng {str(path)!r}: {exc.strerror}") from None
+        self.snaplen = snaplen
+        self._ifaces: list[tuple[int, int]] = []  # (link type, ARPHRD for cooked headers) per interface id
+        options = _option(_SHB_USERAPPL, application.encode()) + _END_OF_OPT
+        # byte-order magic, version 1.0, section length unknown (-1)
+        self._fh.write(_block(_PCAPNG_SHB, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + options))
+
+    def interface(self, name: str, linktype: int = LINKTYPE_ETHERNET, arphrd: int = 0) -> int:
+        """Describe an interface (an IDB named *name*); returns its interface id."""
+        options = _option(_IF_NAME, name.encode()) + _option(_IF_TSRESOL, bytes([6])) + _END_OF_OPT
+        self._fh.write(_block(_IDB, struct.pack("<HHI", linktype, 0, self.snaplen) + options))
+        self._ifaces.append((linktype, arphrd))
+        return len(self._ifaces) - 1
+
+    def device(self, name: str, link_type: str) -> int:
+        """Describe a simulated device (``link_type`` as the device has it); returns its interface id."""
+        return self.interface(name, device_linktype(link_type), _ARPHRD.get(link_type, 0))
+
+    def write(self, iface: int, frame: bytes, ts: float = 0.0, *, outbound: bool | None = None,
+              packetid: int | None = None, comment: str | None = None) -> None:
+        """One enhanced packet block: *frame* (Ethernet) on interface *iface* at *ts* seconds."""
+        linktype, arphrd = self._ifaces[iface]
+        data = _from_ethernet(frame, linktype, arphrd, bool(outbound))
+        usec = int(round(ts * 1_000_000))
+        options = b""
+        if comment:
+            options += _option(_OPT_COMMENT, comment.encode())
+        if outbound is not None:
+            options += _option(_EPB_FLAGS, struct.pack("<I", _EPB_OUTBOUND if outbound else _EPB_INBOUND))
+        if packetid is not None:
+            options += _option(_EPB_PACKETID, struct.pack("<Q", packetid))
+        if options:
+            options += _END_OF_OPT
+        caplen = min(len(data), self.snaplen)
+        body = struct.pack("<IIIII", iface, usec >> 32, usec & 0xFFFFFFFF, caplen, len(data))
+        self._fh.write(_block(_EPB, body + data[:caplen] + bytes(-caplen % 4) + options))
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> PcapngWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

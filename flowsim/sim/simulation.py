@@ -39,6 +39,11 @@ written to or read from a device is stored in ``NETNS-DEVICE.pcap``
 (Ethernet link type; devices without a link-layer header get zero MAC
 addresses), timestamped with the virtual clock; a name that does not make a
 plain file name inside that directory is refused (:func:`pcap_file`).
+With ``pcapng`` every device's frames go into one pcapng file
+(:class:`flowsim.kernel.capture.PcapngWriter`): an interface ``NETNS/DEV``
+per device with its libpcap link type, the direction, the packet's id
+(one per simulated packet) and, on each frame a flowtable hook saw, its
+verdict as a comment: ``fastpath``, ``slowpath REASON`` or ``drop REASON``.
 
     >>> from flowsim.config.topology import load_topology        # doctest: +SKIP
     >>> sim = Simulation(load_topology("topologies/selftest.toml"), flowtables=False).run()  # doctest: +SKIP
@@ -52,17 +57,21 @@ import collections
 import heapq
 import math
 import os
+import sys
 from pathlib import Path
 
 from flowsim.config import iproute
 from flowsim.config.limits import MAX_VIRTUAL_TIME
 from flowsim.errors import ConfigError
-from flowsim.kernel.capture import PcapWriter
+from flowsim.kernel.capture import PcapngWriter, PcapWriter
 from flowsim.kernel.conntrack import IPS_OFFLOAD
 from flowsim.kernel.flowtable.core import NF_FLOW_TEARDOWN
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag
 from flowsim.kernel.stack.ip import IPFRAG_TIME
 from flowsim.sim.traffic import Conversation, TrafficSpec
+
+# the stack's functions that call its capture tap: a received frame, a transmitted one
+_RX_TX = frozenset({"netif_receive_skb", "_xmit_one"})
 
 __all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY", "MAX_TIME", "next_expiry", "pcap_file"]
 
@@ -144,7 +153,7 @@ class Simulation:
     """
 
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
-                 pcap_dir: str | Path | None = None, tracing: bool = False,
+                 pcap_dir: str | Path | None = None, tracing: bool = False, pcapng: str | Path | None = None,
                  traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY,
                  coalesce_gc: bool = True):
         link_delay = check_time("link_delay", link_delay, positive=True)
@@ -175,6 +184,16 @@ class Simulation:
                 raise ConfigError(f"cannot create {self.pcap_dir}: {exc.strerror}", value=str(self.pcap_dir),
                                   expected="a writable directory") from None
             self.kernel.capture = self._capture
+        # one pcapng for the run (interface NETNS/DEV per device, direction, packet id, hook verdicts)
+        self.pcapng: PcapngWriter | None = None
+        self._ng_ifaces: dict[tuple[str, str], int] = {}
+        self._ng_ids: dict[int, tuple[PacketTag, int]] = {}  # id(tag) -> (tag, packet id)
+        self._ng_held: list[list] = []  # blocks held until the hook's verdict on the first (an rx frame)
+        self._ng_skb: object = None  # the skb of that rx frame
+        if pcapng is not None:
+            self.pcapng = PcapngWriter(pcapng)
+            self.kernel.capture = self._capture_both if self.pcap_dir is not None else self._capture_ng
+            self.kernel.verdict = self._verdict
 
     @property
     def profile(self):
@@ -224,6 +243,65 @@ class Simulation:
             assert self.pcap_dir is not None  # _capture is installed only with a pcap_dir
             w = self._writers[(netns, dev)] = PcapWriter(pcap_file(self.pcap_dir, netns, dev))
         w.write(frame, self.kernel.now)
+
+    def _capture_both(self, netns: str, dev: str, frame: bytes) -> None:
+        self._capture(netns, dev, frame)
+        self._capture_ng(netns, dev, frame, 3)
+
+    def _capture_ng(self, netns: str, dev: str, frame: bytes, depth: int = 2) -> None:
+        """A frame for the run's pcapng; its direction and skb from the stack's tap that captured it.
+
+        The capture callback gets (netns, dev, frame): the direction and the
+        skb are those of the caller of ``stack.l2._capture`` — ``netif_receive_skb``
+        (received) or ``_xmit_one`` (transmitted).  A received frame is held
+        until the flowtable hook's verdict on its skb (:meth:`_verdict`) or
+        the next received frame, with the frames captured meanwhile, so the
+        file keeps the capture order.
+        """
+        caller = sys._getframe(depth)
+        while caller is not None and caller.f_code.co_name not in _RX_TX:
+            caller = caller.f_back
+        skb = caller.f_locals.get("skb") if caller is not None else None
+        outbound = None if caller is None else caller.f_code.co_name == "_xmit_one"
+        key = (netns, dev)
+        iface = self._ng_ifaces.get(key)
+        assert self.pcapng is not None
+        if iface is None:
+            d = self.topo.namespaces[netns].devices.get(dev)
+            iface = self._ng_ifaces[key] = self.pcapng.device(f"{netns}/{dev}", d.link_type if d else "ether")
+        tag = getattr(skb, "tag", None)
+        pid = None
+        if tag is not None:
+            entry = self._ng_ids.get(id(tag))
+            if entry is None:
+                entry = self._ng_ids[id(tag)] = (tag, len(self._ng_ids) + 1)
+            pid = entry[1]
+        block = [iface, frame, self.kernel.now, outbound, pid, None]
+        if not outbound:
+            self._ng_flush()
+            self._ng_skb = skb
+            self._ng_held.append(block)
+        elif self._ng_held:
+            self._ng_held.append(block)
+        else:
+            self._ng_write(block)
+
+    def _verdict(self, skb, text: str) -> None:
+        """The flowtable hook's verdict on *skb*: the comment of the frame it was received in."""
+        if self._ng_held and skb is self._ng_skb:
+            self._ng_held[0][5] = text
+            self._ng_flush()
+
+    def _ng_write(self, block: list) -> None:
+        assert self.pcapng is not None
+        iface, frame, ts, outbound, pid, comment = block
+        self.pcapng.write(iface, frame, ts, outbound=outbound, packetid=pid, comment=comment)
+
+    def _ng_flush(self) -> None:
+        for block in self._ng_held:
+            self._ng_write(block)
+        self._ng_held.clear()
+        self._ng_skb = None
 
     def pcap_path(self, netns: str, dev: str) -> Path | None:
         """Where the capture of *dev* in *netns* is (None without ``pcap_dir``)."""
@@ -298,6 +376,10 @@ class Simulation:
         for w in self._writers.values():
             w.close()
         self._writers.clear()
+        if self.pcapng is not None:
+            self._ng_flush()
+            self.pcapng.close()
+            self.pcapng = None
 
     def pending(self) -> collections.Counter:
         """id(tag) -> skbs of that packet still queued (events and reassembly queues)."""

@@ -263,7 +263,9 @@ class Kernel:
 
     ``schedule(t, fn, *args)`` runs ``fn(*args)`` at virtual time *t* (the
     simulation's event queue; default: at once).  ``capture(netns, dev,
-    frame)`` receives every frame written to or read from a device when set.
+    frame)`` receives every frame written to or read from a device when set;
+    ``verdict(skb, text)``, when set, hears each flowtable hook verdict
+    (``fastpath``, ``slowpath REASON``, ``drop REASON``) for the skb it saw.
     ``accept(kernel, state, skb, info)`` finds the endpoint for a packet no
     socket is bound to (a listening server), or returns None.
     """
@@ -285,6 +287,7 @@ class Kernel:
         self.ledger = Ledger()
         self.schedule: Callable = lambda t, fn, *args: fn(*args)
         self.capture: Callable | None = None
+        self.verdict: Callable | None = None  # the flowtable hook's verdict per skb (a run's pcapng)
         self.accept: Callable | None = None
         self.accounting: dict = collections.defaultdict(collections.Counter)  # (traffic, dir) -> kind -> n
         self.xmit_depth = 0
