@@ -56,7 +56,7 @@ def test_device_missing_from_flowtable_names_the_device(tmp_path):
 def test_cli_json(capsys):
     """--json prints one object per connection with the stacks per direction."""
     assert main(["explain", str(TOPO / "ip6ip6-rx.toml"), "--json", "--traffic", "tcp-rx-from-tunnel"]) == 0
-    (obj,) = json.loads(capsys.readouterr().out)
+    (obj,) = json.loads(capsys.readouterr().out)["answers"]
     assert obj["offloaded"] and obj["original"]["proto"] == "tcp"
     assert [e["type"] for e in obj["paths"]["reply"]["stack"]] == ["TUN", "ETHERNET"]
 

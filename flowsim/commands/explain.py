@@ -9,6 +9,7 @@ from flowsim.commands._args import seconds_type
 from flowsim.config.topology import load_topology
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.explain import explain
+from flowsim.schemas import schema_id
 from flowsim.sim.simulation import Simulation
 
 __all__ = ["register", "run"]
@@ -36,7 +37,7 @@ def run(args) -> int:
         conns = _traffic_connections(sim, args.traffic)
         answers = [a for a in answers if (a.original["proto"], a.original["sport"]) in conns]
     if args.json:
-        print(json.dumps([a.to_dict() for a in answers], indent=2, default=str))
+        print(json.dumps({"schema": schema_id("explain"), "answers": [a.to_dict() for a in answers]}, indent=2, default=str))
     else:
         print(f"profile {sim.profile.name}: {len(answers)} connection(s)")
         for a in answers:

@@ -21,6 +21,7 @@ import json
 
 from flowsim.commands._args import int_in_range as _int
 from flowsim.errors import ConfigError
+from flowsim.schemas import schema_id
 from flowsim.models.ovpn import CIPHERS, COVER_LETTER, LL_MAX_HEADER_CHOICES, OVPN_DEFAULT_MTU, OvpnRun, simulate
 
 __all__ = ["register", "run", "render_text"]
@@ -75,7 +76,7 @@ def run(args) -> int:
         faults=frozenset(_int("--fail-segment", k, 0, segments - 1) for k in args.fail_segment),
         pcap=args.pcap)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps({"schema": schema_id("ovpn"), **result.to_dict()}))
     else:
         print(render_text(result))
     return 0 if all(result.invariants.values()) else 1

@@ -25,6 +25,7 @@ from flowsim.kernel.flowtable.path import (
     CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path, ruleset_flowtables,
 )
 from flowsim.profiles import profile_from_cli
+from flowsim.schemas import schema_id
 
 __all__ = ["register", "run"]
 
@@ -67,7 +68,7 @@ def run(args) -> int:
     ns = topo.netns(args.netns)
     dst = _addr(args.dst, "--dst")
     ft = _flowtable(ns, args.flowtable)
-    head = {"topology": args.topology, "netns": ns.name, "profile": profile.name,
+    head = {"schema": schema_id("path"), "topology": args.topology, "netns": ns.name, "profile": profile.name,
             "flowtable": {"name": ft.name, "devices": sorted(ft.devices), "hw_offload": ft.hw_offload}}
     if args.src is None:
         p = resolve_path(ns, ns.fib.lookup(dst), dst, ft, profile)

@@ -18,6 +18,7 @@ from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb
 from flowsim.kernel.skb import skb_from_frame
 from flowsim.profiles import profile_from_cli
 from flowsim.reasons import reason
+from flowsim.schemas import schema_id
 
 __all__ = ["register", "run", "frame_result"]
 
@@ -77,7 +78,7 @@ def run(args) -> int:
         for frame in read_capture(args.capture):
             obj = frame_result(frame.index, frame.data, iif=args.iif, family=args.family, profile=profile,
                                rx_vlan_offload=args.rx_vlan_offload, headlen=args.headlen)
-            out.write((json.dumps(obj) if args.json else _text(obj)) + "\n")
+            out.write((json.dumps({"schema": schema_id("tuple"), **obj}) if args.json else _text(obj)) + "\n")
     except CaptureError as exc:
         out.flush()
         print(f"flowsim: error: {exc}", file=sys.stderr)

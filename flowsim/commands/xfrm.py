@@ -25,6 +25,7 @@ import json
 from flowsim.commands._args import int_in_range as _int
 from flowsim.errors import ConfigError
 from flowsim.kernel.esp import INNER_KINDS
+from flowsim.schemas import schema_id
 from flowsim.models.xfrm import OUTCOMES, XfrmRun, get_variant, simulate
 
 __all__ = ["register", "run", "render_text"]
@@ -93,7 +94,7 @@ def run(args) -> int:
         family=family, spi=_int("--spi", args.spi, 1, 0xFFFFFFFF), seq_first=_int("--seq", args.seq, 1, 0xFFFFFFFE),
         pcap=args.pcap, **_key(args.key))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=None))
+        print(json.dumps({"schema": schema_id("xfrm"), **result.to_dict()}, indent=None))
     else:
         print(render_text(result))
     return 0

@@ -38,6 +38,7 @@ import collections
 
 from flowsim.kernel import conntrack as ctmod
 from flowsim.kernel.stack.core import ORIGIN_HOST, ORIGIN_STACK
+from flowsim.schemas import schema_id
 
 __all__ = ["build_report", "format_report", "ct_status_names", "STATUS_BITS"]
 
@@ -123,7 +124,7 @@ def build_report(sim) -> dict:
             counters[st.name] = {f"{f} {t} {n}": {"packets": c.packets, "bytes": c.bytes}
                                  for (f, t, n), c in st.nft.named_counters.items()}
     return {
-        "topology": sim.topo.file, "description": sim.topo.description,
+        "schema": schema_id("run"), "topology": sim.topo.file, "description": sim.topo.description,
         "profile": k.profile.name, "kernel": k.profile.kernel, "flowtables_enabled": k.flowtables_enabled,
         "time": round(sim.end, 9), "duration": sim.duration,
         "packets": {**totals, "by_origin": by_origin},
