@@ -34,6 +34,7 @@ class FakeKernel:
     profile: object
     now: float = 0.0
     tracing: bool = False
+    verdict: object = None  # Kernel.verdict: no pcapng here
     xmits: list = attrs.Factory(list)  # (kind, dev name, skb)
     accounted: list = attrs.Factory(list)
     steps: list = attrs.Factory(list)

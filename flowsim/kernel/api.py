@@ -71,7 +71,7 @@ conntrack, skb, profiles).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from flowsim.kernel.conntrack import ConntrackTable
@@ -138,6 +138,9 @@ class Kernel(Protocol):
 
     @property
     def tracing(self) -> bool: ...
+
+    @property
+    def verdict(self) -> Callable[[SkBuff, str], None] | None: ...
 
     def dev_queue_xmit(self, dev: NetDevice, skb: SkBuff) -> None: ...
 

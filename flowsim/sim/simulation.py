@@ -57,7 +57,6 @@ import collections
 import heapq
 import math
 import os
-import sys
 from pathlib import Path
 
 from flowsim.config import iproute
@@ -71,7 +70,6 @@ from flowsim.kernel.stack.ip import IPFRAG_TIME
 from flowsim.sim.traffic import Conversation, TrafficSpec
 
 # the stack's functions that call its capture tap: a received frame, a transmitted one
-_RX_TX = frozenset({"netif_receive_skb", "_xmit_one"})
 
 __all__ = ["Simulation", "GC_INTERVAL", "PROGRESS_EVERY", "MAX_TIME", "next_expiry", "pcap_file"]
 
@@ -192,7 +190,7 @@ class Simulation:
         self._ng_skb: object = None  # the skb of that rx frame
         if pcapng is not None:
             self.pcapng = PcapngWriter(pcapng)
-            self.kernel.capture = self._capture_both if self.pcap_dir is not None else self._capture_ng
+            self.kernel.packet_tap = self._capture_ng
             self.kernel.verdict = self._verdict
 
     @property
@@ -244,25 +242,13 @@ class Simulation:
             w = self._writers[(netns, dev)] = PcapWriter(pcap_file(self.pcap_dir, netns, dev))
         w.write(frame, self.kernel.now)
 
-    def _capture_both(self, netns: str, dev: str, frame: bytes) -> None:
-        self._capture(netns, dev, frame)
-        self._capture_ng(netns, dev, frame, 3)
+    def _capture_ng(self, netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
+        """A frame for the run's pcapng (``Kernel.packet_tap``), with its skb and direction.
 
-    def _capture_ng(self, netns: str, dev: str, frame: bytes, depth: int = 2) -> None:
-        """A frame for the run's pcapng; its direction and skb from the stack's tap that captured it.
-
-        The capture callback gets (netns, dev, frame): the direction and the
-        skb are those of the caller of ``stack.l2._capture`` — ``netif_receive_skb``
-        (received) or ``_xmit_one`` (transmitted).  A received frame is held
-        until the flowtable hook's verdict on its skb (:meth:`_verdict`) or
-        the next received frame, with the frames captured meanwhile, so the
-        file keeps the capture order.
+        A received frame is held until the flowtable hook's verdict on its skb
+        (:meth:`_verdict`) or the next received frame, with the frames captured
+        meanwhile, so the file keeps the capture order.
         """
-        caller = sys._getframe(depth)
-        while caller is not None and caller.f_code.co_name not in _RX_TX:
-            caller = caller.f_back
-        skb = caller.f_locals.get("skb") if caller is not None else None
-        outbound = None if caller is None else caller.f_code.co_name == "_xmit_one"
         key = (netns, dev)
         iface = self._ng_ifaces.get(key)
         assert self.pcapng is not None

@@ -102,7 +102,7 @@ def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffl
         slow[rid] = slow.get(rid, 0) + 1
         th.slow = slow
     kernel.account(skb, "slowpath")
-    if (tap := getattr(kernel, "verdict", None)) is not None:  # Kernel.verdict: a run's pcapng
+    if (tap := kernel.verdict) is not None:  # Kernel.verdict: a run's pcapng
         tap(skb, f"slowpath {rid}")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"slow path: {rid}", reason=rid, detail=detail)
@@ -112,7 +112,7 @@ def _accept(kernel, ft: Flowtable, skb, rid: str, detail: str = "", th: FlowOffl
 def _drop(kernel, ft: Flowtable, skb, rid: str, detail: str = "") -> str:
     ft.count(DROP, rid)
     skb.drop_reason = rid
-    if (tap := getattr(kernel, "verdict", None)) is not None:
+    if (tap := kernel.verdict) is not None:
         tap(skb, f"drop {rid}")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"drop: {rid}", reason=rid, detail=detail)
@@ -123,7 +123,7 @@ def _stolen(kernel, ft, skb, dev, how: str) -> None:
     ft.fastpath += 1  # Flowtable.count(STOLEN), inlined: once per fast-path packet
     if skb.tag is not None:
         kernel.account(skb, "fastpath")
-    if (tap := getattr(kernel, "verdict", None)) is not None:
+    if (tap := kernel.verdict) is not None:
         tap(skb, "fastpath")
     if kernel.tracing:
         kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: {how} on {dev.name}", dev=dev.name)

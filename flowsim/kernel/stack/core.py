@@ -287,6 +287,7 @@ class Kernel:
         self.ledger = Ledger()
         self.schedule: Callable = lambda t, fn, *args: fn(*args)
         self.capture: Callable | None = None
+        self.packet_tap: Callable | None = None  # (netns, dev, frame, skb, outbound): a run's pcapng
         self.verdict: Callable | None = None  # the flowtable hook's verdict per skb (a run's pcapng)
         self.accept: Callable | None = None
         self.accounting: dict = collections.defaultdict(collections.Counter)  # (traffic, dir) -> kind -> n

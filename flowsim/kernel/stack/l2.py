@@ -113,8 +113,13 @@ def tx_frame(skb: SkBuff, l3: bool) -> bytes:
     return bytes(buf[d:])
 
 
-def _capture(kernel, dev, frame: bytes) -> None:
-    kernel.capture(dev.netns, dev.name, frame)
+def _capture(kernel, dev, frame: bytes, skb: SkBuff, outbound: bool) -> None:
+    """The packet taps (``dev_queue_xmit_nit`` on transmit, ``deliver_skb`` to ``ptype_all`` on receive):
+    ``kernel.capture`` sees the frame, ``kernel.packet_tap`` also the skb and the direction."""
+    if kernel.capture is not None:
+        kernel.capture(dev.netns, dev.name, frame)
+    if kernel.packet_tap is not None:
+        kernel.packet_tap(dev.netns, dev.name, frame, skb, outbound)
 
 
 # ----------------------------------------------------------------- receive
@@ -145,8 +150,8 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
         if not skb.vlan_present and skb.protocol in _VLAN_PROTOS and not skb_vlan_untag(skb):
             kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name} rx")
             return
-        if kernel.capture is not None:
-            _capture(kernel, dev, rx_frame(skb, dev.link_type in _L3_LINK_TYPES))
+        if kernel.capture is not None or kernel.packet_tap is not None:
+            _capture(kernel, dev, rx_frame(skb, dev.link_type in _L3_LINK_TYPES), skb, False)
         if kernel.tracing:
             kernel.trace(skb, f"{dev.netns} {dev.name}", "rx", len=skb.len,
                          vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None)
@@ -514,10 +519,10 @@ def gso_segment(kernel, skb: SkBuff, where: str) -> list[SkBuff] | None:
 
 def _xmit_one(kernel, dev, skb: SkBuff) -> None:
     """``xmit_one``: taps (capture, trace) see each skb, then the device's ``ndo_start_xmit``."""
-    if kernel.capture is not None or kernel.tracing:
+    if kernel.capture is not None or kernel.packet_tap is not None or kernel.tracing:
         l3 = dev.link_type in _L3_LINK_TYPES
-        if kernel.capture is not None:
-            _capture(kernel, dev, tx_frame(skb, l3))
+        if kernel.capture is not None or kernel.packet_tap is not None:
+            _capture(kernel, dev, tx_frame(skb, l3), skb, True)
         if kernel.tracing:
             kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
                          vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
