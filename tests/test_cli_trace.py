@@ -17,7 +17,7 @@ def test_fast_path_packet_never_reaches_forward(capsys):
     (nf_flow_offload_ip_hook)."""
     assert main(["trace", str(TOPO / "selftest.toml"), "--match", "traffic=tcp-12345,kind=data", "--limit", "1",
                  "--json"]) == 0
-    (pkt,) = json.loads(capsys.readouterr().out)
+    (pkt,) = json.loads(capsys.readouterr().out)["packets"]
     whats = [s["what"] for s in pkt["steps"]]
     assert any(w.startswith("lookup hit") for w in whats) and any(w.startswith("fast path") for w in whats)
     assert not any(s["where"].endswith("forward") for s in pkt["steps"])
@@ -43,7 +43,7 @@ def test_json_details_are_typed(capsys):
     "None"), lengths and encaplimit are integers (or null), IPv6 endpoints read [addr]:port."""
     assert main(["trace", str(TOPO / "ip6ip6-rx-encaplimit.toml"), "--profile", "linux-6.12", "--packet", "0",
                  "--json"]) == 0
-    (pkt,) = json.loads(capsys.readouterr().out)
+    (pkt,) = json.loads(capsys.readouterr().out)["packets"]
     details = [s["details"] for s in pkt["steps"]]
     assert not [d for d in details if "None" in d.values()]
     rx = [d for s, d in zip(pkt["steps"], details) if s["what"] == "rx"]

@@ -26,7 +26,7 @@ def register(sub) -> None:
                    help="bytes of each received frame in the skb's linear area (shows header access costs)")
     p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
                    help="stop after S seconds of virtual time (default: when the traffic is done)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema compare)")
     p.set_defaults(func=run)
 
 
@@ -41,5 +41,5 @@ def run(args) -> int:
         raise ConfigError(f"compare takes two profiles, got {len(profiles)}", value=profiles)
     cmp = compare(args.topology, profiles[0], profiles[1], settings_a=args.settings + args.set_a,
                   settings_b=args.settings + args.set_b, headlen=args.headlen, duration=args.duration)
-    print(json.dumps(cmp.to_dict(), indent=2, default=str) if args.json else cmp.text(), end="" if not args.json else "\n")
+    print(json.dumps(cmp.to_dict(), indent=2) if args.json else cmp.text(), end="" if not args.json else "\n")
     return 0

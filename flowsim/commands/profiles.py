@@ -18,6 +18,7 @@ import attrs
 
 from flowsim.errors import ProfileError
 from flowsim.profiles import DEFAULT_PROFILE, PROFILE_NOTES, PROFILES, SWITCHES, Profile
+from flowsim.schemas import schema_id
 
 __all__ = ["register", "run", "describe"]
 
@@ -26,7 +27,7 @@ def register(sub) -> None:
     p = sub.add_parser("profiles", help="list the kernel profiles and every switch: meaning, values, kernel change",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("switch", nargs="*", metavar="SWITCH", help="only these switches (default: all)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema profiles)")
     p.set_defaults(func=run)
 
 
@@ -53,6 +54,7 @@ def describe(names: list[str] | None = None) -> dict:
             "values": {p.name: getattr(p, name) for p in PROFILES.values()},
         }
     return {
+        "schema": schema_id("profiles"),
         "default": DEFAULT_PROFILE,
         "profiles": {p.name: {"kernel": p.kernel, "note": PROFILE_NOTES[p.name]} for p in PROFILES.values()},
         "switches": switches,

@@ -31,6 +31,7 @@ import json
 
 from flowsim.commands._args import count_type
 from flowsim.errors import ConfigError
+from flowsim.schemas import schema_id
 from flowsim.sim.progress import progress_enabled
 from flowsim.sim.sweep import parse_grid, sweep
 
@@ -59,7 +60,7 @@ def register(subparsers) -> None:
                    help="local worker processes (default: one per CPU; 1 runs in this process; "
                         "with --dask local: its workers)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema sweep)")
     out.add_argument("--csv", action="store_true", help="print CSV")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -103,7 +104,8 @@ def _print(df, args) -> None:
         print(df.to_csv(index=False), end="")
     elif args.json:
         rows = json.loads(df.to_json(orient="records"))
-        print(json.dumps({"topology": args.topology, "grid": parse_grid(args.grid), "fixed": _fixed(args),
+        print(json.dumps({"schema": schema_id("sweep"), "topology": args.topology, "grid": parse_grid(args.grid),
+                          "fixed": _fixed(args),
                           "columns": list(df.columns), "rows": rows}, indent=2))
     else:
         print(df.to_string(index=False))

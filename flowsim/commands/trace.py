@@ -25,6 +25,7 @@ from flowsim.commands._args import count_type, headlen_type
 from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
+from flowsim.schemas import schema_id
 from flowsim.sim.compare import hexdump_frame
 from flowsim.sim.simulation import Simulation
 
@@ -50,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--hex", action="store_true", help="show the bytes of each frame sent, with header boundaries")
     p.add_argument("--limit", type=count_type("--limit", 1, what="a number of packets"), default=5, metavar="N",
                    help="at most N packets (default 5)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema trace)")
     p.set_defaults(func=run)
 
 
@@ -93,9 +94,11 @@ def run(args) -> int:
         if r.packet in labels:
             steps[r.packet].append(r)
     if args.json:
-        print(json.dumps([{"packet": str(t), "state": t.state, "reason": t.reason,
-                           "steps": [{"time": r.time, "where": r.where, "what": r.what, "details": dict(r.details)}
-                                     for r in steps[str(t)]]} for t in tags], indent=2))
+        print(json.dumps({"schema": schema_id("trace"), "profile": sim.profile.name,
+                          "packets": [{"packet": str(t), "state": t.state, "reason": t.reason,
+                                       "steps": [{"time": r.time, "where": r.where, "what": r.what,
+                                                  "details": dict(r.details)} for r in steps[str(t)]]}
+                                      for t in tags]}, indent=2))
         return 0
     print(f"profile {sim.profile.name}: {len(tags)} packet(s)")
     for t in tags:

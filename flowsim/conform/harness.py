@@ -56,6 +56,7 @@ from flowsim.conform.kernel import (
 from flowsim.conform.observe import ScenarioObservation, observe
 from flowsim.conform.parse import split_sections
 from flowsim.errors import ConfigError
+from flowsim.schemas import schema_id
 
 __all__ = ["ConformResult", "ScenarioResult", "run_conformance", "load_scenarios", "DOC_BEGIN", "DOC_END",
            "update_doc", "markdown_table", "ConformSetupError", "KERNELS"]
@@ -103,6 +104,7 @@ class ConformResult:
 
     def to_json(self) -> dict:
         return {
+            "schema": schema_id("conform"),
             "kernel": {"name": self.kernel, "package": self.package, "version": self.version,
                        "release": self.release},
             "profile": self.profile, "date": self.date, "timings": self.timings, "status": self.status,

@@ -15,7 +15,7 @@ from importlib import resources
 __all__ = ["NAMES", "VERSION", "schema_id", "load"]
 
 #: the outputs that have a schema
-NAMES = ("run", "explain", "path", "tuple", "xfrm", "ovpn")
+NAMES = ("run", "explain", "path", "tuple", "xfrm", "ovpn", "trace", "compare", "sweep", "conform", "profiles")
 VERSION = 1
 
 

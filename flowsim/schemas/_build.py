@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from flowsim.profiles import PROFILES, SWITCHES
 from flowsim.reasons import REASONS
 from flowsim.schemas import NAMES, schema_id
 
@@ -219,11 +220,109 @@ def ovpn_schema() -> dict:
     })
 
 
+SCALAR = {"type": ["string", "integer", "number", "boolean", "null"]}
+SWITCH_VALUE = {"type": ["string", "boolean"]}
+PACKETS = obj({"injected": I, "delivered": I, "dropped": I, "in_flight": I,
+               "by_origin": obj({"host": obj({"injected": I, "delivered": I}),
+                                 "stack": obj({"injected": I, "delivered": I})})})
+
+# the layers above (flowsim.sim.sweep.METRICS, flowsim.conform.compare.summarize) cannot be imported here;
+# tests/test_schemas.py checks these copies against them
+METRICS = ("injected", "delivered", "dropped", "in_flight", "fastpath", "slowpath", "hit_ratio",
+           "flows_created", "flow_add_failures", "max_flows", "mean_flows",
+           "skb_copies", "skb_reallocs", "skb_bytes_copied", "skb_pull_bugs", "kernel_bugs", "time")
+FACT_STATUSES = ("agrees", "differs", "known", "n/a", "error")
+
+
+def trace_schema() -> dict:
+    details = {"type": "object", "additionalProperties": SCALAR,
+               "properties": {"reason": REASON, "frame": {"type": "string", "pattern": "^([0-9a-f]{2})*$"}}}
+    step = obj({"time": NUM, "where": S, "what": S, "details": details})
+    packet = obj({"packet": S, "state": enum("live", "delivered", "dropped"), "reason": nullable(REASON),
+                  "steps": arr(step)})
+    return obj({"schema": const_schema("trace"), "profile": S, "packets": arr(packet)})
+
+
+def compare_schema() -> dict:
+    def ab(x: dict) -> dict:
+        return obj({"a": x, "b": x})
+    pair = {"type": "array", "items": I, "minItems": 2, "maxItems": 2}
+    ft_counts = obj({"fastpath": I, "slowpath": I, "drops": I, "flows_created": I})
+    skb = nullable(obj({"copies": I, "bytes_copied": I, "reallocs": I, "pull_bugs": I}))
+    flowtable = obj({"netns": S, "name": S, "a": ft_counts, "b": ft_counts,
+                     "reasons": {"type": "object", "propertyNames": REASON, "additionalProperties": pair},
+                     "skb_cost": ab(skb), "kernel_bugs": ab(I)})
+    tr = obj({"sent": I, "delivered": I, "fastpath": I, "slowpath": I})
+    traffic = obj({"traffic": S, "direction": enum("original", "reply"), "a": tr, "b": tr})
+    divergence = obj({"packet": S, "a": arr(S), "b": arr(S), "verdicts": ab(arr(S))})
+    frame = obj({"netns": S, "dev": S, "frames": pair, "first_index": I, "a": nullable(S), "b": nullable(S)})
+    return obj({
+        "schema": const_schema("compare"), "topology": S,
+        "profiles": {"type": "array", "items": S, "minItems": 2, "maxItems": 2},
+        "profile_switches": {"type": "object", "additionalProperties": {
+            "type": "array", "items": SWITCH_VALUE, "minItems": 2, "maxItems": 2}},
+        "packets": ab(PACKETS), "drops": ab(counts(REASON)), "flowtables": arr(flowtable), "traffic": arr(traffic),
+        "first_divergence": nullable(divergence), "frame_differences": arr(frame),
+    })
+
+
+def sweep_schema() -> dict:
+    nonneg = {"type": "integer", "minimum": 0}
+    metric = dict.fromkeys(METRICS, nonneg)
+    metric.update({"hit_ratio": nullable({"type": "number", "minimum": 0, "maximum": 1}),
+                   "mean_flows": {"type": "number", "minimum": 0}, "time": NUM})
+    ids = sorted(REASONS)
+    counted = [f"reason.{r}" for r in ids] + [f"drop.{r}" for r in ids]
+    row = {"type": "object", "properties": metric, "required": list(METRICS),
+           "patternProperties": {r"^(reason|drop)\.": nonneg},
+           "propertyNames": {"anyOf": [{"not": {"pattern": r"^(reason|drop)\."}}, {"enum": counted}]},
+           "additionalProperties": SCALAR,
+           "description": "one run: its grid values (by grid key), the metrics, reason.ID (slow path) and drop.ID counts"}
+    return obj({
+        "schema": const_schema("sweep"), "topology": S,
+        "grid": {"type": "object", "additionalProperties": {"type": "array", "items": S, "minItems": 1}},
+        "fixed": {"type": "object", "additionalProperties": S},
+        "columns": arr(S), "rows": arr(row),
+    })
+
+
+def conform_schema() -> dict:
+    status = enum(*FACT_STATUSES)
+    fact = obj({"scenario": S, "subject": S, "fact": S, "kernel": {}, "sim": {}, "tolerance": S,
+                "status": status, "note": S})
+    scenario = obj({"name": S, "file": S, "status": enum("agrees", "differs", "error"), "seconds": NUM,
+                    "errors": arr(S), "notes": arr(S), "facts": arr(fact)})
+    result = obj({
+        "schema": const_schema("conform"),
+        "kernel": obj({"name": S, "package": S, "version": S, "release": S}),
+        "profile": S, "date": S, "timings": {"type": "object", "additionalProperties": NUM},
+        "status": enum(0, 1, 2),
+        "summary": obj(dict.fromkeys(FACT_STATUSES, I)),
+        "workdir": nullable(S), "scenarios": arr(scenario),
+    })
+    return {"description": "one kernel: one object; several kernels (--kernel repeated): a list of them",
+            "oneOf": [result, {"type": "array", "items": result, "minItems": 2}]}
+
+
+def profiles_schema() -> dict:
+    names = enum(*PROFILES)
+    switch = obj({"type": enum("bool", "str"), "choices": {"type": "array", "items": SWITCH_VALUE, "minItems": 2},
+                  "description": S, "kernel": S,
+                  "values": {"type": "object", "propertyNames": names, "additionalProperties": SWITCH_VALUE}})
+    return obj({
+        "schema": const_schema("profiles"), "default": names,
+        "profiles": {"type": "object", "propertyNames": names, "additionalProperties": obj({"kernel": S, "note": S})},
+        "switches": {"type": "object", "propertyNames": enum(*SWITCHES), "additionalProperties": switch},
+    })
+
+
 BUILDERS = {"run": run_schema, "explain": explain_schema, "path": path_schema, "tuple": tuple_schema,
-            "xfrm": xfrm_schema, "ovpn": ovpn_schema}
+            "xfrm": xfrm_schema, "ovpn": ovpn_schema, "trace": trace_schema, "compare": compare_schema,
+            "sweep": sweep_schema, "conform": conform_schema, "profiles": profiles_schema}
 TITLES = {"run": "flowsim run --json", "explain": "flowsim explain --json", "path": "flowsim path --json",
           "tuple": "flowsim tuple --json (one object per line)", "xfrm": "flowsim xfrm --json",
-          "ovpn": "flowsim ovpn --json"}
+          "ovpn": "flowsim ovpn --json", "trace": "flowsim trace --json", "compare": "flowsim compare --json",
+          "sweep": "flowsim sweep --json", "conform": "flowsim conform --json", "profiles": "flowsim profiles --json"}
 
 
 def build(name: str) -> dict:

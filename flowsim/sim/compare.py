@@ -33,6 +33,7 @@ from flowsim.kernel.headers import (
     IPV6_HLEN, NEXTHDR_DEST, PPPOE_SES_HLEN, VLAN_HLEN, pppoe_proto_to_ethertype,
 )
 from flowsim.profiles import Profile, profile_from_cli
+from flowsim.schemas import schema_id
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
 
@@ -112,7 +113,7 @@ class Comparison:
         return out
 
     def to_dict(self) -> dict:
-        return {"topology": self.topology, "profiles": [self.a.profile.name, self.b.profile.name],
+        return {"schema": schema_id("compare"), "topology": self.topology, "profiles": [self.a.profile.name, self.b.profile.name],
                 "profile_switches": _switch_diff(self.a.profile, self.b.profile),
                 "packets": {"a": self.a.report["packets"], "b": self.b.report["packets"]},
                 "drops": {"a": self.a.report.get("drops", {}), "b": self.b.report.get("drops", {})},
@@ -169,7 +170,7 @@ def _step(record) -> str:
 
 def _switch_diff(a: Profile, b: Profile) -> dict:
     sa, sb = a.switches(), b.switches()
-    return {k: (sa[k], sb[k]) for k in sa if sa[k] != sb[k]}
+    return {k: [sa[k], sb[k]] for k in sa if sa[k] != sb[k]}
 
 
 def hexdump_frame(frame: bytes) -> str:
