@@ -106,6 +106,30 @@ def test_run_without_terminal_writes_nothing_on_stderr(capsys):
     assert out.err == "" and json.loads(out.out)["profile"]
 
 
+@pytest.mark.parametrize("command", [
+    ["explain", str(TOPO), "--json"],
+    ["compare", str(TOPO), "--profile", "linux-7.0", "--profile", "linux-7.1.5", "--json"],
+    ["trace", str(TOPO), "--limit", "1", "--json"],
+])
+def test_simulating_commands_without_terminal_write_nothing_on_stderr(command, capsys):
+    """explain, compare and trace under a test (stderr is not a terminal): no bar, JSON alone on stdout."""
+    assert main(command) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and json.loads(out.out)["schema"]
+
+
+def test_compare_draws_one_bar_per_side(monkeypatch):
+    """compare(progress=True) labels its two runs A and B; progress=False (the default) draws nothing."""
+    from flowsim.sim.compare import compare
+
+    stream = Terminal()
+    monkeypatch.setattr(sys, "stderr", stream)
+    compare(str(TOPO), "linux-7.0", "linux-7.1.5", progress=True)
+    drawn = stream.getvalue()
+    compare(str(TOPO), "linux-7.0", "linux-7.1.5")
+    assert "A linux-7.0" in drawn and "B linux-7.1.5" in drawn and stream.getvalue() == drawn
+
+
 def _run_with_terminal_stderr(*args) -> tuple[str, str]:
     """Run `python -m flowsim ARGS` with stdout to a file and stderr on a 24x100 pseudo-terminal: (stdout, stderr)."""
     master, slave = pty.openpty()
@@ -133,6 +157,9 @@ def _run_with_terminal_stderr(*args) -> tuple[str, str]:
 @pytest.mark.parametrize("command", [
     ["run", str(TOPO), "--json"],
     ["sweep", str(TOPO), "--grid", "traffic.*.packets=5,10", "--workers", "1", "--json"],
+    ["explain", str(TOPO), "--json"],
+    ["compare", str(TOPO), "--profile", "linux-7.0", "--profile", "linux-7.1.5", "--json"],
+    ["trace", str(TOPO), "--limit", "1", "--json"],
 ])
 @pytest.mark.parametrize("quiet", [False, True])
 def test_terminal_gets_a_bar_stdout_stays_json(command, quiet):

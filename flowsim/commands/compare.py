@@ -8,6 +8,7 @@ import json
 from flowsim.commands._args import headlen_type, seconds_type
 from flowsim.errors import ConfigError
 from flowsim.sim.compare import compare
+from flowsim.sim.progress import progress_enabled
 
 __all__ = ["register", "run"]
 
@@ -27,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
                    help="stop after S seconds of virtual time (default: when the traffic is done)")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema compare)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +43,7 @@ def run(args) -> int:
     if len(profiles) != 2:
         raise ConfigError(f"compare takes two profiles, got {len(profiles)}", value=profiles)
     cmp = compare(args.topology, profiles[0], profiles[1], settings_a=args.settings + args.set_a,
-                  settings_b=args.settings + args.set_b, headlen=args.headlen, duration=args.duration)
+                  settings_b=args.settings + args.set_b, headlen=args.headlen, duration=args.duration,
+                  progress=progress_enabled(args.quiet))
     print(json.dumps(cmp.to_dict(), indent=2) if args.json else cmp.text(), end="" if not args.json else "\n")
     return 0

@@ -10,6 +10,7 @@ from flowsim.config.topology import load_topology
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.explain import explain
 from flowsim.schemas import schema_id
+from flowsim.sim.progress import SimProgress, progress_enabled
 from flowsim.sim.simulation import Simulation
 
 __all__ = ["register", "run"]
@@ -26,12 +27,16 @@ def register(sub) -> None:
     p.add_argument("--duration", type=seconds_type(), default=None, metavar="S",
                    help="stop after S seconds of virtual time (default: when the traffic is done)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     topo = load_topology(args.topology)
-    sim = Simulation(topo, profile_from_cli(args.profile, args.settings)).run(args.duration)
+    sim = Simulation(topo, profile_from_cli(args.profile, args.settings))
+    with SimProgress.for_simulation(sim, args.duration, enabled=progress_enabled(args.quiet)) as bar:
+        sim.run(args.duration, progress=bar)
     answers = explain(sim)
     if args.traffic:
         conns = _traffic_connections(sim, args.traffic)

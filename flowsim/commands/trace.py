@@ -27,6 +27,7 @@ from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.schemas import schema_id
 from flowsim.sim.compare import hexdump_frame
+from flowsim.sim.progress import SimProgress, progress_enabled
 from flowsim.sim.simulation import Simulation
 
 __all__ = ["register", "run", "select"]
@@ -52,6 +53,8 @@ def register(sub) -> None:
     p.add_argument("--limit", type=count_type("--limit", 1, what="a number of packets"), default=5, metavar="N",
                    help="at most N packets (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema: flowsim schema trace)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     p.set_defaults(func=run)
 
 
@@ -86,7 +89,8 @@ def select(sim, *, traffic: str | None = None, packet: int | None = None, match:
 def run(args) -> int:
     topo = load_topology(args.topology)
     sim = Simulation(topo, profile_from_cli(args.profile, args.settings), tracing=True, headlen=args.headlen)
-    sim.run()
+    with SimProgress.for_simulation(sim, enabled=progress_enabled(args.quiet)) as bar:
+        sim.run(progress=bar)
     tags = select(sim, traffic=args.traffic, packet=args.packet, match=args.match)[:args.limit]
     labels = {str(t) for t in tags}
     steps = collections.defaultdict(list)

@@ -34,6 +34,7 @@ from flowsim.kernel.headers import (
 )
 from flowsim.profiles import Profile, profile_from_cli
 from flowsim.schemas import schema_id
+from flowsim.sim.progress import SimProgress
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
 
@@ -211,7 +212,8 @@ def hexdump_frame(frame: bytes) -> str:
     return " | ".join(parts)
 
 
-def _run(topo: Topology, profile: Profile, *, headlen: int | None, duration: float | None) -> Side:
+def _run(topo: Topology, profile: Profile, *, headlen: int | None, duration: float | None,
+         progress: bool = False, desc: str = "simulating") -> Side:
     sim = Simulation(topo, profile, tracing=True, headlen=headlen)
     frames: dict = collections.defaultdict(list)
     xmit = sim.kernel.capture
@@ -222,7 +224,8 @@ def _run(topo: Topology, profile: Profile, *, headlen: int | None, duration: flo
             xmit(netns, dev, frame)
 
     sim.kernel.capture = capture
-    sim.run(duration)
+    with SimProgress.for_simulation(sim, duration, enabled=progress, desc=desc) as bar:
+        sim.run(duration, progress=bar)
     traces: dict = collections.defaultdict(list)
     for r in sim.kernel.traces:
         traces[r.packet].append(r)
@@ -230,12 +233,13 @@ def _run(topo: Topology, profile: Profile, *, headlen: int | None, duration: flo
 
 
 def compare(topology: str | Topology, profile_a: str | Profile, profile_b: str | Profile, *, settings_a=(), settings_b=(),
-            headlen: int | None = None, duration: float | None = None) -> Comparison:
+            headlen: int | None = None, duration: float | None = None, progress: bool = False) -> Comparison:
     """Run *topology* (a file, or a loaded :class:`~flowsim.config.topology.Topology`) under both profiles
-    and line the results up; it is loaded once, each run instantiates it."""
+    and line the results up; it is loaded once, each run instantiates it.  *progress*: draw a bar per
+    run on stderr (:class:`~flowsim.sim.progress.SimProgress`)."""
     pa = profile_a if isinstance(profile_a, Profile) else profile_from_cli(profile_a, settings_a)
     pb = profile_b if isinstance(profile_b, Profile) else profile_from_cli(profile_b, settings_b)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     name = str(topology) if not isinstance(topology, Topology) else str(topo.file)
-    return Comparison(name, _run(topo, pa, headlen=headlen, duration=duration),
-                      _run(topo, pb, headlen=headlen, duration=duration))
+    return Comparison(name, _run(topo, pa, headlen=headlen, duration=duration, progress=progress, desc="A " + pa.name),
+                      _run(topo, pb, headlen=headlen, duration=duration, progress=progress, desc="B " + pb.name))
