@@ -45,6 +45,9 @@ def register(subparsers) -> None:
                    help="write every device's frames into one pcapng FILE: an interface NETNS/DEV per device, "
                         "direction and packet id per frame, the flowtable verdict (fastpath / slowpath REASON / "
                         "drop REASON) as the comment of each frame the hook saw")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write one self-contained HTML page to FILE: the topology picture, flowtables, "
+                        "traffic, the explain answers, conntrack and a plot of fast path vs slow path over time")
     p.add_argument("--duration", type=_seconds, metavar="S",
                    help="stop after S seconds of virtual time (GC runs every second up to it); "
                         "default: when the traffic is done")
@@ -66,10 +69,23 @@ def run(args) -> int:
                           expected="a topology with at least one [[traffic]] table")
     sim = Simulation(topo, profile, flowtables=not args.no_flowtables, headlen=args.headlen,
                      pcap_dir=args.pcap_dir, pcapng=args.pcapng)
+    recorder = None
+    if args.html:
+        from flowsim.sim.html import PathRecorder
+
+        recorder = PathRecorder()
+        sim.kernel.path_tap = recorder
     bar = progress_enabled(getattr(args, "quiet", False))
     with SimProgress.for_simulation(sim, args.duration, enabled=bar) as progress:
         sim.run(args.duration, progress=progress)
     report = build_report(sim)
+    if recorder is not None:
+        from flowsim.sim.explain import explain
+        from flowsim.sim.html import html_report, topology_svg
+
+        page = html_report(report, explain(sim), recorder.samples, topology_svg(topo))
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

@@ -266,6 +266,8 @@ class Kernel:
     frame)`` receives every frame written to or read from a device when set;
     ``verdict(skb, text)``, when set, hears each flowtable hook verdict
     (``fastpath``, ``slowpath REASON``, ``drop REASON``) for the skb it saw.
+    ``path_tap(now, kind)``, when set, hears each counted ``fastpath`` /
+    ``slowpath`` verdict with the virtual time (a run's HTML plot).
     ``accept(kernel, state, skb, info)`` finds the endpoint for a packet no
     socket is bound to (a listening server), or returns None.
     """
@@ -289,6 +291,7 @@ class Kernel:
         self.capture: Callable | None = None
         self.packet_tap: Callable | None = None  # (netns, dev, frame, skb, outbound): a run's pcapng
         self.verdict: Callable | None = None  # the flowtable hook's verdict per skb (a run's pcapng)
+        self.path_tap: Callable | None = None  # (now, kind) per fastpath/slowpath count (a run's HTML plot)
         self.accept: Callable | None = None
         self.accounting: dict = collections.defaultdict(collections.Counter)  # (traffic, dir) -> kind -> n
         self.xmit_depth = 0
@@ -378,6 +381,8 @@ class Kernel:
         tag = skb.tag
         if tag is not None:
             self.accounting[(tag.traffic, tag.direction, tag.origin)][kind] += 1
+        if self.path_tap is not None:
+            self.path_tap(self.now, kind)
 
     # ------------------------------------------------------------------ configuration changes during a run
     def netdev_changes(self, netns: str, before: dict[str, tuple[bool, int]], why: str = "") -> None:
