@@ -171,7 +171,8 @@ def html_report(report: dict, answers: list, samples: list[tuple[float, str]], p
     rows = []
     for tr in report["traffic"]:
         for d, c in tr["directions"].items():
-            rows.append([tr["name"], f"{tr['proto']} {tr['from']} {tr['src']} → {tr['to']}:{tr['dport']}", d,
+            to = f"[{tr['to']}]" if ":" in tr["to"] else tr["to"]  # IPv6 endpoints as [addr]:port
+            rows.append([tr["name"], f"{tr['proto']} {tr['from']} {tr['src']} → {to}:{tr['dport']}", d,
                          c["sent"], c["delivered"], c["dropped"], c["in_flight"], c["fastpath"], c["slowpath"]])
     out.append(_table(["traffic", "what", "direction", "sent", "delivered", "dropped", "in flight",
                        "fastpath", "slowpath"], rows))
