@@ -87,6 +87,7 @@ TOOLS: dict[str, tuple[str, bool]] = {
     "nft": ("nftables", True),
     "conntrack": ("conntrack", True),
     "socat": ("socat", True),
+    "tcpdump": ("tcpdump", True),
     "ethtool": ("ethtool", True),
     "kmod": ("kmod", True),
     "depmod": ("kmod", False),
@@ -472,7 +473,7 @@ class _Tree:
 # because busybox ash would run its own applet of the same name instead).
 GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sbin/nft",
              "conntrack": "/usr/sbin/conntrack", "socat": "/usr/bin/socat", "ethtool": "/usr/sbin/ethtool",
-             "kmod": "/usr/bin/kmod"}
+             "kmod": "/usr/bin/kmod", "tcpdump": "/usr/bin/tcpdump"}
 
 
 def tools_digest(tools: dict[str, str]) -> str:
