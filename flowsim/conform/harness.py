@@ -51,7 +51,7 @@ from flowsim.conform.compare import Fact, compare, format_facts, simulate, summa
 from flowsim.conform.guest import ScenarioPlan, boot_guest, plan_scenario, render_init
 from flowsim.conform.kernel import (
     KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir, ensure_tools,
-    fetch_kernel,
+    fetch_kernel, spec_profile,
 )
 from flowsim.conform.observe import ScenarioObservation, observe
 from flowsim.conform.parse import split_sections
@@ -146,6 +146,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         raw = Path(results).read_bytes()
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
         kit_info = ("(saved results)", "", _kernel_release(text), None)
+        profile = spec_profile(spec, kit_info[2] or "")
         work = None
     else:
         with timer.step("tools"):
@@ -153,6 +154,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         with _cache_lock():  # two runs (make test -n 2, a second shell) must not stage the same kit at once
             kit: KernelKit = fetch_kernel(spec, timer)
             base = build_base_initramfs(kit, tools, timer)
+        profile = kit.profile  # sid/experimental move: the profile follows the package version
         work = Path(workdir) if workdir else cache_dir() / f"run-{kernel}-{os.getpid()}"
         if work.exists():
             shutil.rmtree(work)
@@ -176,13 +178,13 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     for topo, plan in scenarios:
         obs = observe(plan, sections)
         t0 = time.monotonic()
-        report = simulate_fn(topo.file, spec.profile)
+        report = simulate_fn(topo.file, profile)
         timer.steps["flowsim"] = round(timer.steps.get("flowsim", 0.0) + time.monotonic() - t0, 2)
         out.append(ScenarioResult(plan, obs, report, compare(plan, obs, report)))
     for s in out:
         if s.observation.seconds is not None:
             timer.steps[f"scenario {s.plan.name}"] = s.observation.seconds
-    return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], spec.profile, date, timer.steps, out,
+    return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], profile, date, timer.steps, out,
                          str(work) if work else None)
 
 

@@ -51,7 +51,9 @@ from pathlib import Path
 
 import attrs
 
+from flowsim.conform.debian import PrivateApt, machine_debian_source
 from flowsim.errors import FlowsimError
+from flowsim.profiles import PROFILES
 
 __all__ = ["ConformSetupError", "KernelSpec", "KernelKit", "KERNELS", "TOOLS", "cache_dir", "ensure_tools",
            "resolve_kernel", "fetch_kernel", "build_base_initramfs", "cpio_newc", "CpioEntry", "Timer"]
@@ -68,15 +70,46 @@ class KernelSpec:
     name: str          # --kernel value
     meta: str          # Debian meta package whose Depends names the image
     pattern: str       # regex an image package name of this line matches
-    profile: str       # the flowsim profile modelling it
+    profile: str | None = None   # the flowsim profile modelling it; None: chosen from the package version
+    suite: str | None = None     # a Debian suite reached through a private apt folder (None: the machine's)
 
 
 KERNELS: dict[str, KernelSpec] = {
     s.name: s for s in (
         KernelSpec("debian-6.12", "linux-image-6.12-amd64", r"^linux-image-6\.12\.\d+\+deb\d+-amd64$", "linux-6.12"),
         KernelSpec("debian-6.1", "linux-image-amd64", r"^linux-image-6\.1\.0-\d+-amd64$", "linux-6.1"),
+        # sid and experimental move (sid will carry 7.3 soon): the profile follows the package version.
+        KernelSpec("debian-sid", "linux-image-amd64", r"^linux-image-\d+\.\d+(\.\d+\+deb\d+)?-amd64$", suite="sid"),
+        KernelSpec("debian-experimental", "linux-image-amd64", r"^linux-image-\d+\.\d+(\.\d+\+deb\d+)?-amd64$",
+                   suite="experimental"),
     )
 }
+
+
+def upstream_version(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a Debian package version or a kernel release: ``7.3~rc7-1~exp1`` -> (7, 3)."""
+    m = re.match(r"(?:\d+:)?(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def profile_for_version(version: str) -> str | None:
+    """The named profile that models the kernel line of *version* (its ``kernel`` has the same major.minor)."""
+    want = upstream_version(version)
+    names = [p.name for p in PROFILES.values() if want is not None and upstream_version(p.kernel) == want]
+    return names[-1] if names else None
+
+
+def spec_profile(spec: KernelSpec, version: str, package: str = "") -> str:
+    """*spec*'s profile for the package *version*; one clear error when no profile models that kernel."""
+    if spec.profile:
+        return spec.profile
+    name = profile_for_version(version)
+    if name is None:
+        known = ", ".join(f"{p.name} ({p.kernel})" for p in PROFILES.values())
+        raise ConformSetupError(f"{spec.name} now carries {package or 'a kernel'} {version}: no flowsim profile "
+                                f"models that kernel line (profiles: {known})")
+    return name
+
 
 # program -> Debian package; "guest" tools are copied into the initramfs.
 TOOLS: dict[str, tuple[str, bool]] = {
@@ -192,6 +225,11 @@ class KernelKit:
     vmlinuz: Path
     modules: Path     # staged tree: modules/lib/modules/RELEASE/...
 
+    @property
+    def profile(self) -> str:
+        """The flowsim profile that models this kernel (from the package version for sid/experimental)."""
+        return spec_profile(self.spec, self.version, self.package)
+
 
 def _run(cmd: list[str], what: str, **kw) -> str:
     try:
@@ -208,34 +246,78 @@ def _version_key(name: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"\d+", name))
 
 
-def resolve_kernel(spec: KernelSpec) -> tuple[str, str]:
+def private_apt(spec: KernelSpec) -> PrivateApt | None:
+    """The private apt folder of *spec*'s suite (None for the machine's own suites)."""
+    if spec.suite is None:
+        return None
+    source = machine_debian_source()
+    if source is None:
+        raise ConformSetupError(f"{spec.name}: the machine's apt sources name no Debian archive to fetch the "
+                                f"{spec.suite} suite from (looked in /etc/apt/sources.list and sources.list.d)")
+    apt = PrivateApt(spec.suite, cache_dir() / f"apt-{spec.suite}", source)
+    apt.prepare()
+    return apt
+
+
+def _apt_query(apt: PrivateApt | None, args: list[str]) -> subprocess.CompletedProcess:
+    if apt is not None:
+        return apt.run("apt-cache", args)
+    return subprocess.run(["apt-cache", *args], capture_output=True, text=True)
+
+
+def resolve_kernel(spec: KernelSpec, apt: PrivateApt | None = None) -> tuple[str, str]:
     """(package, version) apt offers today for *spec* (meta package first, then a name search)."""
     pkg = None
-    res = subprocess.run(["apt-cache", "depends", spec.meta], capture_output=True, text=True)
+    res = _apt_query(apt, ["depends", spec.meta])
     for m in re.finditer(r"Depends:\s*(\S+)", res.stdout if res.returncode == 0 else ""):
         if re.match(spec.pattern, m.group(1)):
             pkg = m.group(1)
     if pkg is None:
-        res = subprocess.run(["apt-cache", "search", "--names-only", spec.pattern.rstrip("$").lstrip("^")],
-                             capture_output=True, text=True)
+        res = _apt_query(apt, ["search", "--names-only", spec.pattern.rstrip("$").lstrip("^")])
         names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines()]
         names = sorted((n for n in names if re.match(spec.pattern, n)), key=_version_key)
         pkg = names[-1] if names else None
     if pkg is None:
-        raise ConformSetupError(f"no {spec.name} kernel package known to apt (meta package {spec.meta}); "
+        where = f"Debian's {spec.suite} suite" if spec.suite else "the machine's apt sources"
+        raise ConformSetupError(f"no {spec.name} kernel package known to apt in {where} (meta package {spec.meta}); "
                                 "run apt-get update, or check the Debian package mirror")
-    show = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg], capture_output=True, text=True)
+    show = _apt_query(apt, ["show", "--no-all-versions", pkg])
     m = re.search(r"^Version:\s*(\S+)", show.stdout, re.M)
     if not m:
         raise ConformSetupError(f"apt-cache show {pkg}: no version")
     return pkg, m.group(1)
 
 
+def kernel_packages(package: str, apt: PrivateApt | None) -> list[str]:
+    """The packages holding *package*'s kernel and modules.
+
+    Up to 6.x ``linux-image-REL`` holds both.  Since 7.x it is a meta package that depends on
+    ``linux-binary-REL`` (``usr/lib/modules/REL/vmlinuz``) and ``linux-modules-REL``.
+    """
+    rel = package[len("linux-image-"):]
+    deps = apt.depends(package) if apt is not None else _system_depends(package)
+    parts = [d for d in deps if d in (f"linux-binary-{rel}", f"linux-modules-{rel}")]
+    return parts if parts else [package]
+
+
+def _system_depends(package: str) -> list[str]:
+    res = subprocess.run(["apt-cache", "show", "--no-all-versions", package], capture_output=True, text=True)
+    m = re.search(r"^Depends:\s*(.+)$", res.stdout, re.M) if res.returncode == 0 else None
+    return [alt.split("|")[0].split("(")[0].strip() for alt in m.group(1).split(",")] if m else []
+
+
+def _kit_suite(root: Path) -> str:
+    """The suite a cached kit came from ("" for the machine's own sources; kits older than the marker too)."""
+    marker = root / "suite"
+    return marker.read_text().strip() if marker.exists() else ""
+
+
 def _cached_kits(spec: KernelSpec) -> list[Path]:
     base = cache_dir() / "kernels"
     if not base.is_dir():
         return []
-    kits = [p for p in base.iterdir() if re.match(spec.pattern, p.name.split("_")[0]) and (p / "kit.ok").exists()]
+    kits = [p for p in base.iterdir() if re.match(spec.pattern, p.name.split("_")[0]) and (p / "kit.ok").exists()
+            and _kit_suite(p) == (spec.suite or "")]
     return sorted(kits, key=lambda p: _version_key(p.name))
 
 
@@ -245,53 +327,108 @@ def _kit_from(spec: KernelSpec, root: Path) -> KernelKit:
     return KernelKit(spec, package, version.replace("%", ":"), release, root, root / "vmlinuz", root / "modules")
 
 
+def _refresh(apt: PrivateApt | None) -> None:
+    """Fetch a private suite's package lists when missing or older than a day."""
+    if apt is None:
+        return
+    age = apt.lists_age()
+    if age is None or age > 24 * 3600:
+        res = apt.update()
+        if res.returncode != 0 and age is None:
+            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ConformSetupError(f"apt-get update of Debian's {apt.suite} suite failed: {last}")
+
+
 def fetch_kernel(spec: KernelSpec, timer: Timer | None = None) -> KernelKit:
     """Download, extract and stage *spec*'s kernel (cached; offline falls back to the newest cached kit)."""
     timer = timer or Timer()
     try:
-        package, version = resolve_kernel(spec)
+        apt = private_apt(spec)
+        _refresh(apt)
+        package, version = resolve_kernel(spec, apt)
     except ConformSetupError:
         kits = _cached_kits(spec)
         if kits:  # no mirror now, but an earlier run left a kit: use it
             return _kit_from(spec, kits[-1])
-        if not (_is_root() and shutil.which("apt-get")):
+        if spec.suite is not None or not (_is_root() and shutil.which("apt-get")):
             raise
         _apt(["update", "-qq"])  # a fresh machine may have no package lists yet
+        apt = None
         package, version = resolve_kernel(spec)
+    spec_profile(spec, version, package)  # refuse before downloading a kernel no profile models
     root = cache_dir() / "kernels" / f"{package}_{version.replace(':', '%')}"
     if (root / "kit.ok").exists():
         return _kit_from(spec, root)
     debs = cache_dir() / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    deb = next(iter(sorted(debs.glob(f"{package}_*.deb"))), None)
-    if deb is None or version.split(":")[-1] not in deb.name:
-        with timer.step("download"):
+    files = []
+    for part in kernel_packages(package, apt):
+        files.append(_download(part, version, debs, apt, timer))
+    with timer.step("extract"):
+        _stage_kit(files, root, spec.suite or "")
+    return _kit_from(spec, root)
+
+
+def _deb_file(debs: Path, package: str, version: str) -> Path | None:
+    # apt-get download names the file PACKAGE_VERSION_ARCH.deb with ':' escaped as %3a
+    want = version.replace(":", "%3a")
+    return next((p for p in sorted(debs.glob(f"{package}_*.deb")) if p.name.split("_")[1] == want), None)
+
+
+def _download(package: str, version: str, debs: Path, apt: PrivateApt | None, timer: Timer) -> Path:
+    deb = _deb_file(debs, package, version)
+    if deb is not None:
+        return deb
+    with timer.step("download"):
+        if apt is not None:
+            res = apt.run("apt-get", ["download", f"{package}={version}"], cwd=debs)
+            if res.returncode != 0:
+                last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+                raise ConformSetupError(f"apt-get download {package} ({apt.suite}) failed: {last}")
+        else:
             args = ["apt-get", "download", f"{package}={version}"]
             if _is_root():  # the _apt sandbox user may not write the cache folder
                 args[1:1] = ["-o", "APT::Sandbox::User=root"]
             _run(args, f"apt-get download {package}", cwd=debs)
-        deb = next(iter(sorted(debs.glob(f"{package}_*.deb"))), None)
-        if deb is None:
-            raise ConformSetupError(f"apt-get download {package} left no .deb in {debs}")
-    with timer.step("extract"):
-        _stage_kit(deb, root)
-    return _kit_from(spec, root)
+    deb = _deb_file(debs, package, version)
+    if deb is None:
+        raise ConformSetupError(f"apt-get download {package} left no .deb in {debs}")
+    return deb
 
 
-def _stage_kit(deb: Path, root: Path) -> None:
+def _modules_dir(x: Path) -> Path:
+    """``lib/modules`` of an extracted kernel package: the 6.x layout, or 7.x's ``usr/lib/modules``."""
+    for cand in (x / "lib/modules", x / "usr/lib/modules"):
+        if cand.is_dir() and not cand.is_symlink():
+            return cand
+    raise ConformSetupError("the kernel package has no lib/modules or usr/lib/modules folder")
+
+
+def _stage_kit(debs: list[Path] | Path, root: Path, suite: str = "") -> None:
     """dpkg-deb -x into a scratch folder; keep vmlinuz and the module closure; depmod the result."""
+    if isinstance(debs, Path):
+        debs = [debs]
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
         x = Path(tmp)
-        _run(["dpkg-deb", "-x", str(deb), str(x)], f"dpkg-deb -x {deb.name}")
-        releases = sorted(p.name for p in (x / "lib/modules").iterdir())
+        for deb in debs:
+            _run(["dpkg-deb", "-x", str(deb), str(x)], f"dpkg-deb -x {deb.name}")
+        mods = _modules_dir(x)
+        if mods != x / "lib/modules":  # depmod -b ROOT looks in ROOT/lib/modules
+            (x / "lib").mkdir(exist_ok=True)
+            (x / "lib/modules").symlink_to(mods)
+        names = ", ".join(d.name for d in debs)
+        releases = sorted(p.name for p in mods.iterdir())
         if len(releases) != 1:
-            raise ConformSetupError(f"{deb.name}: expected one lib/modules/RELEASE, found {releases}")
+            raise ConformSetupError(f"{names}: expected one lib/modules/RELEASE, found {releases}")
         release = releases[0]
-        shutil.copy2(x / "boot" / f"vmlinuz-{release}", root / "vmlinuz")
-        src = x / "lib/modules" / release
+        vmlinuz = next((p for p in (x / "boot" / f"vmlinuz-{release}", mods / release / "vmlinuz") if p.exists()), None)
+        if vmlinuz is None:
+            raise ConformSetupError(f"{names}: no boot/vmlinuz-{release} nor lib/modules/{release}/vmlinuz")
+        shutil.copy2(vmlinuz, root / "vmlinuz")
+        src = mods / release
         _run([find_tool("depmod") or "depmod", "-b", str(x), release], "depmod (extracted tree)")
         wanted = _module_closure(src)
         dst = root / "modules/lib/modules" / release
@@ -305,6 +442,7 @@ def _stage_kit(deb: Path, root: Path) -> None:
             out.write_bytes(_decompress(src / rel))
         _run([find_tool("depmod") or "depmod", "-b", str(root / "modules"), release], "depmod (staged modules)")
         (root / "release").write_text(release + "\n")
+        (root / "suite").write_text(suite + "\n")
     (root / "kit.ok").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
 
 
