@@ -306,6 +306,7 @@ def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
     for a in dev.addrs:
         if a.ip == local.ip:
             dev.addrs.remove(a)
+            _last_ipv4_address_gone(ctx, dev, had_ipv4=a.version == 4)
             return
     raise ctx.cmd.error(f"address {local.ip} is not on {dev.name}", value=str(local),
                         expected="an address of the device (RTNETLINK answers: Cannot assign requested address)")
@@ -314,7 +315,21 @@ def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
 def _addr_flush(ctx: IpContext, verb: str, args: Args) -> None:
     word = args.next("'dev DEV'")
     dev = ctx.dev(args.name("dev") if word == "dev" else word)
+    had_ipv4 = any(a.version == 4 for a in dev.addrs)
     dev.addrs[:] = [a for a in dev.addrs if ctx.family is not None and a.version != ctx.family]
+    _last_ipv4_address_gone(ctx, dev, had_ipv4)
+
+
+def _last_ipv4_address_gone(ctx: IpContext, dev: NetDevice, had_ipv4: bool) -> None:
+    """``fib_inetaddr_event`` (NETDEV_DOWN): when the device's last IPv4 address goes, ``fib_disable_ip(dev,
+    event, true)`` flushes every IPv4 route through it (``ip route add default via …`` on another device then
+    succeeds, as in nft_flowtable.sh's bridge-and-VLAN setup).  IPv6 keeps its gateway routes (addrconf
+    removes only the prefix route)."""
+    if not had_ipv4 or any(a.version == 4 for a in dev.addrs):
+        return
+    fib = ctx.topo.netns(ctx.netns).fib
+    for r in [r for r in fib.static if r.version == 4 and r.dev == dev.name]:
+        fib.delete(r.prefix, metric=r.metric, dev=r.dev, gateway=r.gateway)
 
 
 # --- ip route
