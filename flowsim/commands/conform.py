@@ -43,7 +43,24 @@ def register(subparsers) -> None:
     p.add_argument("--no-install", action="store_true", help="never apt-get install missing host tools")
     p.add_argument("--update-doc", metavar="MD",
                    help="write the results tables into MD between the conform-results markers")
+    p.add_argument("--frames", action="store_true",
+                   help="frame-exact mode: inject flowsim's own frames one by one at the endpoints' devices, "
+                        "capture every device and compare frame by frame, byte by byte, and the flowtable "
+                        "verdict of each received frame, with no tolerance (default: socat traffic, totals)")
+    p.add_argument("--max-packets", type=_max_packets, metavar="N",
+                   help="with --frames: cap every traffic direction at N packets before simulating "
+                        "(shorter boots for long traffic tables)")
     p.set_defaults(func=run)
+
+
+def _max_packets(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 packet, not {n}")
+    return n
 
 
 def _check_results(path: str) -> str:
@@ -66,8 +83,12 @@ def run(args) -> int:
         _check_results(args.results)
     if args.update_doc:
         writable_file("--update-doc", args.update_doc)
+    if args.max_packets is not None and not args.frames:
+        raise ConfigError("--max-packets needs --frames", value=args.max_packets,
+                          expected="--frames --max-packets N (the socat mode plays the traffic as written)")
     kernels = args.kernel or ["debian-6.12"]
-    results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install)
+    results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install,
+                               frames=args.frames, max_packets=args.max_packets)
                for k in kernels]
     if args.json:
         data = [r.to_json() for r in results]

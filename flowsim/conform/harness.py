@@ -31,6 +31,13 @@ without root, no package mirror, qemu failing) raise
 ``results`` replays a saved results channel (``results.log`` of an earlier
 run) instead of booting, which is how the tests check parsing and
 comparison against captured kernel output.
+
+``frames=True`` (``flowsim conform --frames``) is the frame-exact mode of
+:mod:`flowsim.conform.frames`: the simulation runs first, its frames are
+injected one by one into the guest's topology, every device is captured and
+compared byte for byte, and the flowtable verdict of every received frame
+with it; ``max_packets`` caps each traffic direction.  The result has the
+same shape (facts with tolerance ``exact``).
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ import attrs
 
 from flowsim.config.topology import Topology, load_topology
 from flowsim.conform.compare import Fact, compare, format_facts, simulate, summarize
+from flowsim.conform.frames import (
+    FramePlan, compare_frames, error_facts, kernel_frames, render_frames_init, scenario_id, simulate_frames,
+)
 from flowsim.conform.guest import ScenarioPlan, boot_guest, plan_scenario, render_init
 from flowsim.conform.kernel import (
     KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir, ensure_tools,
@@ -92,6 +102,7 @@ class ConformResult:
     timings: dict
     scenarios: list[ScenarioResult]
     workdir: str | None = None
+    frames: dict | None = None      # --frames: {"max_packets", "injected", "capped"}
 
     @property
     def facts(self) -> list[Fact]:
@@ -103,7 +114,7 @@ class ConformResult:
         return 2 if s["error"] else 1 if s["differs"] else 0
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "schema": schema_id("conform"),
             "kernel": {"name": self.kernel, "package": self.package, "version": self.version,
                        "release": self.release},
@@ -114,10 +125,18 @@ class ConformResult:
                            "notes": s.observation.notes,
                            "facts": [attrs.asdict(f) for f in s.facts]} for s in self.scenarios],
         }
+        if self.frames is not None:
+            out["frames"] = self.frames
+        return out
 
     def text(self, *, all_facts: bool = True) -> str:
         head = (f"kernel {self.release} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
                 f"timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + "\n")
+        if self.frames is not None:
+            head += (f"frames: {self.frames['injected']} injected"
+                     + (f", at most {self.frames['max_packets']} packets per traffic direction"
+                        + (f" (shortened: {', '.join(self.frames['capped'])})" if self.frames["capped"] else "")
+                        if self.frames["max_packets"] is not None else "") + "\n")
         body = format_facts(self.facts, only_problems=not all_facts)
         s = summarize(self.facts)
         tail = (f"{s['agrees']} agree, {s['differs']} differ, {s['known']} known differences, "
@@ -134,13 +153,17 @@ def load_scenarios(paths: list[str]) -> list[tuple[Topology, ScenarioPlan]]:
 
 def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: str | None = None,
                     install: bool = True, workdir: str | Path | None = None,
-                    simulate_fn=simulate) -> ConformResult:
+                    simulate_fn=simulate, frames: bool = False, max_packets: int | None = None) -> ConformResult:
     """Boot *kernel* with the topologies in *paths* (or replay *results*) and compare with flowsim."""
     if kernel not in KERNELS:
         raise ConfigError(f"unknown kernel {kernel!r}", value=kernel, expected="one of " + ", ".join(KERNELS))
     spec = KERNELS[kernel]
     scenarios = load_scenarios(paths)
     timer = Timer()
+    fplans: list[FramePlan] = []
+    if frames:  # the simulation first: its frames are what the guest plays
+        with timer.step("flowsim"):
+            fplans = [simulate_frames(topo, plan, str(spec.profile), max_packets) for topo, plan in scenarios]
     date = datetime.date.today().isoformat()
     if results is not None:
         raw = Path(results).read_bytes()
@@ -158,8 +181,9 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         work = Path(workdir) if workdir else cache_dir() / f"run-{kernel}-{os.getpid()}"
         if work.exists():
             shutil.rmtree(work)
-        files = render_init(scenarios)
+        files = render_frames_init(scenarios, fplans) if frames else render_init(scenarios)
         budget = 90 + 45 * len(scenarios)  # a scenario takes ~8 s under TCG; allow slow machines
+        budget += sum(len(fp.inject) for fp in fplans)  # --frames: a socat per frame, well under 1 s each
         with timer.step("guest"):
             try:
                 guest = boot_guest(kit, base, files, work, qemu=tools["qemu-system-x86_64"], timeout=budget)
@@ -175,7 +199,13 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
             work = last
     sections = split_sections(text)
     out = []
-    for topo, plan in scenarios:
+    if frames:
+        for (_topo, plan), fp in zip(scenarios, fplans):
+            obs = observe(plan, sections)
+            kf = kernel_frames(fp, sections, scenario_id(plan, sections))
+            facts = error_facts(plan.name, obs.errors) + compare_frames(plan.name, fp, kf)
+            out.append(ScenarioResult(plan, obs, None, facts))
+    for topo, plan in scenarios if not frames else ():
         obs = observe(plan, sections)
         t0 = time.monotonic()
         report = simulate_fn(topo.file, profile)

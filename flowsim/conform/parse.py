@@ -19,18 +19,25 @@ print a field this parser has not seen — it is kept in ``extra``):
   chain.
 * :func:`parse_links` reads ``ip -s -j link show``: rx/tx packets and bytes
   per device.
+* :func:`parse_pcap` reads a capture the guest sent base64-encoded
+  (``--frames``: tcpdump's pcap of one device and direction, or of an
+  nflog group): link type and every frame's captured bytes.  A truncated
+  last record (tcpdump stopped mid-write) is an error, not a frame.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 import re
+import struct
 
 import attrs
 
 __all__ = ["Section", "split_sections", "CtTupleDir", "CtLine", "parse_conntrack", "NftRule", "NftState",
-           "parse_nft_json", "parse_links", "parse_bytes", "canonical_addr"]
+           "parse_nft_json", "parse_links", "parse_bytes", "canonical_addr", "Pcap", "parse_pcap"]
 
 
 @attrs.frozen
@@ -273,3 +280,48 @@ def parse_bytes(text: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit():
             out[parts[0]] = int(parts[1])
     return out
+
+
+# ---------------------------------------------------------------------- pcap
+
+@attrs.frozen
+class Pcap:
+    """A classic pcap file: its link type and the captured bytes of each record."""
+
+    linktype: int = 0
+    frames: tuple[bytes, ...] = ()
+    error: str | None = None
+
+
+_PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">",     # microsecond
+               b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}     # nanosecond
+
+
+def parse_pcap(text: str) -> Pcap:
+    """A pcap sent as base64 text (``base64 < FILE``); a text that is not one gives ``error``."""
+    body = "".join(text.split())
+    if not body:
+        return Pcap(error="empty capture")
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        return Pcap(error=text.strip().splitlines()[0][:200] if text.strip() else "not base64")
+    return read_pcap_bytes(raw)
+
+
+def read_pcap_bytes(raw: bytes) -> Pcap:
+    """The records of a pcap file's bytes."""
+    endian = _PCAP_MAGIC.get(raw[:4])
+    if endian is None or len(raw) < 24:
+        return Pcap(error=f"not a pcap file (magic {raw[:4].hex() or 'empty'})")
+    linktype = struct.unpack_from(endian + "I", raw, 20)[0] & 0x0FFFFFFF
+    frames, off = [], 24
+    while off < len(raw):
+        if off + 16 > len(raw):
+            return Pcap(linktype, tuple(frames), f"truncated record header at byte {off}")
+        caplen = struct.unpack_from(endian + "I", raw, off + 8)[0]
+        if off + 16 + caplen > len(raw):
+            return Pcap(linktype, tuple(frames), f"truncated record at byte {off}")
+        frames.append(raw[off + 16:off + 16 + caplen])
+        off += 16 + caplen
+    return Pcap(linktype, tuple(frames))

@@ -299,7 +299,9 @@ def conform_schema() -> dict:
         "status": enum(0, 1, 2),
         "summary": obj(dict.fromkeys(FACT_STATUSES, I)),
         "workdir": nullable(S), "scenarios": arr(scenario),
-    })
+        # --frames only: the frame-exact mode's cap and what it injected
+        "frames": obj({"max_packets": nullable(I), "injected": I, "capped": arr(S)}),
+    }, optional=("frames",))
     return {"description": "one kernel: one object; several kernels (--kernel repeated): a list of them",
             "oneOf": [result, {"type": "array", "items": result, "minItems": 2}]}
 

@@ -1,0 +1,560 @@
+"""Frame-exact conformance (``flowsim conform --frames``): flowsim's own frames played into a real kernel.
+
+Theory of operation
+-------------------
+The socat mode lets real TCP/UDP stacks talk and compares totals with
+slack.  This mode compares frames, byte for byte, with no tolerance:
+
+1. **Simulation** (:func:`simulate_frames`).  The topology runs in the
+   simulator under the harness's profile with the stack's packet tap
+   (``Kernel.packet_tap``, the tap ``flowsim run --pcapng`` writes from) and
+   the flowtable hook's verdict tap (``Kernel.verdict``).  Every frame is
+   kept with its namespace, device, direction, packet id and, for a frame a
+   flowtable hook received, the verdict (``fastpath`` / ``slowpath REASON``
+   / ``drop REASON``).  ``--max-packets N`` caps every traffic direction at
+   N packets (``packets`` and ``reply_packets`` of each ``[[traffic]]``
+   table) before the run, so a long table stays a short boot.
+2. **Endpoints** are the namespaces that send or accept traffic; they must
+   not hold a flowtable.  Their *wire devices* are their devices with a
+   veth peer in another namespace.  The frames flowsim transmits on a wire
+   device are the frames to inject, in flowsim's order, both directions
+   interleaved as flowsim emitted them.
+3. **Guest** (:func:`render_frames_scenario`).  The topology is built as in
+   the socat mode (:func:`flowsim.conform.guest.render_command`), then
+
+   * IPv6 noise is switched off before any device exists: in every
+     namespace ``accept_ra=0``, ``accept_dad=0``, ``addr_gen_mode=1`` (no
+     link-local address, so no DAD, no router solicitation) and
+     ``router_solicitations=0`` for ``all`` and ``default``.  MLD reports
+     of the solicited-node groups are sent when a device comes up; the
+     captures start two seconds later, after the last unsolicited report.
+     Nothing is filtered: a frame flowsim did not emit is a difference;
+   * every Ethernet device gets flowsim's MAC address
+     (:func:`flowsim.kernel.devices.base.mac_for`, or the one the topology
+     sets) with ``ip link set dev D address M``;
+   * neighbours: flowsim does not model ARP or neighbour discovery on the
+     wire; its loader pre-resolves every neighbour on a shared L2 segment
+     (:func:`flowsim.kernel.neigh.discover`).  The guest gets the same
+     entries as ``nud permanent`` on both sides, so no ARP/ND frame is ever
+     sent;
+   * the endpoints' stacks never answer: a ``netdev`` ingress chain with
+     policy ``drop`` on every wire device (packet taps run before the
+     ingress hook, so the captures still record the frames);
+   * the rulesets are loaded as written, plus, in every flowtable
+     namespace, a ``prerouting`` chain at priority -500 (before
+     defragmentation and conntrack) doing ``log group 7``.
+
+   Every device of every namespace except the endpoints' non-wire devices
+   and ``lo`` is captured by two ``tcpdump -Q in`` / ``-Q out`` processes
+   (``-U --immediate-mode -s 0 -Z root``): a pcap keeps no direction, and
+   flowsim's link delay may interleave the two directions of one device
+   differently from a sequential injection, so each direction is its own
+   ordered stream.  ``tcpdump -i nflog:7`` records the log group.  Then each
+   frame to inject is written with ``socat -u OPEN:FILE INTERFACE:DEV``
+   inside its namespace, one frame per write, in flowsim's order, strictly
+   one after the other (a run of frames on the same device shares one
+   ``ip netns exec``).  The pcaps return base64-encoded in the results
+   channel (sections ``pcap`` and ``nflog``, parsed by
+   :func:`flowsim.conform.parse.parse_pcap`).
+4. **Verdicts.**  The flowtable hook runs at netdev ingress; a packet it
+   does not steal continues to ``prerouting``.  The log chain therefore
+   records exactly the packets the hook passed to the slow path, whether
+   they are then forwarded, delivered locally (the outer packet of a tunnel)
+   or dropped later.  That is flowsim's ``slowpath`` verdict, which a
+   ``forward`` chain would miss for the locally delivered ones, and the
+   kernel's counters give totals, not the frame.  A received frame with a
+   flowsim verdict is ``slowpath`` on the kernel's side when its L3 packet
+   (the frame's bytes after the Ethernet and VLAN headers) is among the
+   namespace's logged packets (each logged packet is used once), else
+   ``fastpath`` (a frame the hook dropped would show as a missing frame on
+   the egress device).  flowsim's ``drop`` counts as not slow path.
+5. **Comparison** (:func:`compare_frames`): per device and direction the
+   frame count, then frame by frame the bytes (the first differing frame is
+   reported with both hexdumps and a scapy one-line summary of each), and
+   per frame with a flowsim verdict the verdicts.  Facts are
+   :class:`flowsim.conform.compare.Fact` rows with tolerance ``exact``.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+import re
+import shlex
+import struct
+
+import attrs
+
+from flowsim.config.topology import Topology
+from flowsim.conform.compare import Fact
+from flowsim.conform.guest import IP, ScenarioPlan, _write_sysctl, render_command, scenario_files, topology_commands
+from flowsim.conform.kernel import GUEST_BIN
+from flowsim.conform.parse import Pcap, Section, parse_pcap
+from flowsim.errors import ConfigError
+from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, device_linktype
+from flowsim.profiles import get_profile
+from flowsim.sim.simulation import Simulation
+from flowsim.sim.traffic import TrafficSpec
+
+__all__ = ["SimFrame", "FramePlan", "simulate_frames", "render_frames_scenario", "frames_files",
+           "compare_frames", "hexdump", "summary", "l3_bytes", "NFLOG_GROUP", "FRAMES_TABLE", "SETTLE",
+           "render_frames_init", "kernel_frames", "KernelFrames", "scenario_id", "error_facts", "nflog_payload"]
+
+NFLOG_GROUP = 7
+FRAMES_TABLE = "flowsim_frames"
+SETTLE = 2          # seconds between the last device coming up and the captures (unsolicited MLD reports)
+LINKTYPE_NFLOG = 239
+# Names that reach socat's address syntax (``INTERFACE:DEV``) and nft's quoted device names unquoted by
+# a shell: letters, digits and ``_ . -`` only (the kernel allows more; the guest refuses the rest).
+_SAFE_DEV = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_ETH_VLAN = (0x8100, 0x88A8)
+
+
+@attrs.frozen
+class SimFrame:
+    """One frame as flowsim's packet tap saw it, in the device's pcap link type."""
+
+    index: int              # position in the run's tap order
+    netns: str
+    dev: str
+    data: bytes
+    linktype: int
+    outbound: bool
+    packet: int | None      # one id per simulated packet
+    verdict: str | None     # the flowtable hook's verdict on this received frame
+
+
+@attrs.frozen
+class FramePlan:
+    """What the guest plays and captures for one scenario, and what flowsim captured."""
+
+    frames: tuple[SimFrame, ...]
+    inject: tuple[SimFrame, ...]
+    captured: tuple[tuple[str, str], ...]       # (netns, dev) the guest captures, in order
+    endpoints: tuple[str, ...]
+    wires: tuple[tuple[str, str], ...]          # endpoint wire devices: ingress drop, injection
+    macs: tuple[tuple[str, str, str], ...]      # (netns, dev, mac)
+    neigh: tuple[tuple[str, str, str, str], ...]  # (netns, dev, addr, lladdr)
+    router_netns: tuple[str, ...]               # namespaces with a flowtable (log chain)
+    max_packets: int | None = None
+    capped: tuple[str, ...] = ()                # traffic tables the cap shortened
+
+    def expected(self, netns: str, dev: str, outbound: bool) -> list[SimFrame]:
+        return [f for f in self.frames if f.netns == netns and f.dev == dev and f.outbound == outbound]
+
+
+# ---------------------------------------------------------------------- simulation
+
+def _bad(topo: Topology, msg: str, expected: str) -> ConfigError:
+    return ConfigError(msg, where=topo.file, expected=expected)
+
+
+def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
+                    max_packets: int | None = None) -> FramePlan:
+    """Run *topo* under *profile* with the packet and verdict taps; the frames and the guest's plan."""
+    specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
+    capped = []
+    if max_packets is not None:
+        short = []
+        for s in specs:
+            n = attrs.evolve(s, packets=min(s.packets, max_packets), reply_packets=min(s.reply_packets, max_packets))
+            if n != s:
+                capped.append(s.name)
+            short.append(n)
+        specs = short
+    sim = Simulation(topo, get_profile(profile), traffic=specs)
+    live = sim.topo
+    rec: list[list] = []
+
+    def tap(netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
+        d = live.namespaces[netns].devices.get(dev)
+        rec.append([netns, dev, frame, outbound, getattr(skb, "tag", None), None, skb,
+                    device_linktype(d.link_type if d is not None else "ether")])
+
+    def verdict(skb, text: str) -> None:
+        for r in reversed(rec):
+            if not r[3] and r[6] is skb:
+                if r[5] is None:
+                    r[5] = text
+                return
+
+    sim.kernel.packet_tap = tap
+    sim.kernel.verdict = verdict
+    sim.run()
+    ids: dict[int, int] = {}
+    frames = []
+    for i, (netns, dev, frame, outbound, tag, text, _skb, lt) in enumerate(rec):
+        pid = ids.setdefault(id(tag), len(ids) + 1) if tag is not None else None
+        data = frame[14:] if lt == LINKTYPE_RAW else frame
+        frames.append(SimFrame(i, netns, dev, data, lt, outbound, pid, text))
+    rec.clear()
+
+    endpoints = tuple(dict.fromkeys(x for t in plan.traffic for x in (t.client, t.server)))
+    for ns in endpoints:
+        if ns in plan.flowtable_netns:
+            raise _bad(topo, f"--frames: namespace {ns!r} sends or accepts traffic and has a flowtable",
+                       "endpoints (traffic sources and servers) without a flowtable: their stacks are muted")
+    wires = []
+    for ns in endpoints:
+        for dev in live.namespaces[ns].devices.values():
+            peer = live.peer(dev)
+            if peer is not None and peer.netns != ns:
+                wires.append((ns, dev.name))
+    captured = []
+    for name, ns in live.namespaces.items():
+        for dev in ns.devices.values():
+            if dev.name == "lo" or (name in endpoints and (name, dev.name) not in wires):
+                continue
+            captured.append((name, dev.name))
+    for ns, dev in set(captured) | set(wires):
+        if not _SAFE_DEV.match(dev):
+            raise _bad(topo, f"--frames: device name {dev!r} in {ns!r} cannot be captured and injected in the guest",
+                       "device names of letters, digits, '_', '.', '-' (at most 15)")
+    inject = tuple(f for f in frames if f.outbound and (f.netns, f.dev) in wires)
+    macs = []
+    for name, ns in live.namespaces.items():
+        for dev in ns.devices.values():
+            if dev.link_type == "ether" and dev.mac and dev.name != "lo" and int(dev.mac[:2], 16) & 1 == 0:
+                macs.append((name, dev.name, dev.mac))
+    neigh = []
+    for name, space in topo.namespaces.items():
+        for e in space.neigh.entries.values():
+            if e.lladdr:
+                neigh.append((name, e.dev, str(e.addr), e.lladdr))
+    return FramePlan(tuple(frames), inject, tuple(captured), endpoints, tuple(wires), tuple(macs), tuple(neigh),
+                     plan.flowtable_netns, max_packets, tuple(capped))
+
+
+# ---------------------------------------------------------------------- guest
+
+_QUIET_V6 = ("accept_ra=0", "accept_dad=0", "addr_gen_mode=1", "router_solicitations=0")
+# every /proc/sys path and value arrive as positional parameters, never as script text
+_QUIET_SCRIPT = ('for c in all default; do for kv in "$@"; do '
+                 'echo "${kv#*=}" > "/proc/sys/net/ipv6/conf/$c/${kv%%=*}" 2>/dev/null; done; done; true')
+
+
+def mute_ruleset(fplan: FramePlan, netns: str) -> str:
+    """The endpoint's ``netdev`` tables: every wire device's ingress dropped (its stack never answers)."""
+    out = []
+    for i, (ns, dev) in enumerate(fplan.wires):
+        if ns == netns:
+            out += [f"table netdev {FRAMES_TABLE}_{i} {{",
+                    f'  chain mute {{ type filter hook ingress device "{dev}" priority -500; policy drop; }}', "}"]
+    return "\n".join(out) + "\n"
+
+
+def log_ruleset() -> str:
+    """The flowtable namespaces' log chain: every packet the flowtable hook passed to the slow path."""
+    return (f"table inet {FRAMES_TABLE} {{\n"
+            f"  chain slowpath {{ type filter hook prerouting priority -500; policy accept; "
+            f"log group {NFLOG_GROUP}; }}\n}}\n")
+
+
+def frames_files(fplan: FramePlan, index: int) -> dict[str, bytes]:
+    """The frame files, the mute tables and the log table of scenario *index* (paths inside the initramfs)."""
+    files = {f"conform/s{index}/f/{k}": f.data for k, f in enumerate(fplan.inject)}
+    for ns in fplan.endpoints:
+        files[f"conform/s{index}/{ns}.mute.nft"] = mute_ruleset(fplan, ns).encode()
+    files[f"conform/s{index}/log.nft"] = log_ruleset().encode()
+    return files
+
+
+def _runs(fplan: FramePlan) -> list[tuple[str, str, list[int]]]:
+    """Consecutive frames to inject on the same device: (netns, dev, frame file numbers)."""
+    out: list[tuple[str, str, list[int]]] = []
+    for k, f in enumerate(fplan.inject):
+        if out and out[-1][0] == f.netns and out[-1][1] == f.dev:
+            out[-1][2].append(k)
+        else:
+            out.append((f.netns, f.dev, [k]))
+    return out
+
+
+# one frame per socat call: socat -u reads the whole file (-b larger than any frame) and writes it once
+_INJECT_SCRIPT = ('d=$1; shift; for f in "$@"; do '
+                  'socat -u -b 262144 "OPEN:$f" "INTERFACE:$d" || echo "inject $f on $d failed"; done')
+
+
+def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan) -> str:
+    """The shell function ``scenario_N`` of the ``--frames`` mode (see the module docstring)."""
+    q = shlex.quote
+    s = plan.index
+    base = f"/conform/s{s}"
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
+    for ns in plan.namespaces:
+        out.append(f"  run - {IP} netns add {q(ns)}")
+        out.append(f"  NS {q(ns)} sh -c {q(_QUIET_SCRIPT)} sh {' '.join(_QUIET_V6)}")
+    for cmds in topology_commands(topo).values():
+        for cmd in cmds:
+            out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
+    for name, space in topo.namespaces.items():
+        for key, value in space.sysctls.items():
+            out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
+    for ns in plan.namespaces:
+        out.append(f"  harness_settings {q(ns)}")
+    for ns, dev, mac in fplan.macs:
+        out.append(f"  run - {IP} -n {q(ns)} link set dev {q(dev)} address {q(mac)} || return")
+    for ns, dev, addr, lladdr in fplan.neigh:
+        out.append(f"  run - {IP} -n {q(ns)} neigh replace {q(addr)} lladdr {q(lladdr)} dev {q(dev)} "
+                   f"nud permanent || return")
+    for name, space in topo.namespaces.items():
+        if space.nft is not None:
+            out.append(f"  run {q(f'{space.nft.file}:{space.nft.line}')} NS {q(name)} {GUEST_BIN['nft']} -f "
+                       f"{q(f'{base}/{name}.nft')} || return")
+    for ns in fplan.endpoints:
+        out.append(f"  run - NS {q(ns)} {GUEST_BIN['nft']} -f {q(f'{base}/{ns}.mute.nft')} || return")
+    for ns in fplan.router_netns:
+        out.append(f"  run - NS {q(ns)} {GUEST_BIN['nft']} -f {q(f'{base}/log.nft')} || return")
+        out.append(f"  NS {q(ns)} {GUEST_BIN['conntrack']} -F >/dev/null 2>&1")
+    out.append(f"  sleep {SETTLE}")
+    out.append("  CAPS=")
+    for k, (ns, dev) in enumerate(fplan.captured):
+        for d in ("in", "out"):
+            out.append(f"  capture {q(ns)} {q(dev)} {d} /tmp/c{k}.{d}")
+    for k, ns in enumerate(fplan.router_netns):
+        out.append(f"  capture {q(ns)} nflog:{NFLOG_GROUP} - /tmp/n{k}")
+    out.append("  capture_ready")
+    out.append(f"  note inject {len(fplan.inject)} frames")
+    for ns, dev, ks in _runs(fplan):
+        files = " ".join(q(f"{base}/f/{k}") for k in ks)
+        out.append(f"  NS {q(ns)} sh -c {q(_INJECT_SCRIPT)} sh {q(dev)} {files} >>/tmp/inject.err 2>&1")
+    out.append("  note injected")
+    out.append(f"  [ -s /tmp/inject.err ] && section {s} stderr inject - < /tmp/inject.err; rm -f /tmp/inject.err")
+    out.append("  capture_stop")
+    for k in range(len(fplan.captured)):
+        for d in ("in", "out"):
+            out.append(f"  dump {s} pcap {k}.{d} /tmp/c{k}.{d}")
+    for k in range(len(fplan.router_netns)):
+        out.append(f"  dump {s} nflog {k} /tmp/n{k}")
+    out.append(f"  echo \"$(up)\" | section {s} uptime - end")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+# The helpers the frames scenarios use, added to the guest's /init beside the scenarios.
+FRAMES_HELPERS = r"""
+# capture NS DEV DIR FILE: tcpdump on DEV of NS (DIR in|out, or - for both), pid appended to $CAPS.
+capture() {
+  if [ "$3" = - ]; then q=; else q="-Q $3"; fi
+  $IP netns exec "$1" /usr/bin/tcpdump -i "$2" $q -U --immediate-mode -s 0 -Z root -n -w "$4" 2>"$4.err" &
+  CAPS="$CAPS $!"; CAPF="$CAPF $4.err"
+}
+# capture_ready: until every tcpdump said it listens (10 s at most).
+capture_ready() {
+  n=0
+  while [ $n -lt 200 ]; do
+    ok=1
+    for f in $CAPF; do grep -q "listening on" "$f" 2>/dev/null || ok=0; done
+    [ $ok = 1 ] && return 0
+    usleep 50000; n=$((n+1))
+  done
+  note "capture_ready: timeout"
+}
+capture_stop() {
+  usleep 300000
+  kill -INT $CAPS 2>/dev/null
+  wait_gone $CAPS
+  CAPS=; CAPF=
+}
+# dump SCENARIO KIND ID FILE: the capture, base64, as one section.
+dump() {
+  if [ -e "$4" ]; then base64 < "$4"; else echo "missing: $(cat "$4.err" 2>/dev/null)"; fi | section "$1" "$2" - "$3"
+  rm -f "$4" "$4.err"
+}
+/sbin/modprobe -a nfnetlink_log nft_log 2>&1 | section - modprobe - frames
+"""
+
+
+# ---------------------------------------------------------------------- kernel side
+
+def l3_bytes(data: bytes, linktype: int) -> bytes:
+    """The L3 packet of a captured frame: after the Ethernet header and any VLAN tags."""
+    if linktype != LINKTYPE_ETHERNET:
+        return data
+    off, proto = 12, None
+    while len(data) >= off + 2:
+        proto = struct.unpack_from("!H", data, off)[0]
+        if proto in _ETH_VLAN:
+            off += 4
+            continue
+        break
+    return data[off + 2:]
+
+
+@attrs.frozen
+class KernelFrames:
+    """What the guest captured for one scenario."""
+
+    pcaps: dict          # (netns, dev, outbound) -> Pcap
+    nflog: dict          # netns -> list of logged L3 packets
+    errors: tuple[str, ...] = ()
+
+
+def kernel_frames(fplan: FramePlan, sections: list[Section], sid: str) -> KernelFrames:
+    """The captures of scenario *sid* from its ``pcap`` and ``nflog`` sections."""
+    pcaps, nflog, errors = {}, {}, []
+    by = {(s.kind, s.phase): s for s in sections if s.scenario == sid}
+    for k, (ns, dev) in enumerate(fplan.captured):
+        for d in ("in", "out"):
+            sec = by.get(("pcap", f"{k}.{d}"))
+            p = parse_pcap(sec.text) if sec else Pcap(error="no capture in the results channel")
+            if p.error:
+                errors.append(f"{ns}/{dev} {d}: {p.error}")
+            pcaps[(ns, dev, d == "out")] = p
+    for k, ns in enumerate(fplan.router_netns):
+        sec = by.get(("nflog", str(k)))
+        p = parse_pcap(sec.text) if sec else Pcap(error="no nflog capture in the results channel")
+        if p.error:
+            errors.append(f"{ns} nflog: {p.error}")
+        nflog[ns] = [nflog_payload(x) for x in p.frames]
+    return KernelFrames(pcaps, nflog, tuple(errors))
+
+
+def nflog_payload(data: bytes) -> bytes:
+    """The packet of one LINKTYPE_NFLOG record (NFULA_PAYLOAD, TLVs in host byte order, 4-byte aligned)."""
+    off = 4
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("<HH", data, off)
+        if length < 4:
+            break
+        if kind == 9:  # NFULA_PAYLOAD
+            return data[off + 4:off + length]
+        off += (length + 3) & ~3
+    return b""
+
+
+# ---------------------------------------------------------------------- comparison
+
+def hexdump(data: bytes, mark: int | None = None) -> str:
+    """16 bytes per line with offsets; the line holding byte *mark* ends with ``<``."""
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        flag = " <" if mark is not None and off <= mark < off + 16 else ""
+        lines.append(f"{off:04x}  {hexes:<47}{flag}")
+    return "\n".join(lines)
+
+
+def summary(data: bytes, linktype: int) -> str:
+    """scapy's one-line summary of a captured frame."""
+    try:
+        if linktype == LINKTYPE_ETHERNET:
+            from scapy.layers.l2 import Ether
+            return Ether(data).summary()
+        from scapy.layers.inet import IP as ScapyIP
+        from scapy.layers.inet6 import IPv6
+        return (IPv6 if data[:1] and data[0] >> 4 == 6 else ScapyIP)(data).summary()
+    except Exception as exc:  # noqa: BLE001 - a summary must never hide the bytes
+        return f"(scapy: {exc})"
+
+
+def first_difference(a: bytes, b: bytes) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _verdict_class(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return "slowpath" if text.startswith("slowpath") else "fastpath"
+
+
+def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
+    """Per captured device and direction: count, bytes frame by frame, hook verdicts (all exact)."""
+    rows: list[Fact] = []
+    for err in kf.errors:
+        rows.append(Fact(name, "guest", "capture", err, None, "", "error"))
+    logged = {ns: collections.Counter(v) for ns, v in kf.nflog.items()}
+    for ns, dev in fplan.captured:
+        for outbound in (False, True):
+            subject = f"{ns}/{dev} {'out' if outbound else 'in'}"
+            want = fplan.expected(ns, dev, outbound)
+            pcap = kf.pcaps.get((ns, dev, outbound))
+            if pcap is None or pcap.error:
+                continue
+            got = pcap.frames
+            rows.append(_row(name, subject, "frames", len(got), len(want)))
+            diff = None
+            for i, (kb, sf) in enumerate(zip(got, want)):
+                if kb != sf.data:
+                    diff = i
+                    break
+            if diff is None and len(got) != len(want):
+                diff = min(len(got), len(want))
+            if diff is None:
+                rows.append(_row(name, subject, "bytes", f"{len(got)} frames identical",
+                                 f"{len(want)} frames identical"))
+            else:
+                k = got[diff] if diff < len(got) else None
+                s = want[diff].data if diff < len(want) else None
+                at = first_difference(k, s) if k is not None and s is not None else None
+                note = [f"first difference: frame {diff}" + (f", byte {at}" if at is not None else "")]
+                data: bytes | None
+                for who, data in (("kernel", k), ("flowsim", s)):
+                    note.append(f"{who}: " + ("(no frame)" if data is None else summary(data, pcap.linktype)))
+                    if data is not None:
+                        note.append(hexdump(data, at))
+                rows.append(Fact(name, subject, "bytes",
+                                 f"frame {diff}: " + ("-" if k is None else summary(k, pcap.linktype)),
+                                 f"frame {diff}: " + ("-" if s is None else summary(s, pcap.linktype)),
+                                 "exact", "differs", "\n".join(note)))
+            if outbound or not any(f.verdict for f in want):
+                continue
+            pool = logged.get(ns, collections.Counter())
+            kv, sv = [], []
+            for i, sf in enumerate(want):
+                if sf.verdict is None:
+                    continue
+                if i < len(got):
+                    l3 = l3_bytes(got[i], pcap.linktype)
+                    slow = pool[l3] > 0
+                    if slow:
+                        pool[l3] -= 1
+                    kv.append((i, "slowpath" if slow else "fastpath"))
+                else:
+                    kv.append((i, "(no frame)"))
+                sv.append((i, _verdict_class(sf.verdict), sf.verdict))
+            bad = next(((i, k, t) for (i, k), (_, c, t) in zip(kv, sv) if k != c), None)
+            ktext = _count_text(v for _, v in kv)
+            stext = _count_text(c for _, c, _ in sv)
+            if bad is None:
+                rows.append(_row(name, subject, "flowtable verdicts", ktext, stext))
+            else:
+                i, k, t = bad
+                rows.append(Fact(name, subject, "flowtable verdicts", ktext, stext, "exact", "differs",
+                                 f"first difference: frame {i}: kernel {k}, flowsim {t}"))
+    return rows
+
+
+def _count_text(values) -> str:
+    c = collections.Counter(values)
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"
+
+
+def _row(scenario: str, subject: str, fact: str, kernel, sim) -> Fact:
+    return Fact(scenario, subject, fact, kernel, sim, "exact", "agrees" if kernel == sim else "differs")
+
+
+def render_frames_init(scenarios: list, fplans: list[FramePlan]) -> dict[str, bytes]:
+    """``/init`` for ``--frames`` (the packaged template, the helpers, every scenario) and the files."""
+    template = (Path(__file__).parent / "data" / "init.sh").read_text()
+    body = FRAMES_HELPERS + "".join(render_frames_scenario(topo, plan, fp)
+                                    for (topo, plan), fp in zip(scenarios, fplans))
+    calls = "".join(f"scenario_{plan.index}; cleanup {plan.index}\n" for _, plan in scenarios)
+    files = {"init": template.replace("@SCENARIOS@", body).replace("@RUN@", calls).encode()}
+    for (topo, plan), fp in zip(scenarios, fplans):
+        files.update(scenario_files(topo, plan))
+        files.update(frames_files(fp, plan.index))
+    return files
+
+
+def scenario_id(plan: ScenarioPlan, sections: list[Section]) -> str:
+    """The scenario's id in this boot (found by name, as :func:`flowsim.conform.observe.observe` does)."""
+    return next((s.scenario for s in sections if s.kind == "begin" and s.text.strip() == plan.name),
+                str(plan.index)) or str(plan.index)
+
+
+def error_facts(name: str, errors: list[str]) -> list[Fact]:
+    """The guest's set-up errors as rows (as :func:`flowsim.conform.compare.compare` reports them)."""
+    return [Fact(name, "guest", "set-up", err.splitlines()[0] if err else "error", None, "", "error",
+                 " | ".join(err.splitlines()[1:3])) for err in errors]
