@@ -41,3 +41,22 @@ def test_real_kernel_agrees_with_flowsim():
     assert not problems, f"kernel {result.release} vs flowsim ({timings}):\n" + format_facts(problems)
     assert [s.plan.name for s in result.scenarios] == SUBSET
     assert all(s.observation.conns for s in result.scenarios)
+
+
+@pytest.mark.slow
+def test_real_kernel_frames_agree_with_flowsim():
+    """``--frames`` on conform-forward: flowsim's 372 frames injected one by one into Debian 6.12; every frame
+    on every device and direction byte-identical, every flowtable verdict the same (about a minute)."""
+    path = str(ROOT / "topologies" / "conform-forward.toml")
+    try:
+        result = run_conformance([path], "debian-6.12", frames=True)
+    except ConformSetupError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"conformance set-up failed in CI: {exc}")
+        pytest.skip(f"conformance set-up not possible here: {exc}")
+    problems = [f for f in result.facts if f.status != "agrees"]
+    timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
+    assert not problems, f"kernel {result.release} vs flowsim ({timings}):\n" + format_facts(problems)
+    assert result.frames is not None and result.frames["injected"] == 372
+    assert sum(1 for f in result.facts if f.fact == "bytes") == 8          # 4 devices, 2 directions
+    assert sum(1 for f in result.facts if f.fact == "flowtable verdicts") == 2

@@ -161,15 +161,21 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     scenarios = load_scenarios(paths)
     timer = Timer()
     fplans: list[FramePlan] = []
-    if frames:  # the simulation first: its frames are what the guest plays
+
+    def plan_frames(profile: str) -> list[FramePlan]:
+        """--frames: the simulation first, under the kernel's profile: its frames are what the guest plays."""
+        if not frames:
+            return []
         with timer.step("flowsim"):
-            fplans = [simulate_frames(topo, plan, str(spec.profile), max_packets) for topo, plan in scenarios]
+            return [simulate_frames(topo, plan, profile, max_packets) for topo, plan in scenarios]
+
     date = datetime.date.today().isoformat()
     if results is not None:
         raw = Path(results).read_bytes()
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
         kit_info = ("(saved results)", "", _kernel_release(text), None)
         profile = spec_profile(spec, kit_info[2] or "")
+        fplans = plan_frames(profile)
         work = None
     else:
         with timer.step("tools"):
@@ -178,6 +184,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
             kit: KernelKit = fetch_kernel(spec, timer)
             base = build_base_initramfs(kit, tools, timer)
         profile = kit.profile  # sid/experimental move: the profile follows the package version
+        fplans = plan_frames(profile)
         work = Path(workdir) if workdir else cache_dir() / f"run-{kernel}-{os.getpid()}"
         if work.exists():
             shutil.rmtree(work)
@@ -214,8 +221,12 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     for s in out:
         if s.observation.seconds is not None:
             timer.steps[f"scenario {s.plan.name}"] = s.observation.seconds
+    info = None
+    if frames:
+        info = {"max_packets": max_packets, "injected": sum(len(fp.inject) for fp in fplans),
+                "capped": sorted({name for fp in fplans for name in fp.capped})}
     return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], profile, date, timer.steps, out,
-                         str(work) if work else None)
+                         str(work) if work else None, info)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,290 @@
+"""``flowsim conform --frames`` without qemu: frames from the simulation, the guest script, pcaps from the
+results channel, the byte and verdict comparison (including the cases that must fail), and a saved boot."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import struct
+from pathlib import Path
+
+import attrs
+import jsonschema
+import pytest
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+
+from flowsim.cli import main
+from flowsim.config.topology import load_topology
+from flowsim.conform.frames import (
+    FRAMES_TABLE, NFLOG_GROUP, KernelFrames, compare_frames, frames_files, hexdump, l3_bytes, nflog_payload,
+    render_frames_init, render_frames_scenario, simulate_frames,
+)
+from flowsim.conform.guest import plan_scenario
+from flowsim.conform.harness import load_scenarios, run_conformance
+from flowsim.conform.parse import Pcap, parse_pcap
+from flowsim.errors import ConfigError
+from flowsim.kernel.capture import LINKTYPE_ETHERNET, write_pcap
+from flowsim.kernel.devices.base import mac_for
+from flowsim.schemas import load
+
+ROOT = Path(__file__).resolve().parent.parent
+FORWARD = ROOT / "topologies" / "conform-forward.toml"
+SAVED = ROOT / "tests" / "data" / "conform" / "frames-forward-debian-6.12.log.gz"
+
+
+@pytest.fixture(scope="module")
+def forward():
+    (topo, plan), = load_scenarios([str(FORWARD)])
+    return topo, plan, simulate_frames(topo, plan, "linux-6.12", 3)
+
+
+def _kernel_like(fplan, edit=None) -> KernelFrames:
+    """What a kernel that behaves exactly like flowsim would have captured (optionally edited)."""
+    pcaps = {}
+    for ns, dev in fplan.captured:
+        for out in (False, True):
+            frames = [f.data for f in fplan.expected(ns, dev, out)]
+            pcaps[(ns, dev, out)] = Pcap(LINKTYPE_ETHERNET, tuple(frames))
+    nflog = {ns: [l3_bytes(f.data, f.linktype) for f in fplan.frames
+                  if f.netns == ns and f.verdict and f.verdict.startswith("slowpath")] for ns in fplan.router_netns}
+    kf = KernelFrames(pcaps, nflog)
+    return edit(kf) if edit else kf
+
+
+# ---------------------------------------------------------------------- simulation
+
+def test_frames_from_the_simulation(forward):
+    topo, plan, fp = forward
+    assert fp.endpoints == ("ns1", "ns2")
+    assert fp.wires == (("ns1", "eth0"), ("ns2", "eth0"))
+    assert fp.router_netns == ("r",)
+    assert set(fp.captured) == {("r", "veth0"), ("r", "veth1"), ("ns1", "eth0"), ("ns2", "eth0")}
+    assert fp.max_packets == 3 and set(fp.capped) == {"tcp4", "udp4", "tcp6", "udp6"}
+    # every injected frame is a transmission on an endpoint's wire, in tap order
+    assert all(f.outbound and (f.netns, f.dev) in fp.wires for f in fp.inject)
+    assert [f.index for f in fp.inject] == sorted(f.index for f in fp.inject)
+    first = Ether(fp.inject[0].data)
+    assert first.src == mac_for("ns1", "eth0") and first.dst == mac_for("r", "veth0")
+    assert first[TCP].flags == "S" and first[IP].dst == "198.51.100.2"
+    # the router's copy of the same packet: TTL one less, its own MACs, and a hook verdict
+    fwd = next(f for f in fp.frames if (f.netns, f.dev, f.outbound) == ("r", "veth1", True))
+    assert Ether(fwd.data)[IP].ttl == first[IP].ttl - 1
+    rx = [f for f in fp.frames if (f.netns, f.dev, f.outbound) == ("r", "veth0", False)]
+    assert all(f.verdict for f in rx) and {f.verdict.split()[0] for f in rx} == {"fastpath", "slowpath"}
+    # both sides' MACs and the pre-resolved neighbours, as flowsim has them
+    assert ("ns2", "eth0", mac_for("ns2", "eth0")) in fp.macs
+    assert ("r", "veth1", "198.51.100.2", mac_for("ns2", "eth0")) in fp.neigh
+    assert ("ns1", "eth0", "192.0.2.1", mac_for("r", "veth0")) in fp.neigh
+
+
+def test_max_packets_caps_every_direction():
+    (topo, plan), = load_scenarios([str(FORWARD)])
+    full = simulate_frames(topo, plan, "linux-6.12")
+    short = simulate_frames(topo, plan, "linux-6.12", 1)
+    assert full.capped == () and len(full.inject) == 372
+    # TCP: handshake, one segment, no close; UDP: one datagram each way
+    assert len(short.inject) < 30
+
+
+def test_endpoint_with_a_flowtable_is_refused(tmp_path):
+    text = FORWARD.read_text().replace('[[traffic]]\nname = "tcp4"\nproto = "tcp"\nfrom = "ns1"',
+                                       '[[traffic]]\nname = "tcp4"\nproto = "tcp"\nfrom = "r"', 1)
+    p = tmp_path / "t.toml"
+    p.write_text(text)
+    topo = load_topology(str(p))
+    with pytest.raises(ConfigError, match="has a flowtable"):
+        simulate_frames(topo, plan_scenario(topo), "linux-6.12", 2)
+
+
+# ---------------------------------------------------------------------- guest script
+
+def _odd_names(tmp_path) -> Path:
+    """conform-forward with a namespace whose name is shell syntax."""
+    text = FORWARD.read_text().replace("[netns.ns1]", "[netns.\"ns'1;reboot\"]")
+    text = text.replace("netns ns1", "netns \"ns'1;reboot\"").replace('from = "ns1"', "from = \"ns'1;reboot\"")
+    p = tmp_path / "odd.toml"
+    p.write_text(text)
+    return p
+
+
+def test_guest_script_quotes_every_name(tmp_path):
+    scenarios = load_scenarios([str(_odd_names(tmp_path))])
+    (topo, plan), = scenarios
+    fp = simulate_frames(topo, plan, "linux-6.12", 2)
+    script = render_frames_scenario(topo, plan, fp)
+    odd = "ns'1;reboot"
+    for line in script.splitlines()[1:-1]:
+        tokens = shlex.split(line)  # every line is well-formed shell: no name ends a quote
+        if odd in line or "ns'\"'\"'1" in line:
+            assert odd in tokens or any(odd in t for t in tokens), line
+    assert "reboot" not in script.replace(shlex.quote(odd), "").replace("ns'\"'\"'1;reboot", "")
+    assert f"capture {shlex.quote(odd)} eth0 in" in script
+    assert f"log group {NFLOG_GROUP}" in frames_files(fp, plan.index)[f"conform/s{plan.index}/log.nft"].decode()
+    mute = frames_files(fp, plan.index)[f"conform/s{plan.index}/{odd}.mute.nft"].decode()
+    assert 'device "eth0"' in mute and "policy drop" in mute and FRAMES_TABLE in mute
+    # one socat per frame file, the files in flowsim's order, each file exactly the frame's bytes
+    files = render_frames_init(scenarios, [fp])
+    order = [int(t.rsplit("/", 1)[1]) for t in shlex.split(" ".join(
+        line for line in script.splitlines() if "INTERFACE" in line)) if t.startswith(f"/conform/s{plan.index}/f/")]
+    assert order == list(range(len(fp.inject)))
+    assert all(files[f"conform/s{plan.index}/f/{k}"] == f.data for k, f in enumerate(fp.inject))
+    assert "@SCENARIOS@" not in files["init"].decode() and "capture_ready()" in files["init"].decode()
+
+
+def test_unsafe_device_name_is_refused(tmp_path):
+    text = FORWARD.read_text().replace("veth0", "v,0").replace("{ v,0, veth1 }", '{ "v,0", veth1 }')
+    p = tmp_path / "t.toml"
+    p.write_text(text)
+    (topo, plan), = load_scenarios([str(p)])
+    with pytest.raises(ConfigError, match="cannot be captured"):
+        simulate_frames(topo, plan, "linux-6.12", 1)
+
+
+# ---------------------------------------------------------------------- results channel
+
+def test_pcap_from_the_results_channel(tmp_path):
+    frames = [bytes(range(60)), b"\x02" * 14 + b"x" * 100]
+    path = tmp_path / "a.pcap"
+    write_pcap(path, frames)
+    raw = path.read_bytes()
+    text = "\n".join(base64.encodebytes(raw).decode().split("\n"))
+    p = parse_pcap(text)
+    assert p.error is None and p.linktype == LINKTYPE_ETHERNET and p.frames == tuple(frames)
+    assert parse_pcap(base64.b64encode(raw[:-5]).decode()).error.startswith("truncated record")
+    assert parse_pcap(base64.b64encode(raw[:-5]).decode()).frames == (frames[0],)
+    assert parse_pcap("missing: tcpdump: eth9: No such device").error.startswith("missing")
+    assert parse_pcap(base64.b64encode(b"nope" * 10).decode()).error.startswith("not a pcap")
+    assert parse_pcap("").error == "empty capture"
+
+
+def test_nflog_payload():
+    packet = bytes(IP(src="192.0.2.2", dst="198.51.100.2") / TCP())
+    tlv = lambda kind, value: struct.pack("<HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)  # noqa: E731
+    record = b"\x02\x00\x00\x07" + tlv(1, b"\x08\x00\x03\x00") + tlv(4, struct.pack("!I", 3)) + tlv(9, packet)
+    assert nflog_payload(record) == packet
+    assert nflog_payload(b"\x02\x00\x00\x07") == b""
+
+
+def test_l3_bytes_skips_vlan_tags():
+    packet = bytes(IP() / TCP())
+    eth = b"\x02" * 12
+    assert l3_bytes(eth + b"\x08\x00" + packet, LINKTYPE_ETHERNET) == packet
+    assert l3_bytes(eth + b"\x81\x00\x00\x0a\x08\x00" + packet, LINKTYPE_ETHERNET) == packet
+    assert l3_bytes(packet, 101) == packet
+
+
+# ---------------------------------------------------------------------- comparison
+
+def test_identical_captures_agree(forward):
+    _, plan, fp = forward
+    rows = compare_frames(plan.name, fp, _kernel_like(fp))
+    assert rows and all(r.status == "agrees" and r.tolerance == "exact" for r in rows)
+    verdicts = [r for r in rows if r.fact == "flowtable verdicts"]
+    assert [r.subject for r in verdicts] == ["r/veth0 in", "r/veth1 in"]
+    assert "slowpath" in verdicts[0].kernel and "fastpath" in verdicts[0].kernel
+
+
+def test_one_changed_byte_is_a_difference_with_hexdumps(forward):
+    _, plan, fp = forward
+
+    def ttl_off_by_one(kf):
+        frames = list(kf.pcaps[("r", "veth1", True)].frames)
+        f = bytearray(frames[0])
+        f[14 + 8] += 1  # the IPv4 TTL (frame 0 is IPv4: see below)
+        frames[0] = bytes(f)
+        kf.pcaps[("r", "veth1", True)] = Pcap(LINKTYPE_ETHERNET, tuple(frames))
+        return kf
+
+    assert Ether(fp.expected("r", "veth1", True)[0].data).type == 0x0800
+    rows = compare_frames(plan.name, fp, _kernel_like(fp, ttl_off_by_one))
+    bad = [r for r in rows if r.status != "agrees"]
+    assert len(bad) == 1
+    row = bad[0]
+    assert (row.subject, row.fact, row.status) == ("r/veth1 out", "bytes", "differs")
+    assert row.kernel.startswith("frame 0: Ether / IP") and row.sim.startswith("frame 0: Ether / IP")
+    assert "first difference: frame 0, byte 22" in row.note
+    assert row.note.count("0010  ") == 2 and "<" in row.note  # both hexdumps, the differing line marked
+
+
+def test_missing_and_extra_frames_differ(forward):
+    _, plan, fp = forward
+
+    def drop_last(kf):
+        p = kf.pcaps[("ns2", "eth0", False)]
+        kf.pcaps[("ns2", "eth0", False)] = Pcap(p.linktype, p.frames[:-1])
+        p = kf.pcaps[("ns1", "eth0", False)]
+        kf.pcaps[("ns1", "eth0", False)] = Pcap(p.linktype, p.frames + (b"\x00" * 60,))
+        return kf
+
+    rows = {(r.subject, r.fact): r for r in compare_frames(plan.name, fp, _kernel_like(fp, drop_last))}
+    n = len(fp.expected("ns2", "eth0", False))
+    assert rows[("ns2/eth0 in", "frames")].kernel == n - 1 and rows[("ns2/eth0 in", "frames")].status == "differs"
+    assert rows[("ns2/eth0 in", "bytes")].kernel == f"frame {n - 1}: -"
+    assert "kernel: (no frame)" in rows[("ns2/eth0 in", "bytes")].note
+    assert rows[("ns1/eth0 in", "bytes")].sim.endswith(": -")
+
+
+def test_a_verdict_the_kernel_did_not_give_differs(forward):
+    _, plan, fp = forward
+
+    def fast_everywhere(kf):  # the kernel logged nothing: every frame bypassed prerouting
+        return attrs.evolve(kf, nflog={ns: [] for ns in kf.nflog})
+
+    rows = [r for r in compare_frames(plan.name, fp, _kernel_like(fp, fast_everywhere)) if r.status != "agrees"]
+    assert {r.subject for r in rows} == {"r/veth0 in", "r/veth1 in"} and {r.fact for r in rows} == {
+        "flowtable verdicts"}
+    first_slow = next(i for i, f in enumerate(fp.expected("r", "veth0", False)) if f.verdict.startswith("slow"))
+    veth0 = next(r for r in rows if r.subject == "r/veth0 in")
+    assert veth0.note.startswith(f"first difference: frame {first_slow}: kernel fastpath, flowsim slowpath ")
+
+
+def test_capture_errors_are_error_rows(forward):
+    _, plan, fp = forward
+    kf = _kernel_like(fp, lambda kf: attrs.evolve(kf, errors=("r/veth0 in: truncated record at byte 24",)))
+    rows = compare_frames(plan.name, fp, kf)
+    assert rows[0].status == "error" and "truncated" in rows[0].kernel
+
+
+def test_hexdump_marks_the_line():
+    text = hexdump(bytes(range(40)), 17)
+    assert text.splitlines()[1].endswith("<") and not text.splitlines()[0].endswith("<")
+    assert text.splitlines()[2].startswith("0020  20 21")
+
+
+# ---------------------------------------------------------------------- a saved boot
+
+def test_saved_boot_agrees_frame_for_frame():
+    """A --frames boot of Debian 6.12 (92 frames injected, --max-packets 10), replayed."""
+    r = run_conformance([str(FORWARD)], "debian-6.12", results=str(SAVED), frames=True, max_packets=10)
+    assert r.status == 0, r.text()
+    facts = r.facts
+    assert len(facts) == 18 and all(f.status == "agrees" for f in facts)
+    assert {f.subject for f in facts if f.fact == "frames"} == {
+        "r/veth0 in", "r/veth0 out", "r/veth1 in", "r/veth1 out", "ns1/eth0 in", "ns1/eth0 out",
+        "ns2/eth0 in", "ns2/eth0 out"}
+    data = r.to_json()
+    assert data["frames"] == {"max_packets": 10, "injected": 92, "capped": ["tcp4", "tcp6", "udp4", "udp6"]}
+    jsonschema.validate(data, load("conform"))
+    # the same boot compared with a longer simulation: the kernel saw fewer frames, and that fails
+    r = run_conformance([str(FORWARD)], "debian-6.12", results=str(SAVED), frames=True, max_packets=11)
+    assert r.status == 1
+
+
+def test_cli_frames_json_and_problems(capsys):
+    assert main(["conform", str(FORWARD), "--frames", "--max-packets", "10", "--results", str(SAVED),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == 0 and data["frames"]["injected"] == 92
+    assert main(["conform", str(FORWARD), "--frames", "--max-packets", "10", "--results", str(SAVED),
+                 "--problems"]) == 0
+    out = capsys.readouterr().out
+    assert "frames: 92 injected, at most 10 packets per traffic direction" in out and "18 agree" in out
+
+
+def test_cli_max_packets_needs_frames(capsys):
+    assert main(["conform", str(FORWARD), "--max-packets", "5", "--results", str(SAVED)]) == 2
+    assert "--max-packets needs --frames" in capsys.readouterr().err
+    assert main(["conform", str(FORWARD), "--frames", "--max-packets", "0"]) == 2
+    assert "at least 1 packet" in capsys.readouterr().err
