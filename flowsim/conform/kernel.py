@@ -35,6 +35,7 @@ rebuilds only what changed.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
 import io
@@ -121,6 +122,8 @@ TOOLS: dict[str, tuple[str, bool]] = {
     "conntrack": ("conntrack", True),
     "socat": ("socat", True),
     "tcpdump": ("tcpdump", True),
+    "pppd": ("ppp", True),
+    "pppoe-server": ("pppoe", True),
     "ethtool": ("ethtool", True),
     "kmod": ("kmod", True),
     "depmod": ("kmod", False),
@@ -136,10 +139,19 @@ MODULE_ROOTS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "ne
                 "drivers/net/veth.ko", "drivers/net/dummy.ko", "drivers/net/macvlan.ko", "drivers/net/vxlan",
                 "net/ipv4/ipip.ko", "net/ipv4/ip_gre.ko", "net/ipv4/gre.ko", "net/ipv4/ip_tunnel.ko",
                 "net/ipv4/tunnel4.ko", "net/ipv6/ip6_tunnel.ko", "net/ipv6/tunnel6.ko", "net/ipv6/sit.ko",
-                "net/ipv6/ip6_gre.ko")
+                "net/ipv6/ip6_gre.ko", "drivers/net/ppp", "net/xfrm", "net/key", "net/ipv4/esp4.ko",
+                "net/ipv6/esp6.ko", "net/ipv4/esp4_offload.ko", "net/ipv6/esp6_offload.ko", "crypto/gcm.ko",
+                "crypto/ghash-generic.ko", "crypto/ctr.ko", "crypto/seqiv.ko", "crypto/echainiv.ko",
+                "crypto/authenc.ko", "crypto/authencesn.ko", "crypto/cbc.ko", "crypto/geniv.ko",
+                "crypto/aes_generic.ko", "arch/x86/crypto/aesni-intel.ko")
 MODULE_EXCLUDE = ("br_netfilter",)
 
 _MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+
+
+def _roots_digest() -> str:
+    """Which modules a kit holds: a kit staged with other roots is staged again from its cached .deb."""
+    return hashlib.sha256(repr((MODULE_ROOTS, MODULE_EXCLUDE)).encode()).hexdigest()[:12]
 
 
 class Timer:
@@ -312,6 +324,11 @@ def _kit_suite(root: Path) -> str:
     return marker.read_text().strip() if marker.exists() else ""
 
 
+def _kit_roots(root: Path) -> str:
+    marker = root / "roots"
+    return marker.read_text().strip() if marker.exists() else ""
+
+
 def _cached_kits(spec: KernelSpec) -> list[Path]:
     base = cache_dir() / "kernels"
     if not base.is_dir():
@@ -357,7 +374,7 @@ def fetch_kernel(spec: KernelSpec, timer: Timer | None = None) -> KernelKit:
         package, version = resolve_kernel(spec)
     spec_profile(spec, version, package)  # refuse before downloading a kernel no profile models
     root = cache_dir() / "kernels" / f"{package}_{version.replace(':', '%')}"
-    if (root / "kit.ok").exists():
+    if (root / "kit.ok").exists() and _kit_roots(root) == _roots_digest():
         return _kit_from(spec, root)
     debs = cache_dir() / "debs"
     debs.mkdir(parents=True, exist_ok=True)
@@ -443,6 +460,7 @@ def _stage_kit(debs: list[Path] | Path, root: Path, suite: str = "") -> None:
         _run([find_tool("depmod") or "depmod", "-b", str(root / "modules"), release], "depmod (staged modules)")
         (root / "release").write_text(release + "\n")
         (root / "suite").write_text(suite + "\n")
+        (root / "roots").write_text(_roots_digest() + "\n")
     (root / "kit.ok").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
 
 
@@ -611,7 +629,14 @@ class _Tree:
 # because busybox ash would run its own applet of the same name instead).
 GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sbin/nft",
              "conntrack": "/usr/sbin/conntrack", "socat": "/usr/bin/socat", "ethtool": "/usr/sbin/ethtool",
-             "kmod": "/usr/bin/kmod", "tcpdump": "/usr/bin/tcpdump"}
+             "kmod": "/usr/bin/kmod", "tcpdump": "/usr/bin/tcpdump", "pppd": "/usr/sbin/pppd",
+             "pppoe-server": "/usr/sbin/pppoe-server"}
+
+# pppd's kernel-mode PPPoE plugin (``plugin pppoe.so``; ``pppoe-server`` passes
+# /etc/ppp/plugins/rp-pppoe.so): a pty session through the user-space ``pppoe``
+# would have no ndo_fill_forward_path and so never be offloaded.
+PPPD_PLUGIN_GLOB = "/usr/lib/pppd/*/pppoe.so"
+PPPOE_SERVER_PLUGIN = "etc/ppp/plugins/rp-pppoe.so"
 
 
 def tools_digest(tools: dict[str, str]) -> str:
@@ -619,6 +644,9 @@ def tools_digest(tools: dict[str, str]) -> str:
     for name in sorted(tools):
         st = os.stat(tools[name])
         h.update(f"{name}={tools[name]}:{st.st_size}:{int(st.st_mtime)}\n".encode())
+    for plugin in sorted(glob.glob(PPPD_PLUGIN_GLOB)):
+        st = os.stat(plugin)
+        h.update(f"{plugin}:{st.st_size}:{int(st.st_mtime)}\n".encode())
     return h.hexdigest()[:12]
 
 
@@ -642,6 +670,11 @@ def build_base_initramfs(kit: KernelKit, tools: dict[str, str], timer: Timer | N
         for name, guest in GUEST_BIN.items():
             tree.file(guest, Path(os.path.realpath(tools[name])).read_bytes())
             for lib in _ldd(tools[name]):
+                tree.host_file(lib)
+        for plugin in sorted(glob.glob(PPPD_PLUGIN_GLOB))[-1:]:  # pppd's own plugin folder, and pppoe-server's path
+            tree.host_file(plugin)
+            tree.symlink(PPPOE_SERVER_PLUGIN, plugin)
+            for lib in _ldd(plugin):
                 tree.host_file(lib)
         for alias in ("modprobe", "insmod", "lsmod", "rmmod", "depmod", "modinfo"):
             tree.symlink(f"sbin/{alias}", "/usr/bin/kmod")
