@@ -165,8 +165,12 @@ def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
                "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
 
 
-def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
-    """What the guest will run for *topo*; refuses what a real stack cannot do (with file:line)."""
+def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False) -> ScenarioPlan:
+    """What the guest will run for *topo*; refuses what a real stack cannot do (with file:line).
+
+    With *frames* (``--frames``: flowsim's own frames are injected, no socket sends anything) a TCP table
+    without a handshake and a size that leaves no socket payload are fine.
+    """
     if topo.events:
         e = topo.events[0]
         raise _bad(topo, f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
@@ -177,12 +181,12 @@ def plan_scenario(topo: Topology, index: int = 0) -> ScenarioPlan:
         if t.gso_size is not None:
             raise _bad(topo, f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its own "
                              "GSO skbs", t.line, "no gso_size")
-        if t.proto == "tcp" and not t.handshake:
+        if t.proto == "tcp" and not t.handshake and not frames:
             raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
                        t.line, "handshake = true")
         server, port = _server(topo, t)
         smallest = min(t.size, t.reply_size or t.size)
-        if smallest - IP_HEADER[t.dst.version] - L4_HEADER[t.proto] < 1:
+        if smallest - IP_HEADER[t.dst.version] - L4_HEADER[t.proto] < 1 and not frames:
             raise _bad(topo, f"traffic {t.name!r}: size {smallest} leaves no payload", t.line,
                        f"at least {IP_HEADER[t.dst.version] + L4_HEADER[t.proto] + 1} bytes (IP packet length)")
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)

@@ -144,11 +144,11 @@ class ConformResult:
         return head + body + tail
 
 
-def load_scenarios(paths: list[str]) -> list[tuple[Topology, ScenarioPlan]]:
+def load_scenarios(paths: list[str], *, frames: bool = False) -> list[tuple[Topology, ScenarioPlan]]:
     """Load and plan every topology (errors name the file and line)."""
     if not paths:
         raise ConfigError("no topology given", expected="one or more topology files")
-    return [(topo, plan_scenario(topo, i)) for i, topo in enumerate(load_topology(p) for p in paths)]
+    return [(topo, plan_scenario(topo, i, frames=frames)) for i, topo in enumerate(load_topology(p) for p in paths)]
 
 
 def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: str | None = None,
@@ -158,7 +158,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     if kernel not in KERNELS:
         raise ConfigError(f"unknown kernel {kernel!r}", value=kernel, expected="one of " + ", ".join(KERNELS))
     spec = KERNELS[kernel]
-    scenarios = load_scenarios(paths)
+    scenarios = load_scenarios(paths, frames=frames)
     timer = Timer()
     fplans: list[FramePlan] = []
 
