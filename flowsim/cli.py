@@ -41,7 +41,20 @@ def add_profile_args(parser: argparse.ArgumentParser, *, multiple: bool = False)
                         help="override a profile switch, e.g. ipip_rx=0 (the switches and their values: flowsim profiles)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_names() -> list[str]:
+    """The sub-command modules of :mod:`flowsim.commands` (found without importing them)."""
+    import flowsim.commands as pkg
+
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The sub-command *argv* asks for: its first word that is not an option (global options take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given *argv* naming a command, only that command's module is imported (start-up time)."""
     parser = argparse.ArgumentParser(
         prog="flowsim",
         description="Simulate the Linux netfilter flowtable fast path (with IPIP/IP6IP6 acceleration).",
@@ -51,13 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the traceback of an internal error (a flowsim bug: please report it)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    import flowsim.commands as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"flowsim.commands.{info.name}")
-        module.register(sub)
+    names = command_names()
+    word = _command_word(argv) if argv is not None else None
+    for name in [word] if word in names else names:
+        importlib.import_module(f"flowsim.commands.{name}").register(sub)
     plain_parser(parser)  # descriptions are module docstrings: no reStructuredText markup in --help
     return parser
 
@@ -68,7 +78,11 @@ EXIT_INTERNAL = 3  # a flowsim bug
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit status is returned (argparse's usage errors and --help too), never raised."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _command_word(argv) is None and "--version" in argv and "-h" not in argv and "--help" not in argv:
+        print(f"flowsim {__version__}")  # without building every command's parser
+        return 0
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse

@@ -1,0 +1,43 @@
+"""Start-up: a command imports only its own module; ``--version`` builds no command parser.
+
+Import sets, not timings (timings belong to benchmarks/): what a command does not
+import it cannot spend time on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from flowsim.cli import command_names
+
+PROBE = """
+import sys
+from flowsim.cli import main
+rc = main({argv!r})
+print(sorted(m for m in sys.modules if m.startswith("flowsim.commands.") and ".commands._" not in m), file=sys.stderr)
+"""
+
+
+def _imported(argv: list[str]) -> tuple[str, list[str]]:
+    res = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, check=True)
+    return res.stdout, eval(res.stderr.strip().splitlines()[-1])  # noqa: S307 - our own repr of a list of str
+
+
+def test_version_imports_no_command():
+    out, mods = _imported(["--version"])
+    assert out.startswith("flowsim ") and mods == []
+
+
+def test_a_command_imports_only_itself():
+    _, mods = _imported(["reasons"])
+    assert mods == ["flowsim.commands.reasons"]
+    _, mods = _imported(["--debug", "profiles"])
+    assert mods == ["flowsim.commands.profiles"]
+
+
+def test_top_level_help_and_unknown_commands_still_list_every_command():
+    _, mods = _imported(["--help"])
+    assert mods == [f"flowsim.commands.{n}" for n in command_names()]
+    res = subprocess.run([sys.executable, "-m", "flowsim", "bogus"], capture_output=True, text=True)
+    assert res.returncode == 2 and all(repr(n) in res.stderr for n in command_names())
