@@ -288,3 +288,18 @@ def test_cli_max_packets_needs_frames(capsys):
     assert "--max-packets needs --frames" in capsys.readouterr().err
     assert main(["conform", str(FORWARD), "--frames", "--max-packets", "0"]) == 2
     assert "at least 1 packet" in capsys.readouterr().err
+
+
+def test_cooked_capture_of_a_tunnel_is_compared_as_its_packet():
+    """libpcap captures an ip6tnl device in cooked mode; flowsim's frame there is the raw packet."""
+    from flowsim.conform.frames import FramePlan, SimFrame
+
+    packet = bytes(IP(src="192.0.2.2", dst="198.51.100.2") / TCP())
+    fp = FramePlan((SimFrame(0, "r", "t6", packet, 101, False, 1, None),), (), (("r", "t6"),), (), (), (), (), ())
+    cooked = struct.pack("!HHH8sH", 0, 769, 0, b"", 0x0800)
+    kf = KernelFrames({("r", "t6", False): Pcap(113, (cooked + packet,)), ("r", "t6", True): Pcap(113, ())}, {})
+    rows = compare_frames("s", fp, kf)
+    assert [r.status for r in rows] == ["agrees"] * 4
+    kf = KernelFrames({("r", "t6", False): Pcap(113, (cooked + packet[:-1] + b"\x01",)),
+                       ("r", "t6", True): Pcap(113, ())}, {})
+    assert [r.status for r in compare_frames("s", fp, kf)] == ["agrees", "differs", "agrees", "agrees"]

@@ -91,7 +91,7 @@ from flowsim.conform.guest import IP, ScenarioPlan, _write_sysctl, render_comman
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
-from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, device_linktype
+from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, device_linktype
 from flowsim.profiles import get_profile
 from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
@@ -439,11 +439,11 @@ def hexdump(data: bytes, mark: int | None = None) -> str:
 def summary(data: bytes, linktype: int) -> str:
     """scapy's one-line summary of a captured frame."""
     try:
+        from scapy.layers.inet import IP as ScapyIP  # binds IP and IPv6 to Ether for the dissection
+        from scapy.layers.inet6 import IPv6
         if linktype == LINKTYPE_ETHERNET:
             from scapy.layers.l2 import Ether
             return Ether(data).summary()
-        from scapy.layers.inet import IP as ScapyIP
-        from scapy.layers.inet6 import IPv6
         return (IPv6 if data[:1] and data[0] >> 4 == 6 else ScapyIP)(data).summary()
     except Exception as exc:  # noqa: BLE001 - a summary must never hide the bytes
         return f"(scapy: {exc})"
@@ -472,7 +472,11 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             pcap = kf.pcaps.get((ns, dev, outbound))
             if pcap is None or pcap.error:
                 continue
-            got = pcap.frames
+            got, linktype = pcap.frames, pcap.linktype
+            if linktype == LINKTYPE_LINUX_SLL and want and want[0].linktype == LINKTYPE_RAW:
+                # libpcap captures an ip6tnl device (ARPHRD_TUNNEL6) in cooked mode, an ipip one raw:
+                # the 16-byte cooked header (packet type, ARPHRD, protocol) goes, the packet is compared
+                got, linktype = tuple(f[16:] for f in got), LINKTYPE_RAW
             rows.append(_row(name, subject, "frames", len(got), len(want)))
             diff = None
             for i, (kb, sf) in enumerate(zip(got, want)):
@@ -491,12 +495,12 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
                 note = [f"first difference: frame {diff}" + (f", byte {at}" if at is not None else "")]
                 data: bytes | None
                 for who, data in (("kernel", k), ("flowsim", s)):
-                    note.append(f"{who}: " + ("(no frame)" if data is None else summary(data, pcap.linktype)))
+                    note.append(f"{who}: " + ("(no frame)" if data is None else summary(data, linktype)))
                     if data is not None:
                         note.append(hexdump(data, at))
                 rows.append(Fact(name, subject, "bytes",
-                                 f"frame {diff}: " + ("-" if k is None else summary(k, pcap.linktype)),
-                                 f"frame {diff}: " + ("-" if s is None else summary(s, pcap.linktype)),
+                                 f"frame {diff}: " + ("-" if k is None else summary(k, linktype)),
+                                 f"frame {diff}: " + ("-" if s is None else summary(s, linktype)),
                                  "exact", "differs", "\n".join(note)))
             if outbound or not any(f.verdict for f in want):
                 continue
@@ -506,7 +510,7 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
                 if sf.verdict is None:
                     continue
                 if i < len(got):
-                    l3 = l3_bytes(got[i], pcap.linktype)
+                    l3 = l3_bytes(got[i], linktype)
                     slow = pool[l3] > 0
                     if slow:
                         pool[l3] -= 1
