@@ -350,8 +350,10 @@ capture_ready() {
   done
   note "capture_ready: timeout"
 }
+# nfnetlink_log batches log records and flushes them by a timer (NFULNL_TIMEOUT_DEFAULT, 1 s): stopping
+# tcpdump sooner loses the last slow-path records (seen: the FINs at the end read as fast path).
 capture_stop() {
-  usleep 300000
+  sleep 2
   kill -INT $CAPS 2>/dev/null
   wait_gone $CAPS
   CAPS=; CAPF=
