@@ -42,12 +42,12 @@ def test_slowpath_line_names_reason(capsys):
 
 
 def test_vlan_offload_flag(tmp_path, capsys):
-    """--no-rx-vlan-offload keeps the tag in-band; the key is the same either way (nf_flow_offload_inet_hook)."""
+    """--no-rx-vlan-offload: __netif_receive_skb_core still untags (skb_vlan_untag), so the hook sees the same skb."""
     path = tmp_path / "v.pcap"
     wrpcap(str(path), [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=7) / IP(src="1.1.1.1", dst="2.2.2.2") / TCP()])
     outs = [json.loads(run(capsys, "tuple", str(path), "--json", *flag)[1]) for flag in ([], ["--no-rx-vlan-offload"])]
     assert outs[0]["tuple"] == outs[1]["tuple"] and outs[0]["tuple"]["encap"] == [{"id": 7, "proto": 0x8100}]
-    assert (outs[0]["offset"], outs[1]["offset"]) == (0, 4)
+    assert (outs[0]["offset"], outs[1]["offset"]) == (0, 0)
 
 
 def test_profile_and_set(capsys):

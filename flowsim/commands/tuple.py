@@ -15,7 +15,8 @@ from flowsim.commands._args import IFINDEX_MAX, count_type, headlen_type
 from flowsim.errors import CaptureError, KernelBugError
 from flowsim.kernel.capture import read_capture
 from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb
-from flowsim.kernel.skb import skb_from_frame
+from flowsim.kernel.headers import ETH_P_8021AD, ETH_P_8021Q
+from flowsim.kernel.skb import skb_from_frame, skb_vlan_untag
 from flowsim.profiles import profile_from_cli
 from flowsim.reasons import reason
 from flowsim.schemas import schema_id
@@ -35,7 +36,8 @@ def register(sub) -> None:
     p.add_argument("--family", choices=HOOKS, default="inet",
                    help="flowtable family whose hook runs (default inet)")
     p.add_argument("--no-rx-vlan-offload", dest="rx_vlan_offload", action="store_false",
-                   help="keep the outer VLAN tag in the packet instead of the hwaccel tag")
+                   help="the NIC leaves the outer VLAN tag in the frame; __netif_receive_skb_core untags it "
+                        "(skb_vlan_untag) before the ingress hook all the same, so the hook sees the same skb")
     p.add_argument("--headlen", type=headlen_type(minimum=0), default=None, metavar="N",
                    help="bytes of each frame in the skb's linear area (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -46,6 +48,11 @@ def frame_result(index: int, frame: bytes, *, iif: int, family: str, profile, rx
                  headlen: int | None) -> dict:
     """The JSON object for one frame."""
     skb = skb_from_frame(frame, iif=iif, headlen=headlen, rx_vlan_offload=rx_vlan_offload)
+    if (skb is not None and not rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD)
+            and not skb_vlan_untag(skb)):
+        # a NIC without rx-vlan-offload hands the tag up in-band, but __netif_receive_skb_core
+        # (net/core/dev.c) runs skb_vlan_untag on any eth_type_vlan frame before the ingress hook
+        skb = None  # truncated tag: skb_vlan_untag frees the skb
     if skb is None:
         return {"index": index, "result": "slowpath", "reason": "header-truncated",
                 "detail": "runt frame: dropped by the device before any hook", "tuple": None}
