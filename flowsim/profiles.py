@@ -13,7 +13,11 @@ an immutable :class:`Profile`; :func:`get_profile` returns a named one and
 Named profiles: ``linux-6.1``, ``linux-6.12`` (Debian kernels used for the
 qemu conformance runs), ``linux-6.18`` (no tunnel acceleration),
 ``linux-6.19`` (IPIP), ``linux-7.0`` (IP6IP6 as merged for 7.0, with its
-known bugs) and ``linux-7.1.5`` (June-2026 fixes; the default).  A switch's
+known bugs), ``linux-7.1.5`` (June-2026 fixes), ``linux-7.2`` (Debian sid's
+7.2.13: the tunnel push reads this direction's route; the default, the newest
+released kernel) and ``linux-7.3`` (Debian experimental's 7.3-rc7: the
+``ctx->ether_type`` rework, tunnel resolvers checking the packet family and
+giving the tunnel route, routes checked by the GC).  A switch's
 documentation says "7.0" for the behaviour of that merge.
 """
 
@@ -27,7 +31,7 @@ from flowsim.errors import ProfileError
 
 __all__ = ["Profile", "PROFILES", "PROFILE_NOTES", "DEFAULT_PROFILE", "get_profile", "profile_from_cli", "SWITCHES"]
 
-DEFAULT_PROFILE = "linux-7.1.5"
+DEFAULT_PROFILE = "linux-7.2"
 
 
 def _switch(doc: str, choices: tuple[str, ...] | None = None, *, kernel: str):
@@ -69,9 +73,16 @@ class Profile:
         kernel="June-2026 IPv6 tunnel parsing fixes (pskb_may_pull), 7.1.5")
     tuple_encap_pppoe_proto: str = _switch(
         "protocol nf_flow_tuple_encap compares for a PPPoE-carried packet: the 'raw' PPP protocol "
-        "(mainline through 7.1.5: tunnel fields stay empty) or the 'mapped' ethertype (CI tree's "
-        "ctx.ether_type rework)", ("raw", "mapped"),
-        kernel="not in mainline: the CI tree's ctx.ether_type rework")
+        "(mainline through 7.2.13: tunnel fields stay empty) or the 'mapped' ethertype (7.3: "
+        "ctx->ether_type rework)", ("raw", "mapped"),
+        kernel="ctx->ether_type rework of nf_flow_skb_encap_protocol / nf_flow_tuple_encap, 7.3 (commit id not found)")
+    hook_ether_type_check: bool = _switch(
+        "nf_flow_skb_encap_protocol records ctx->ether_type (the in-band VLAN/PPPoE payload's, else "
+        "skb->protocol) and nf_flow_offload_ip_hook / _ipv6_hook return NF_ACCEPT when it is not the hook's "
+        "family, before the lookup (7.3); before, an in-band header had to carry the hook's protocol and a "
+        "packet of the other family was parsed by the hook's own tuple builder",
+        kernel="ctx->ether_type rework of nf_flow_offload_ip_hook / nf_flow_offload_ipv6_hook, 7.3 "
+               "(commit id not found)")
 
     # --- transmit side: nf_flow_offload_ip_hook's xmit (nf_flow_tunnel_v4_push / nf_flow_tunnel_v6_push,
     #     nf_flow_encap_push, nf_flow_queue_xmit / neigh_xmit)
@@ -89,8 +100,14 @@ class Profile:
         kernel="April-2026 inline VLAN/PPPoE fixes, 7.0")
     tunnel_push_dst: str = _switch(
         "route used by the tunnel push: the 'opposite' tuple's dst_cache (7.0 bug) or 'this' "
-        "direction's (Pablo's fix, merge status unverified)", ("opposite", "this"),
-        kernel="Pablo Neira Ayuso's tunnel dst fix (merge status unverified; no named profile has it)")
+        "direction's (7.2: nf_flow_offload_ip_hook passes tuplehash->tuple.dst_cache)", ("opposite", "this"),
+        kernel="Pablo Neira Ayuso's tunnel dst fix (Fixes d30301ba4b07 / 93cf357fa797), in 7.2.13")
+    direct_tunnel_dst: bool = _switch(
+        "a DIRECT-xmit tuple whose opposite tuple has a tunnel keeps its route (flow_offload_fill_route) "
+        "and nf_flow_dst_check checks every tuple that holds a route (7.2); before, DIRECT tuples kept "
+        "none and were never checked",
+        kernel="'move dst_cache/dst_cookie out of the runtime union' (Zhengyang Chen, Fixes d30301ba4b07), "
+               "in 7.2.13")
 
     # --- path discovery: nf_flow_table_path.c (nft_dev_path_info, dev_fill_forward_path, ndo_fill_forward_path)
     # The tx side of the tunnel acceleration is these resolvers: a flow into the tunnel carries the
@@ -105,6 +122,17 @@ class Profile:
     ip6tnl_requires_encaplimit_none: bool = _switch(
         "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)",
         kernel="June-2026 IP6IP6 fixes, 7.1.5")
+    tunnel_resolver_family_check: bool = _switch(
+        "ipip_fill_forward_path / ip6_tnl_fill_forward_path refuse (-EOPNOTSUPP) a flow whose packets are "
+        "not the tunnel's inner family (ctx->ether_type, 7.3): no flow for IPv4 over ip6tnl",
+        kernel="net_device_path_ctx.ether_type checks in ipip.c / ip6_tunnel.c, 7.3 (commit id not found)")
+    tunnel_route: str = _switch(
+        "the route a tunnel direction keeps: 'update-route' (nft_flow_tunnel_update_route: nf_route to the "
+        "remote from the local address with the packet's mark; a failed lookup keeps the flow without the "
+        "tunnel; <= 7.2) or 'resolver' (the resolver's own lookup, path->tun.dst: ipip with local, TOS "
+        "and link, ip6tnl with the tunnel's flow; 7.3)", ("update-route", "resolver"),
+        kernel="path->tun.dst replaces nft_flow_tunnel_update_route in nf_flow_table_path.c, 7.3 "
+               "(commit id not found)")
     path_failure: str = _switch(
         "what a path-resolution failure does: build an 'incomplete-flow' (7.0) or create 'no-flow' "
         "(June-2026 rework)", ("incomplete-flow", "no-flow"),
@@ -130,6 +158,11 @@ class Profile:
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
         ("closing", "teardown"),
         kernel="flow CLOSING state for TCP FIN/RST, 6.14")
+    gc_dst_check: bool = _switch(
+        "nf_flow_offload_gc_step also tears down a flow when nf_flow_dst_check fails on either tuple "
+        "(7.3); before, a stale route was noticed only by a packet of that direction",
+        kernel="nf_flow_dst_check moved to nf_flow_table.h and called from nf_flow_offload_gc_step, 7.3 "
+               "(commit id not found)")
 
     def derive(self, **overrides) -> Profile:
         """A copy with some switches changed; values may be given as text."""
@@ -183,12 +216,13 @@ _LINUX_6_18 = Profile(
     name="linux-6.18", kernel="6.18",
     ipip_rx=False, ip6ip6_rx=False, ip4_tunnel_ihl_check=False,
     ip6_tunnel_hdr_size="absolute", ip6_tunnel_exthdr="skip", ip6_tunnel_header_access="header_pointer",
-    tuple_encap_pppoe_proto="raw",
+    tuple_encap_pppoe_proto="raw", hook_ether_type_check=False,
     ip6ip6_tx_encap_limit=False,
-    encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite",
+    encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite", direct_tunnel_dst=False,
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
+    tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
-    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing",
+    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", gc_dst_check=False,
 )
 
 _LINUX_6_19 = attrs.evolve(
@@ -211,13 +245,31 @@ _LINUX_7_1_5 = attrs.evolve(
     path_failure="no-flow",
 )
 
+# Debian sid's 7.2.13 (linux-source-7.2): nf_flow_offload_ip_hook / _ipv6_hook pass this direction's
+# tuplehash->tuple.dst_cache to nf_flow_tunnel_v4_push / _v6_push, and flow_offload_fill_route keeps the route of
+# a DIRECT tuple whose opposite tuple has a tunnel (nf_flow_dst_check then checks it).
+_LINUX_7_2 = attrs.evolve(
+    _LINUX_7_1_5, name="linux-7.2", kernel="7.2.13",
+    tunnel_push_dst="this", direct_tunnel_dst=True,
+)
+
+# Debian experimental's 7.3-rc7 (linux-source-7.3): the ctx->ether_type rework (nf_flow_skb_encap_protocol,
+# nf_flow_tuple_encap, the hooks), the tunnel resolvers' family check and route (path->tun.dst), the GC's
+# nf_flow_dst_check of both tuples.
+_LINUX_7_3 = attrs.evolve(
+    _LINUX_7_2, name="linux-7.3", kernel="7.3-rc7",
+    tuple_encap_pppoe_proto="mapped", hook_ether_type_check=True, tunnel_resolver_family_check=True,
+    tunnel_route="resolver", gc_dst_check=True,
+)
+
 # Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).
 _LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
                           flowtable_absent_device="refuse")
 _LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1")
 
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5)
+    p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5,
+                        _LINUX_7_2, _LINUX_7_3)
 }
 
 # One line per named profile for ``flowsim profiles`` (the module docstring says the same).
@@ -227,12 +279,16 @@ PROFILE_NOTES: dict[str, str] = {
     "linux-6.18": "no tunnel acceleration; FIN/RST sets CLOSING",
     "linux-6.19": "IPIP acceleration",
     "linux-7.0": "IP6IP6 acceleration as merged for 7.0, with its known bugs",
-    "linux-7.1.5": "June-2026 fixes (the default)",
+    "linux-7.1.5": "June-2026 fixes",
+    "linux-7.2": "Debian sid 7.2.13: tunnel push with this direction's route (the default)",
+    "linux-7.3": "Debian experimental 7.3-rc7: ctx->ether_type rework (tunnels in PPPoE match), tunnel "
+                 "resolvers check the family and give the route, GC checks routes; tunnel TOS/collect_md "
+                 "refusals not modelled",
 }
 
 
 def get_profile(name: str | Profile | None = None) -> Profile:
-    """The named profile (default ``linux-7.1.5``); a Profile is returned as is."""
+    """The named profile (default ``linux-7.2``); a Profile is returned as is."""
     if isinstance(name, Profile):
         return name
     if name is None:

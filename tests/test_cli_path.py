@@ -38,7 +38,7 @@ def test_json_error_names_the_entry(capsys):
     rc, out, _ = run(capsys, TOPOLOGIES / "ip6ip6-rx-encaplimit.toml", "--netns", "router", "--dst",
                      "2001:db8:3::2", "--json")
     data = json.loads(out)
-    assert rc == 1 and data["profile"] == "linux-7.1.5"
+    assert rc == 1 and data["profile"] == "linux-7.2"
     assert data["error"]["func"] == "ip6_tnl_fill_forward_path" and data["error"]["entry"] == 0
     assert data["error"]["dev"] == "tun0" and data["error"]["errname"] == "-EOPNOTSUPP"
 

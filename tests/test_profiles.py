@@ -15,6 +15,8 @@ from flowsim.profiles import DEFAULT_PROFILE, PROFILES, SWITCHES, get_profile, p
     ("linux-6.19", True, False, "absolute", "skip", "closing"),
     ("linux-7.0", True, True, "absolute", "skip", "closing"),
     ("linux-7.1.5", True, True, "relative", "slowpath", "closing"),
+    ("linux-7.2", True, True, "relative", "slowpath", "closing"),
+    ("linux-7.3", True, True, "relative", "slowpath", "closing"),
 ])
 def test_named_profiles(name, ipip, ip6ip6, hdr_size, exthdr, fin):
     """Each named profile carries its kernel's switches: IPIP from 6.19 (fe8313316eaf), IP6IP6 from 7.0 (5e5180352193),
@@ -24,9 +26,21 @@ def test_named_profiles(name, ipip, ip6ip6, hdr_size, exthdr, fin):
         ipip, ip6ip6, hdr_size, exthdr, fin)
 
 
-def test_default_is_7_1_5():
-    """Without --profile, linux-7.1.5."""
-    assert get_profile().name == DEFAULT_PROFILE == "linux-7.1.5"
+def test_default_is_7_2():
+    """Without --profile, linux-7.2 (Debian sid's 7.2.13, the newest released kernel)."""
+    assert get_profile().name == DEFAULT_PROFILE == "linux-7.2"
+    assert get_profile().kernel == "7.2.13" and get_profile("linux-7.3").kernel == "7.3-rc7"
+
+
+def test_7_2_evolves_7_1_5_and_7_3_evolves_7_2():
+    """7.2.13 differs from 7.1.5 only in the tunnel route fix; 7.3-rc7 from 7.2.13 in the ctx->ether_type rework,
+    the tunnel resolvers (family check, path->tun.dst) and the GC's nf_flow_dst_check."""
+    def diff(a, b):
+        sa, sb = get_profile(a).switches(), get_profile(b).switches()
+        return {k for k in sa if sa[k] != sb[k]}
+    assert diff("linux-7.1.5", "linux-7.2") == {"tunnel_push_dst", "direct_tunnel_dst"}
+    assert diff("linux-7.2", "linux-7.3") == {"tuple_encap_pppoe_proto", "hook_ether_type_check",
+                                            "tunnel_resolver_family_check", "tunnel_route", "gc_dst_check"}
 
 
 def test_derive_overrides_by_text_and_renames():
@@ -90,8 +104,8 @@ def test_profiles_command_lists_every_profile_and_switch(capsys):
     for name in SWITCHES:
         assert f"\n{name}  (" in out
     assert "kernel: 025a41e76b51" in out
-    assert "    absolute: linux-6.1 linux-6.12 linux-6.18 linux-6.19 linux-7.0\n    relative: linux-7.1.5\n" in out
-    assert "    this:     (no named profile)" in out  # tunnel_push_dst=this: only through --set
+    assert "    absolute: linux-6.1 linux-6.12 linux-6.18 linux-6.19 linux-7.0\n    relative: linux-7.1.5 linux-7.2 linux-7.3\n" in out
+    assert "    this:     linux-7.2 linux-7.3\n" in out  # tunnel_push_dst=this from 7.2.13
     assert "None" not in out and "True" not in out and "False" not in out
 
 

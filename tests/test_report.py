@@ -86,7 +86,7 @@ def test_status_names_follow_the_kernel_bits():
 def test_text_report_has_the_tables(bridge_vlan):
     """The readable report: header, traffic, flowtables, conntrack and counter tables."""
     text = format_report(bridge_vlan)
-    for needle in ("profile linux-7.1.5", "traffic", "tcp-dnat-1666", "original", "reply", "flowtables",
+    for needle in ("profile linux-7.2", "traffic", "tcp-dnat-1666", "original", "reply", "flowtables",
                    "no-flow-entry", "conntrack (nsr1)", "nft counters (nsr1)", "inet filter routed_orig"):
         assert needle in text, needle
     assert "packets: injected 406" in text

@@ -56,6 +56,8 @@ IHL_BELOW_5 = {
     "linux-6.19": "ip-options",
     "linux-7.0": "ip-options",
     "linux-7.1.5": "ip-ihl-invalid",
+    "linux-7.2": "ip-ihl-invalid",
+    "linux-7.3": "ip-ihl-invalid",
 }
 
 
@@ -67,9 +69,9 @@ def test_ipv4_ihl_below_5(profile, reason):
 
 
 # --- tuple_encap_pppoe_proto: nf_flow_tuple_encap (nf_flow_table_ip.c) -------------------------------------------
-# For a PPPoE-carried packet mainline compares the raw PPP protocol (0x0021) with ETH_P_IP, so the tunnel fields of
-# an IPIP packet out of PPPoE stay empty; the CI tree's ctx.ether_type rework compares the mapped ethertype and fills
-# them.  Before 6.19 (no ipip_rx) the outer header is the flow's and protocol 4 is not offloaded.
+# For a PPPoE-carried packet mainline through 7.2.13 compares the raw PPP protocol (0x0021) with ETH_P_IP, so the
+# tunnel fields of an IPIP packet out of PPPoE stay empty; 7.3's ctx->ether_type rework compares the mapped ethertype
+# and fills them.  Before 6.19 (no ipip_rx) the outer header is the flow's and protocol 4 is not offloaded.
 IPIP_IN_PPPOE = {
     "linux-6.1": ("l4proto-unsupported", None),
     "linux-6.12": ("l4proto-unsupported", None),
@@ -77,6 +79,8 @@ IPIP_IN_PPPOE = {
     "linux-6.19": (None, False),
     "linux-7.0": (None, False),
     "linux-7.1.5": (None, False),
+    "linux-7.2": (None, False),
+    "linux-7.3": (None, True),
 }
 
 
@@ -125,6 +129,8 @@ TAG_AFTER_TWO_ENCAPS = {
     "linux-6.19": (2, None),
     "linux-7.0": (2, None),
     "linux-7.1.5": (2, "nft_dev_path_info"),
+    "linux-7.2": (2, "nft_dev_path_info"),
+    "linux-7.3": (2, "nft_dev_path_info"),
 }
 
 
@@ -209,6 +215,8 @@ QINQ_TAG_ORDER = {
     "linux-6.19": ({(10, 20): 7, (20, 10): 21}, {"vlan-no-device": 21}),
     "linux-7.0": ({(10, 20): 29}, {}),
     "linux-7.1.5": ({(10, 20): 29}, {}),
+    "linux-7.2": ({(10, 20): 29}, {}),
+    "linux-7.3": ({(10, 20): 29}, {}),
 }
 
 
@@ -228,7 +236,9 @@ def test_qinq_tag_order_of_the_fast_path(profile, expected):
 # ipip.toml with nsr1's LAN side behind a bridge br0: the reply tuple (tunnel → LAN) is DIRECT xmit through the
 # bridge and, from 6.19, keeps no route.  The push into the tunnel reads the route of the *opposite* tuple
 # (dst_cache in the runtime union; the bug 'move dst_cache/dst_cookie out of the runtime union' fixes), finds none
-# and the packet is lost (kernel-bug); reading this direction's route works.  IPv6 via tun6 from 7.0.
+# and the packet is lost (kernel-bug); reading this direction's route works (7.2.13: nf_flow_offload_ip_hook passes
+# tuplehash->tuple.dst_cache, which flow_offload_fill_route keeps for a DIRECT tuple pushing a tunnel).  IPv6 via
+# tun6 from 7.0.
 def _bridged_ipip() -> str:
     return _edit((TOPOLOGIES / "ipip.toml").read_text(),
                  ("ip addr add 10.0.1.1/24 dev veth0\nip addr add dead:1::1/64 dev veth0 nodad\nip link set veth0 mtu 9000",
@@ -248,6 +258,8 @@ BRIDGED_LAN_INTO_TUNNEL = {
     "linux-6.19": ({"kernel-bug": 193}, (10, 204)),
     "linux-7.0": ({"kernel-bug": 386}, (10, 10)),
     "linux-7.1.5": ({"kernel-bug": 386}, (10, 10)),
+    "linux-7.2": ({}, (204, 204)),
+    "linux-7.3": ({}, (204, 204)),
 }
 
 
@@ -272,6 +284,8 @@ FLOWTABLE_ABSENT_DEVICE = {
     "linux-6.19": "unbound wan9, fastpath 86",
     "linux-7.0": "unbound wan9, fastpath 86",
     "linux-7.1.5": "unbound wan9, fastpath 86",
+    "linux-7.2": "unbound wan9, fastpath 86",
+    "linux-7.3": "unbound wan9, fastpath 86",
 }
 
 

@@ -51,7 +51,7 @@ def register(subparsers) -> None:
                    help="a grid dimension: key and its values (repeat for more dimensions)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
                    help="a setting for every run (any grid key)")
-    p.add_argument("--profile", metavar="P", default=None, help="base kernel profile (default linux-7.1.5)")
+    p.add_argument("--profile", metavar="P", default=None, help="base kernel profile (default linux-7.2)")
     p.add_argument("--duration", metavar="S", default=None, help="virtual seconds of every run")
     p.add_argument("--headlen", metavar="N", default=None, help="linear bytes of each received frame")
     p.add_argument("--dask", metavar="ADDRESS",

@@ -371,6 +371,9 @@ class PathTun:
     src: IPAddress
     dst: IPAddress
     l3_proto: int
+    # path->tun.dst (7.3): the route the resolver looked up, kept as the tunnel direction's route
+    # (switch tunnel_route=resolver); not part of the tuple
+    route: Any = attrs.field(default=None, eq=False, repr=False)
 
     def to_json(self) -> dict:
         return {"src": str(self.src), "dst": str(self.dst), "l3_proto": self.l3_proto}
@@ -477,6 +480,7 @@ class PathCtx:
     dev: NetDevice | None
     daddr: str
     vlans: list[Encap] = attrs.field(factory=list)
+    ether_type: int = 0  # ctx->ether_type (7.3): pkt->ethertype of the packet that creates the flow
 
     def fail(self, err: int, func: str, reason: str) -> PathError:
         return PathError(err, self.dev.name if self.dev is not None else None, func, reason)

@@ -25,7 +25,7 @@ from typing import ClassVar
 import attrs
 
 from flowsim.kernel.devices.base import (
-    IPPROTO_IPV6, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
+    ETH_P_IPV6, IPPROTO_IPV6, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
 )
 from flowsim.kernel.devices.ipip import tunnel_args, underlay_mtu
 
@@ -100,13 +100,20 @@ def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
     tun = ctx.dev
     assert isinstance(tun, Ip6tnlDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
     func = "ip6_tnl_fill_forward_path"
+    # 7.3 order: ctx->ether_type, the USE_ORIG_* flags and collect_md (not modelled: flowsim's ip6tnl has
+    # neither), then the encap limit
+    if ctx.profile.tunnel_resolver_family_check and ctx.ether_type != ETH_P_IPV6:
+        return ctx.fail(-errno.EOPNOTSUPP, func, f"packet ethertype {ctx.ether_type:#06x} is not IPv6 (7.3)")
     if ctx.profile.ip6tnl_requires_encaplimit_none and not tun.ign_encap_limit:
         return ctx.fail(-errno.EOPNOTSUPP, func, "tunnel without 'encaplimit none' (7.1.5)")
     remote = tun.remote or ipaddress.IPv6Address(0)
-    route = ctx.ns.fib.lookup(remote)
+    keep = ctx.profile.tunnel_route == "resolver"
+    # 7.3 looks up the tunnel's own flow (t->fl.u.ip6: saddr, link; fwmark); ≤ 7.2 only the remote
+    route = ctx.ns.fib.lookup(remote, saddr=tun.local, oif=tun.lower) if keep else ctx.ns.fib.lookup(remote)
     if route.error:
         return ctx.fail(route.error, func, f"no route to tunnel remote {remote}")
     entry = PathEntry(DevPathType.TUN, tun.name, tun.ifindex,
-                      tun=PathTun(tun.local or ipaddress.IPv6Address(0), remote, IPPROTO_IPV6))
+                      tun=PathTun(tun.local or ipaddress.IPv6Address(0), remote, IPPROTO_IPV6,
+                                  route if keep else None))
     ctx.dev = ctx.ns.devices[route.dev]
     return entry

@@ -14,13 +14,14 @@ route's output device (the underlay).
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 from typing import ClassVar
 
 import attrs
 
 from flowsim.kernel.devices.base import (
-    IPPROTO_IPIP, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
+    ETH_P_IP, IPPROTO_IPIP, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
 )
 
 __all__ = ["IpipDevice", "KINDS", "parse_args", "create", "fill_forward_path", "tunnel_args",
@@ -99,14 +100,26 @@ def create(topo, cmd, req, opts) -> NetDevice:
 
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
-    """Mirrors ipip_fill_forward_path."""
+    """Mirrors ipip_fill_forward_path.
+
+    7.3 (switch ``tunnel_resolver_family_check``) first refuses a packet that is not IPv4
+    (``ctx->ether_type``); its ``collect_md`` and TOS-inherit refusals are not modelled (flowsim's ipip
+    has neither).  7.3 (switch ``tunnel_route=resolver``) looks the route up with the tunnel's local
+    address and link too, and hands it to the flowtable as ``path->tun.dst``.
+    """
     tun = ctx.dev
     assert isinstance(tun, IpipDevice)  # dev_fill_forward_path calls the resolver of the device's own kind
+    if ctx.profile.tunnel_resolver_family_check and ctx.ether_type != ETH_P_IP:
+        return ctx.fail(-errno.EOPNOTSUPP, "ipip_fill_forward_path",
+                        f"packet ethertype {ctx.ether_type:#06x} is not IPv4 (7.3)")
     remote = tun.remote or ipaddress.IPv4Address(0)
-    route = ctx.ns.fib.lookup(remote)
+    keep = ctx.profile.tunnel_route == "resolver"
+    # ip_route_output(net, daddr, saddr, dscp, link, RT_SCOPE_UNIVERSE): 7.3 passes saddr and link, ≤ 7.2 zeros
+    route = ctx.ns.fib.lookup(remote, saddr=tun.local, oif=tun.lower) if keep else ctx.ns.fib.lookup(remote)
     if route.error:
         return ctx.fail(route.error, "ipip_fill_forward_path", f"no route to tunnel remote {remote}")
     entry = PathEntry(DevPathType.TUN, tun.name, tun.ifindex,
-                      tun=PathTun(tun.local or ipaddress.IPv4Address(0), remote, IPPROTO_IPIP))
+                      tun=PathTun(tun.local or ipaddress.IPv4Address(0), remote, IPPROTO_IPIP,
+                                  route if keep else None))
     ctx.dev = ctx.ns.devices[route.dev]
     return entry

@@ -203,6 +203,12 @@ def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
             half.out_hw_ifidx = rd.out_hw_ifindex
             if profile.encap_push_order == "legacy":
                 half.dst = rd.dst  # ≤ 6.18 keeps the route for every xmit type
+            elif profile.direct_tunnel_dst and route.tuple[1 - d].in_num_tuns:
+                # 7.2: "if (route->tuple[!dir].in.num_tuns)" keeps dst_cache / dst_cookie for a DIRECT tuple that
+                # pushes a tunnel (the push reads it); nf_flow_dst_check then checks it like a NEIGH tuple's
+                half.dst = rd.dst
+                half.dst_cookie = ns.fib.dst_cookie(rd.dst) if rd.dst is not None else 0
+                half.dst_checked = ns.fib.version
         else:
             half.ifidx = rd.out_ifindex
             half.dst = rd.dst
@@ -309,11 +315,19 @@ class Flowtable:
         self.history.append((now, "teardown", flow.id, why))
 
     def nf_flow_offload_work_gc(self, kernel, ns_state) -> None:
-        """The GC (every second): tear down expired or dying flows, free torn-down ones, extend the rest."""
+        """``nf_flow_offload_gc_step`` (every second): tear down expired or dying flows (7.3, switch
+        ``gc_dst_check``: also those whose route in either tuple is stale), free torn-down ones, extend the rest."""
         now = kernel.now
+        gc_dst_check = kernel.profile.gc_dst_check
+        fib = ns_state.ns.fib
         for flow in list(self.flows.values()):
             if flow.timeout - now <= 0 or flow.ct.dying:
                 self.flow_offload_teardown(flow, kernel, ns_state, "expired" if flow.timeout - now <= 0 else "ct dying")
+            elif gc_dst_check and any(h.dst is not None and h.dst_checked != fib.version
+                                      and not fib.dst_check(h.dst, h.dst_cookie) for h in flow.tuplehash):
+                # 7.3 nf_flow_offload_gc_step: nf_flow_dst_check of the ORIGINAL, then the REPLY tuple (a tuple
+                # without dst_cache passes); the memo skips the check while the FIB has not changed
+                self.flow_offload_teardown(flow, kernel, ns_state, "route obsolete (gc)")
             if flow.test(NF_FLOW_TEARDOWN):
                 self._remove(flow, now)
             else:

@@ -232,9 +232,10 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
-    # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst); the answer of the last check
-    # stands while the FIB has not changed at all (th.dst_checked)
-    if th.xmit_type != _DIRECT:
+    # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
+    # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and is
+    # checked too); the answer of the last check stands while the FIB has not changed at all (th.dst_checked)
+    if th.xmit_type != _DIRECT or (th.dst is not None and kernel.profile.direct_tunnel_dst):
         fib = ns_state.ns.fib
         if th.dst_checked != fib.version:
             if not fib.dst_check(th.dst, th.dst_cookie):

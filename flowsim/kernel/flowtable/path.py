@@ -22,7 +22,8 @@ walk — how packets of the *opposite* direction arrive:
 4. :func:`nft_dev_forward_path` writes the result into the per-direction
    :class:`RouteDir` pair: ``out`` of this direction and ``in`` of the
    opposite one, replacing this direction's route by the underlay route when
-   a tunnel was found (``nft_flow_tunnel_update_route``).
+   a tunnel was found (``nft_flow_tunnel_update_route``; from 7.3 the route
+   the tunnel's resolver looked up, switch ``tunnel_route``).
 5. :func:`nft_flow_route` looks up the route back to the sender, fills the
    defaults (``nft_default_forward_path``) and runs step 4 for the NEIGH
    directions.  It returns a :class:`FlowRoute`: the two :class:`RouteDir`
@@ -62,6 +63,7 @@ from flowsim.kernel.devices.base import (
     PathError, PathTun, is_zero_mac,
 )
 from flowsim.kernel.fib import Route
+from flowsim.kernel.headers import ETH_P_IP, ETH_P_IPV6
 from flowsim.kernel.flowtable.tuple import NF_FLOW_TABLE_ENCAP_MAX
 from flowsim.kernel.neigh import NudState
 from flowsim.nft.parse import parse_ruleset
@@ -231,9 +233,11 @@ class FlowRoute:
 
 # ---------------------------------------------------------------------- dev_fill_forward_path (net/core/dev.c)
 
-def dev_fill_forward_path(ns, dev: NetDevice, daddr: str, profile: Profile) -> DevicePath:
-    """Mirrors dev_fill_forward_path: walk the resolvers, then the final ETHERNET entry."""
-    ctx = PathCtx(ns, profile, dev, daddr)
+def dev_fill_forward_path(ns, dev: NetDevice, daddr: str, profile: Profile, ether_type: int = ETH_P_IP) -> DevicePath:
+    """Mirrors dev_fill_forward_path: walk the resolvers, then the final ETHERNET entry.
+
+    *ether_type* is ``ctx->ether_type`` (7.3: ``pkt->ethertype``, which the tunnel resolvers check)."""
+    ctx = PathCtx(ns, profile, dev, daddr, ether_type=ether_type)
     stack: list[PathEntry] = []
     while ctx.dev is not None:
         resolver = ndo_fill_forward_path(ctx.dev, profile)
@@ -286,7 +290,7 @@ def nft_dev_fill_forward_path(ns, route: Route, daddr: IPAddress, profile: Profi
             return _Fill(ha, nexthop, state, None,
                          PathError(-1, dev.name, "nft_dev_fill_forward_path",
                                    f"neighbour {nexthop} on {dev.name} is {n.state.name.lower()}, not NUD_VALID"))
-    path = dev_fill_forward_path(ns, dev, ha or ZERO_MAC, profile)
+    path = dev_fill_forward_path(ns, dev, ha or ZERO_MAC, profile, ETH_P_IP if daddr.version == 4 else ETH_P_IPV6)
     return _Fill(ha, nexthop, state, path, path.error)
 
 
@@ -462,7 +466,12 @@ def nft_dev_forward_path(ns, route: list[RouteDir], tuples: Sequence[CtTuple], d
         return p
     route[other] = attrs.evolve(route[other], in_ifindex=ns.devices[info.indev].ifindex, in_encaps=info.encaps)
     tun = info.tun
-    if info.num_tuns and tun is not None:
+    if info.num_tuns and tun is not None and profile.tunnel_route == "resolver":
+        # 7.3: the resolver's route (path->tun.dst) replaces this direction's route; no second lookup
+        route[dir] = attrs.evolve(route[dir], dst=tun.route)
+        route[other] = attrs.evolve(route[other], in_tun=PathTun(tun.dst, tun.src, tun.l3_proto),
+                                    in_num_tuns=info.num_tuns)
+    elif info.num_tuns and tun is not None:
         tun_dst = nft_flow_tunnel_update_route(ns, tun, in_dev, mark)
         if tun_dst is not None:
             route[dir] = attrs.evolve(route[dir], dst=tun_dst)

@@ -56,7 +56,8 @@ from flowsim.profiles import Profile, get_profile
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
-    "nf_flow_offload_inet_hook", "nf_flow_skb_encap_protocol", "nf_flow_pppoe_proto",
+    "nf_flow_offload_inet_hook", "nf_flow_skb_encap_protocol", "nf_flow_skb_encap_protocol_ether_type",
+    "nf_flow_pppoe_proto",
     "nf_flow_ip4_tunnel_proto", "nf_flow_ip6_tunnel_proto", "nf_flow_tuple_ip",
     "nf_flow_tuple_ipv6", "nf_flow_tuple_encap", "flow_tuple_from_skb", "nf_flow_offload_lookup", "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
@@ -161,7 +162,8 @@ class FlowtableCtx:
     offset: int = 0  # bytes from the network header to the (inner) IP header
     hdrsize: int = 0  # L4 header size pulled by the tuple builder
     tun_hdr_size: int = 0  # ctx->tun.hdr_size
-    tun_proto: int = 0  # ctx->tun.proto (IPPROTO_IPIP / IPPROTO_IPV6)
+    tun_proto: int = 0  # ctx->tun.proto (IPPROTO_IPIP / IPPROTO_IPV6); ctx->tun.inner_proto from 7.3
+    ether_type: int = 0  # ctx->ether_type (7.3, switch hook_ether_type_check): the protocol under the in-band header
 
 
 class TupleResult(NamedTuple):
@@ -272,10 +274,47 @@ def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -
 _L3PROTO_UNSUPPORTED = ("l3proto-unsupported", "")
 
 
+def nf_flow_skb_encap_protocol_ether_type(ctx: FlowtableCtx, skb: SkBuff,
+                                          profile: Profile) -> tuple[str, str] | None:
+    """``nf_flow_skb_encap_protocol`` of 7.3 (switch ``hook_ether_type_check``): skip one in-band VLAN/PPPoE
+    header whatever it carries, record the protocol under it in ``ctx->ether_type`` (``skb->protocol`` for a
+    plain IPv4/IPv6 packet), then run the tunnel check of that protocol.  The hook compares ``ctx->ether_type``
+    with its own family afterwards (:func:`nf_flow_offload_lookup`)."""
+    inner = skb.protocol
+    if inner == ETH_P_8021Q:
+        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
+            return "header-truncated", "in-band 802.1Q header truncated"
+        at = skb.mac_header + ETH_HLEN + 2
+        ctx.ether_type = (skb.buf[at] << 8) | skb.buf[at + 1]  # veth->h_vlan_encapsulated_proto
+        ctx.offset += VLAN_HLEN
+        failed: tuple[str, str] | None = None  # ret = true: anything else is the hook's ether_type check
+    elif inner == ETH_P_PPP_SES:
+        mapped = nf_flow_pppoe_proto(skb)
+        if mapped is None:
+            return "header-truncated", "PPPoE session header truncated"
+        ctx.ether_type = mapped  # 0 for a PPP protocol other than IPv4/IPv6
+        ctx.offset += PPPOE_SES_HLEN
+        failed = None
+    elif inner in (ETH_P_IP, ETH_P_IPV6):
+        ctx.ether_type = inner
+        failed = None
+    elif inner == ETH_P_8021AD:
+        return "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
+    else:
+        return "l3proto-unsupported", f"ethertype {inner:#06x}"
+    if ctx.ether_type == ETH_P_IP and profile.ipip_rx:
+        return nf_flow_ip4_tunnel_proto(ctx, skb, profile)
+    if ctx.ether_type == ETH_P_IPV6 and profile.ip6ip6_rx:
+        return nf_flow_ip6_tunnel_proto(ctx, skb, profile)
+    return failed
+
+
 def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
                                profile: Profile) -> tuple[str, str] | None:
     """``nf_flow_skb_encap_protocol``: skip one in-band VLAN/PPPoE header whose
     inner protocol is *proto*, then run the tunnel check of the inner protocol."""
+    if profile.hook_ether_type_check:
+        return nf_flow_skb_encap_protocol_ether_type(ctx, skb, profile)
     inner = skb.protocol
     failure: tuple[str, str] | None = _L3PROTO_UNSUPPORTED  # its detail is written only when it is returned
     if inner == ETH_P_8021Q:
@@ -396,7 +435,8 @@ def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tup
     The hwaccel tag comes first with its full TCI (priority bits included);
     then one in-band 802.1Q (full TCI) or PPPoE (session id) header.  The
     tunnel fields are filled only when the compared protocol is IPv4/IPv6 —
-    for PPPoE the raw PPP protocol is compared (mainline), so they stay empty.
+    for PPPoE the raw PPP protocol is compared (through 7.2.13), so they stay empty; 7.3 compares
+    ``ctx->ether_type``, the mapped one (switch ``tuple_encap_pppoe_proto``).
     """
     inner = skb.protocol
     offset = 0
@@ -493,6 +533,15 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
     failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
     if failed is not None:
         return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
+    if profile.hook_ether_type_check and ctx.ether_type != proto:
+        # 7.3 nf_flow_offload_ip_hook / _ipv6_hook: "if (unlikely(ctx.ether_type != htons(ETH_P_IP)))" → NF_ACCEPT
+        # before the lookup: a packet (or in-band payload) of another family never reaches the tuple builder
+        if skb.protocol == ctx.ether_type:
+            reason, detail = "l3proto-unsupported", f"ethertype {ctx.ether_type:#06x} at the {family} hook"
+        else:
+            reason, detail = "encap-unsupported", (f"{skb.protocol:#06x} header carries ethertype "
+                                                   f"{ctx.ether_type:#06x}, not the hook's {proto:#06x}")
+        return TupleResult(None, ctx, reason, detail, "ipv4" if proto == ETH_P_IP else "ipv6")
     if proto == ETH_P_IP:
         built = nf_flow_tuple_ip(ctx, skb, profile)
         hook = "ipv4"
