@@ -69,7 +69,7 @@ from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
-           "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT"]
+           "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT", "ScenarioSkipped", "smallest_size", "TCP_MIN_MSS"]
 
 PROBE_TABLE = "flowsim_probe"
 BASE_SPORT = 40000
@@ -80,6 +80,24 @@ UNSUPPORTED_KINDS = {"pppoe": "needs pppd and a PPPoE server", "dsa": "needs a D
                      "ethernet": "is a flowsim extension (a real NIC)"}
 
 IP = GUEST_BIN["ip"]
+TCP_MIN_MSS = 88            # include/net/tcp.h: the smallest TCP_MAXSEG do_tcp_setsockopt accepts
+
+
+class ScenarioSkipped(ConfigError):
+    """A topology the guest cannot run at all (a flowsim-only device kind, a feature the harness lacks).
+
+    ``flowsim conform`` reports it as skipped with :attr:`reason` and runs the others; the exit status is
+    not affected.  It is a :class:`ConfigError`, so a caller that plans one topology still gets an error.
+    """
+
+    def __init__(self, reason: str, where: str, expected: str | None = None):
+        super().__init__(reason, where=where, expected=expected)
+        self.reason = f"{where}: {reason}"
+
+
+def smallest_size(proto: str, family: int) -> int:
+    """The smallest IP packet length a socket can send as one segment / datagram: one payload byte."""
+    return IP_HEADER[family] + L4_HEADER[proto] + 1
 
 
 @attrs.frozen
@@ -103,6 +121,7 @@ class TrafficPlan:
     reply_size: int
     close: bool
     rate: float
+    file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
 
     @property
     def tag(self) -> str:
@@ -129,6 +148,7 @@ class ScenarioPlan:
     namespaces: tuple[str, ...]
     flowtable_netns: tuple[str, ...]
     traffic: tuple[TrafficPlan, ...]
+    adjustments: tuple[str, ...] = ()   # what the harness changed in the traffic, and why (in the report)
 
 
 def _bad(topo: Topology, msg: str, line: int | None = None, expected: str | None = None) -> ConfigError:
@@ -165,40 +185,73 @@ def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
                "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
 
 
-def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False) -> ScenarioPlan:
-    """What the guest will run for *topo*; refuses what a real stack cannot do (with file:line).
-
-    With *frames* (``--frames``: flowsim's own frames are injected, no socket sends anything) a TCP table
-    without a handshake and a size that leaves no socket payload are fine.
-    """
+def _skip_reason(topo: Topology) -> None:
+    """Raise :class:`ScenarioSkipped` for what the guest cannot run at all (file and line in the reason)."""
+    for cmds in topology_commands(topo).values():
+        for cmd in cmds:
+            tokens = shell_split(cmd)
+            where = f"{cmd.file}:{cmd.line}"
+            if tokens[0] == "ip" and "type" in tokens[1:-1]:
+                kind = tokens[tokens.index("type", 1) + 1]
+                if kind in UNSUPPORTED_KINDS:
+                    raise ScenarioSkipped(f"link kind {kind!r} cannot run in the conformance guest: it "
+                                          f"{UNSUPPORTED_KINDS[kind]}", where)
+            if tokens[0] == "bridge" and "switchdev" in tokens:
+                raise ScenarioSkipped("'switchdev on|off' is a flowsim extension", where)
     if topo.events:
         e = topo.events[0]
-        raise _bad(topo, f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
-                   e.command.line, "a topology without [[event]] tables")
-    plans = []
+        raise ScenarioSkipped(f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
+                              f"{topo.file}:{e.command.line}", "a topology without [[event]] tables")
+    for t in topo.traffic:
+        if t.gso_size is not None:
+            raise ScenarioSkipped(f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its "
+                                  "own GSO skbs", f"{topo.file}:{t.line}", "no gso_size")
+
+
+def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
+                  max_packets: int | None = None) -> ScenarioPlan:
+    """What the guest will run for *topo*; skips what it cannot run (:class:`ScenarioSkipped`, with file:line).
+
+    A size too small for a socket payload is raised to :func:`smallest_size` (socat mode only: ``--frames``
+    injects flowsim's own frames, no socket sends anything, and a TCP table without a handshake is fine
+    there too); *max_packets* caps every traffic direction.  Each change is a line of
+    :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
+    traffic (:func:`flowsim.conform.harness.plan_traffic`).
+    """
+    _skip_reason(topo)
+    plans, notes = [], []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):
-        if t.gso_size is not None:
-            raise _bad(topo, f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its own "
-                             "GSO skbs", t.line, "no gso_size")
         if t.proto == "tcp" and not t.handshake and not frames:
             raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
                        t.line, "handshake = true")
         server, port = _server(topo, t)
-        smallest = min(t.size, t.reply_size or t.size)
-        if smallest - IP_HEADER[t.dst.version] - L4_HEADER[t.proto] < 1 and not frames:
-            raise _bad(topo, f"traffic {t.name!r}: size {smallest} leaves no payload", t.line,
-                       f"at least {IP_HEADER[t.dst.version] + L4_HEADER[t.proto] + 1} bytes (IP packet length)")
+        who = f"traffic {t.name!r} ({t.netns} {t.src} -> {server} {t.dst})"
+        size, reply_size = t.size, t.reply_size or t.size
+        packets, reply_packets = t.packets, t.reply_packets
+        low = smallest_size(t.proto, t.dst.version)
+        if not frames:
+            for what, value in (("size", size), ("reply size", reply_size)):
+                if value < low:
+                    notes.append(f"{who}: {what} {value} raised to {low}: {value} bytes leave no {t.proto.upper()} "
+                                 f"payload for a socket (IPv{t.dst.version} {IP_HEADER[t.dst.version]} + "
+                                 f"{t.proto.upper()} {L4_HEADER[t.proto]} bytes of headers"
+                                 + (" with the timestamp option" if t.proto == "tcp" else "") + ")")
+            size, reply_size = max(size, low), max(reply_size, low)
+        if max_packets is not None and (packets > max_packets or reply_packets > max_packets):
+            notes.append(f"{who}: packets {packets}/{reply_packets} (original/reply) capped at {max_packets} "
+                         "per direction")
+            packets, reply_packets = min(packets, max_packets), min(reply_packets, max_packets)
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
         sport = t.sport or BASE_SPORT + 100 * order[id(t)]
         plans.append(TrafficPlan(
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
-            packets=t.packets, size=t.size, reply_packets=t.reply_packets, reply_size=t.reply_size or t.size,
-            close=t.proto == "tcp" and t.close is not None, rate=t.rate))
+            packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
+            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)]))
     ft_ns = tuple(ns.name for ns in topo.namespaces.values() if ns.nft and ruleset_flowtables(ns.nft.text))
     name = Path(topo.file or "topology").stem
-    return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans))
+    return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans), tuple(notes))
 
 
 # ---------------------------------------------------------------------- commands
@@ -318,8 +371,12 @@ def _traffic_start(t: TrafficPlan) -> list[str]:
     q = shlex.quote
     out_bytes, back_bytes = t.packets * t.payload(t.size), t.reply_packets * t.payload(t.reply_size)
     if t.proto == "tcp":
-        # mss pins the segment: Linux subtracts the 12-byte timestamp option from it.
-        mss = f",mss={t.size - IP_HEADER[t.family] - 20},nodelay"
+        # mss pins the segment: Linux subtracts the 12-byte timestamp option from it.  Both sides get the
+        # larger direction's (a side's TCP_MAXSEG also clamps the MSS it advertises, so the smaller one would
+        # cut the other direction's segments), at least TCP_MIN_MSS (socat's setsockopt fails below):
+        # each write of one segment's payload, with nodelay, is then one segment of exactly its size.
+        pin = max(max(t.size, t.reply_size) - IP_HEADER[t.family] - 20, TCP_MIN_MSS)
+        mss = f",mss={pin},nodelay"
         srv = f"{_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; cat > {d}.srv"
         cli = (f"{_writer(t.packets, t.payload(t.size), t.rate)}; "
                f"while [ ! -e {d}.close ] && [ ! -e /tmp/stop ]; do usleep 20000; done")
