@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = pathlib.Path(__file__).resolve().parent
 TOPOLOGIES = sorted((ROOT / "topologies").glob("*.toml"))
 CORPUS = sorted((ROOT / "tests" / "data" / "corpus" / "suricata-verify").glob("*.pcap"))
-PROFILES = ("linux-6.1", "linux-6.12", "linux-6.18", "linux-6.19", "linux-7.0", "linux-7.1.5")
+PROFILES = ("linux-6.1", "linux-6.12", "linux-6.18", "linux-6.19", "linux-7.0", "linux-7.1.5", "linux-7.2", "linux-7.3")
 
 
 def _router_and_flow(topology: pathlib.Path) -> tuple[str, str, str] | None:
@@ -104,9 +104,20 @@ def path_of(case: str) -> pathlib.Path:
 
 
 def main() -> int:
-    wanted = sys.argv[1:]
+    """``python -m tests.golden.cases [--profile P]... [PREFIX]...``: (re)generate the cases whose id starts with
+    a PREFIX (all without one); ``--profile P`` keeps only the cases of profile P (ids ending in ``/P``), so a new
+    profile's files can be written without touching the others."""
+    args = sys.argv[1:]
+    profiles: list[str] = []
+    while "--profile" in args:
+        at = args.index("--profile")
+        profiles.append(args[at + 1])
+        del args[at:at + 2]
+    wanted = args
     for case, argv in cases().items():
         if wanted and not any(case.startswith(w) for w in wanted):
+            continue
+        if profiles and not any(case.endswith("/" + p) for p in profiles):
             continue
         path = path_of(case)
         path.parent.mkdir(parents=True, exist_ok=True)
