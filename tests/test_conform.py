@@ -22,6 +22,7 @@ from flowsim.cli import main
 from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.conform import compare as cc
 from flowsim.conform import kernel as ck
+from flowsim.conform import known
 from flowsim.conform.guest import (
     ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
 )
@@ -352,16 +353,17 @@ def test_a_wrong_prediction_differs():
 
 def test_known_difference_does_not_fail(monkeypatch):
     """A listed known difference is reported with its reason and keeps the status at 0."""
-    monkeypatch.setitem(cc.KNOWN_DIFFERENCES, ("conform-forward", "udp4", "slow path original"), "because")
+    monkeypatch.setattr(known, "KNOWN_DIFFERENCES", [known.KnownDifference(
+        "conform-forward", "udp4", "delivered original", ("debian-6.12",), "because", "net/ipv4/x.c: f()")])
 
     def wrong(path, profile):
         report = cc.simulate(path, profile)
-        next(t for t in report["traffic"] if t["name"] == "udp4")["directions"]["original"]["sent"] += 1
+        next(t for t in report["traffic"] if t["name"] == "udp4")["directions"]["original"]["delivered"] += 1
         return report
 
     result = _replay("debian-6.12", [str(ROOT / "topologies/conform-forward.toml")], simulate_fn=wrong)
-    known = [f for f in result.facts if f.status == "known"]
-    assert known and known[0].note == "because" and result.status == 0
+    listed = [f for f in result.facts if f.status == "known"]
+    assert listed and listed[0].note == "because (net/ipv4/x.c: f())" and result.status == 0
 
 
 def test_guest_error_is_status_2():

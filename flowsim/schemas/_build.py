@@ -290,8 +290,12 @@ def conform_schema() -> dict:
     status = enum(*FACT_STATUSES)
     fact = obj({"scenario": S, "subject": S, "fact": S, "kernel": {}, "sim": {}, "tolerance": S,
                 "status": status, "note": S})
-    scenario = obj({"name": S, "file": S, "status": enum("agrees", "differs", "error"), "seconds": NUM,
-                    "errors": arr(S), "notes": arr(S), "facts": arr(fact)})
+    scenario = obj({"name": S, "file": S, "status": enum("agrees", "differs", "error", "skipped"),
+                    "seconds": nullable(NUM), "errors": arr(S), "notes": arr(S), "facts": arr(fact),
+                    # what the harness changed in the traffic (raised sizes, caps), and why
+                    "adjustments": arr(S),
+                    # status "skipped": file:line and why the guest cannot run the topology
+                    "skipped": S}, optional=("adjustments", "skipped"))
     result = obj({
         "schema": const_schema("conform"),
         "kernel": obj({"name": S, "package": S, "version": S, "release": S}),
@@ -301,7 +305,9 @@ def conform_schema() -> dict:
         "workdir": nullable(S), "scenarios": arr(scenario),
         # --frames only: the frame-exact mode's cap and what it injected
         "frames": obj({"max_packets": nullable(I), "injected": I, "capped": arr(S)}),
-    }, optional=("frames",))
+        # the packet cap per traffic direction: --max-packets, the mode's default, the tables capped
+        "cap": obj({"max_packets": nullable(I), "default": I, "capped": arr(S)}),
+    }, optional=("frames", "cap"))
     return {"description": "one kernel: one object; several kernels (--kernel repeated): a list of them",
             "oneOf": [result, {"type": "array", "items": result, "minItems": 2}]}
 

@@ -1,0 +1,91 @@
+"""Known differences between flowsim and a real kernel, each with its cause and the kernel source that explains it.
+
+Theory of operation
+-------------------
+A conformance fact that differs (:class:`flowsim.conform.compare.Fact`,
+status ``differs``) becomes ``known`` — reported with its cause, not
+failing the run — only when an entry of :data:`KNOWN_DIFFERENCES` names it
+exactly: the scenario, the subject, the fact and the Debian kernel line
+(``debian-6.12`` …).  There are no patterns: an entry covers one fact of
+one scenario on the kernel lines it lists, and a new scenario or kernel
+line that shows the same difference must be looked at and listed again.
+
+Two kinds of fact can never be known differences, because they are what
+conformance is for: whether a connection was offloaded (a flow created)
+and the fast/slow path split (``fast path …``, ``slow path …``,
+``flowtable verdicts``).  :func:`check_entry` refuses such entries (and any
+glob character), and the tests run it over the table.
+
+:data:`KERNEL_RANDOM` is the other, narrower kind of known difference, used
+by the frame-exact mode (:func:`flowsim.conform.frames.compare_frames`):
+header fields the kernel fills from a per-boot random key, which no model
+can predict byte for byte.  Only those bits of the outer header of a tunnel
+frame are masked, and only after the exact comparison failed; the frames
+must then be equal, and every IPv4 header checksum valid on both sides.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from flowsim.conform.compare import Fact
+
+__all__ = ["KnownDifference", "KNOWN_DIFFERENCES", "KERNEL_RANDOM", "check_entry", "lookup", "apply_known"]
+
+
+@attrs.frozen
+class KnownDifference:
+    """One fact of one scenario on some kernel lines that differs for a documented reason."""
+
+    scenario: str           # the topology's name (file stem)
+    subject: str            # Fact.subject, exactly
+    fact: str               # Fact.fact, exactly
+    kernels: tuple[str, ...]  # Debian kernel lines (flowsim.conform.kernel.KERNELS keys)
+    cause: str              # why they differ
+    source: str             # the kernel file/function (and commit) that decides it
+
+
+# Empty until a difference is understood and explained; see docs/conformance.md.
+KNOWN_DIFFERENCES: list[KnownDifference] = []
+
+# Header fields the kernel fills from a per-boot random key (frames mode): field -> where it comes from.
+KERNEL_RANDOM = {
+    "ipip outer IPv4 ID and header checksum":
+        "iptunnel_xmit (net/ipv4/ip_tunnel_core.c) -> __ip_select_ident (net/ipv4/route.c): the ID hashes "
+        "the addresses with ip_idents_hashrnd, set by get_random_bytes once per boot",
+    "ip6tnl outer IPv6 flow label":
+        "ip6_tnl_xmit (net/ipv6/ip6_tunnel.c) -> ip6_make_flowlabel (include/net/ipv6.h, "
+        "net.ipv6.auto_flowlabels=1 by default) -> skb_get_hash_flowi6: the flow hash is keyed by "
+        "hashrnd (net/core/flow_dissector.c, net_get_random_once), once per boot",
+}
+
+_FORBIDDEN = ("offloaded", "fast path", "slow path", "flowtable verdicts")
+
+
+def check_entry(e: KnownDifference) -> None:
+    """Refuse an entry that is a pattern, has no cause or source, or excuses the flowtable's own behaviour."""
+    for value in (e.scenario, e.subject, e.fact, *e.kernels):
+        if not value or any(c in value for c in "*?["):
+            raise ValueError(f"known difference {e!r}: exact names only, not {value!r}")
+    if not e.kernels or not e.cause or not e.source:
+        raise ValueError(f"known difference {e!r}: kernel lines, cause and source are required")
+    if any(word in e.fact for word in _FORBIDDEN):
+        raise ValueError(f"known difference {e!r}: offload and fast/slow path facts are never known differences")
+
+
+def lookup(scenario: str, subject: str, fact: str, kernel: str) -> KnownDifference | None:
+    """The entry naming this fact on *kernel*, if any."""
+    for e in KNOWN_DIFFERENCES:
+        if (e.scenario, e.subject, e.fact) == (scenario, subject, fact) and kernel in e.kernels:
+            check_entry(e)
+            return e
+    return None
+
+
+def apply_known(facts: list[Fact], kernel: str) -> list[Fact]:
+    """*facts* with every listed difference marked ``known`` (cause and source in the note)."""
+    out = []
+    for f in facts:
+        e = lookup(f.scenario, f.subject, f.fact, kernel) if f.status == "differs" else None
+        out.append(attrs.evolve(f, status="known", note=f"{e.cause} ({e.source})") if e else f)
+    return out
