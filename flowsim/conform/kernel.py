@@ -124,6 +124,18 @@ TOOLS: dict[str, tuple[str, bool]] = {
     "tcpdump": ("tcpdump", True),
     "pppd": ("ppp", True),
     "pppoe-server": ("pppoe", True),
+    "bash": ("bash", True),
+    "ss": ("iproute2", True),
+    "readlink": ("coreutils", True),
+    "du": ("coreutils", True),
+    "timeout": ("coreutils", True),
+    "mktemp": ("coreutils", True),
+    "seq": ("coreutils", True),
+    "date": ("coreutils", True),
+    "stat": ("coreutils", True),
+    "head": ("coreutils", True),
+    "cmp": ("diffutils", True),
+    "xargs": ("findutils", True),
     "ethtool": ("ethtool", True),
     "kmod": ("kmod", True),
     "depmod": ("kmod", False),
@@ -630,12 +642,19 @@ class _Tree:
 GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sbin/nft",
              "conntrack": "/usr/sbin/conntrack", "socat": "/usr/bin/socat", "ethtool": "/usr/sbin/ethtool",
              "kmod": "/usr/bin/kmod", "tcpdump": "/usr/bin/tcpdump", "pppd": "/usr/sbin/pppd",
-             "pppoe-server": "/usr/sbin/pppoe-server"}
+             "pppoe-server": "/usr/sbin/pppoe-server", "bash": "/bin/bash", "ss": "/usr/bin/ss"}
 
 # pppd's kernel-mode PPPoE plugin (``plugin pppoe.so``; ``pppoe-server`` passes
 # /etc/ppp/plugins/rp-pppoe.so): a pty session through the user-space ``pppoe``
 # would have no ndo_fill_forward_path and so never be offloaded.
 PPPD_PLUGIN_GLOB = "/usr/lib/pppd/*/pppoe.so"
+
+# GNU tools for the kernel's own selftest scripts (``readlink -e``, ``du -sb``, ``date +%s%3N``
+# in tools/testing/selftests/net/lib.sh and netfilter/nft_flowtable.sh), kept out of the
+# default PATH so the harness's own scripts keep busybox's applets: the selftest runner puts
+# this folder first in its PATH.
+GNU_DIR = "/usr/libexec/flowsim-gnu"
+GNU_TOOLS = ("readlink", "du", "timeout", "mktemp", "seq", "date", "stat", "head", "cmp", "xargs")
 PPPOE_SERVER_PLUGIN = "etc/ppp/plugins/rp-pppoe.so"
 
 
@@ -667,7 +686,7 @@ def build_base_initramfs(kit: KernelKit, tools: dict[str, str], timer: Timer | N
         tree.file("bin/busybox", Path(busybox).read_bytes())
         for lib in _ldd(busybox):
             tree.host_file(lib)
-        for name, guest in GUEST_BIN.items():
+        for name, guest in [*GUEST_BIN.items(), *((n, f"{GNU_DIR}/{n}") for n in GNU_TOOLS)]:
             tree.file(guest, Path(os.path.realpath(tools[name])).read_bytes())
             for lib in _ldd(tools[name]):
                 tree.host_file(lib)
