@@ -457,13 +457,16 @@ def known_failure(row: Row, profile: Profile) -> tuple[list[str], str] | None:
 
 @pytest.mark.parametrize("row,profile", cases(), ids=[f"{r.id}/{p}" for r, p in cases()])
 def test_selftest_scenario(row: Row, profile: str):
-    """One transfer of nft_flowtable.sh under one profile: exact counts, and the script's checks."""
+    """One transfer of nft_flowtable.sh under one profile: exact counts, and the script's checks.  Each row names
+    the script function it replays (``row.function``) and the kernel function that decides it (``row.kernel``);
+    both are in the failure message and in docs/selftest.md."""
     got, _sim, report = measure(row, get_profile(profile))
-    assert got == EXPECTED[(row.id, profile)], f"{row.id}/{profile}: {_fmt(got)}"
+    where = f"{SCRIPT}: {row.function}; kernel: {row.kernel}"
+    assert got == EXPECTED[(row.id, profile)], f"{row.id}/{profile} ({where}): {_fmt(got)}"
     assert report["packets"]["in_flight"] == 0
     failing = verdict(row, got)
     known = known_failure(row, get_profile(profile))
-    assert failing == (known[0] if known else []), f"{row.id}/{profile}: script checks {failing} fail"
+    assert failing == (known[0] if known else []), f"{row.id}/{profile} ({where}): script checks {failing} fail"
 
 
 def test_every_row_has_expected_counts_for_every_profile_that_has_it():
