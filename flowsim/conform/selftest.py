@@ -33,7 +33,8 @@ from flowsim.conform.kernel import (
     GNU_DIR, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt, upstream_version,
 )
 
-__all__ = ["SelftestLine", "PAIRING", "fetch_selftest", "selftest_files", "parse_selftest", "DEFAULT_FILESIZE"]
+__all__ = ["SelftestLine", "SelftestRun", "read_results", "PAIRING", "fetch_selftest", "selftest_files",
+           "parse_selftest", "pair_rows", "pairing", "run_selftest", "DEFAULT_FILESIZE"]
 
 SCRIPT = "nft_flowtable.sh"
 # Where the script lives in the source tree (moved to net/netfilter in 6.10), and what it sources.
@@ -52,26 +53,46 @@ class SelftestLine:
     message: str
 
 
-# The script's result lines -> the shipped topology modelling that scenario and the script
-# function that prints the line.  Patterns, in order, on the message after "PASS: "/"FAIL: "
-# (check_counters prints WHAT, check_dscp "WHAT: dscp packet counters match", failures
-# "WHAT: original counter …" or "pmtu N: WHAT counters do not match …").
-PAIRING: tuple[tuple[str, str, str], ...] = (
-    (r"(IPv6 )?flow offloaded for ns1/ns2$", "selftest-base", "test_tcp_forwarding"),
-    (r"(pmtu \d: )?dscp_none\b", "selftest-base", "check_dscp"),
-    (r"(pmtu \d: )?dscp_fwd\b", "selftest-dscp-fwd", "check_dscp"),
-    (r"(pmtu \d: )?dscp_ingress\b", "selftest-dscp-ingress", "check_dscp"),
-    (r"(pmtu \d: )?dscp_egress\b", "selftest-dscp-egress", "check_dscp"),
-    (r"flow offload for ns1/ns2 with (masquerade|dnat) +\(pmtu disabled\)", "selftest-nat",
-     "test_tcp_forwarding_nat"),
-    (r"flow offload for ns1/ns2 with (masquerade|dnat) ?($|:)", "selftest-nat-pmtu", "test_tcp_forwarding_nat"),
-    (r"flow offload for ns1/ns2 (with (masquerade|dnat) IPIP|IP6IP6) tunnel over vlan", "selftest-ipip-vlan",
-     "test_ipip"),
-    (r"flow offload for ns1/ns2 (with (masquerade|dnat) IPIP|IP6IP6) tunnel", "selftest-ipip", "test_ipip"),
-    (r"flow offload for ns1/ns2 with (masquerade|dnat) on bridge", "selftest-bridge-nat", "test_bridge"),
-    (r"flow offload for ns1/ns2 with (masquerade|dnat) bridge and VLAN", "selftest-bridge-vlan", "test_bridge"),
-    (r"(flow offload for ns1/ns2 with )?bridge \+ IP6?IP6? tunnel", "selftest-bridge-ipip", "test_bridge"),
-    (r"(IPv6 )?ipsec tunnel mode for ns1/ns2", "selftest-ipsec", "do_esp"),
+# The script's result lines -> the shipped topology modelling that scenario, the script
+# function that prints the line, and the scenario's row id in tests/test_selftest_scenarios.py
+# (one per occurrence: the DSCP checks print the same text for the PMTU-off and the PMTU-on
+# run).  Patterns, in order, on the message after "PASS: "/"FAIL: " (check_counters prints
+# WHAT, check_dscp "WHAT: dscp packet counters match", failures "WHAT: original counter …"
+# or "pmtu N: WHAT counters do not match …").
+PAIRING: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    (r"flow offloaded for ns1/ns2$|flow offload for ns1/ns2:", "selftest-base", "test_tcp_forwarding", ("base-v4",)),
+    (r"IPv6 flow offload(ed)? for ns1/ns2", "selftest-base", "test_tcp_forwarding", ("base-v6",)),
+    (r"(pmtu \d*: )?dscp_none\b", "selftest-base", "check_dscp", ("dscp-none",)),
+    (r"(pmtu \d*: )?dscp_fwd\b", "selftest-dscp-fwd", "check_dscp", ("dscp-fwd-pmtu0", "dscp-fwd-pmtu1")),
+    (r"(pmtu \d*: )?dscp_ingress\b", "selftest-dscp-ingress", "check_dscp",
+     ("dscp-ingress-pmtu0", "dscp-ingress-pmtu1")),
+    (r"(pmtu \d*: )?dscp_egress\b", "selftest-dscp-egress", "check_dscp", ("dscp-egress-pmtu0", "dscp-egress-pmtu1")),
+    (r"flow offload for ns1/ns2 with masquerade +\(pmtu disabled\)", "selftest-nat-pmtu", "test_tcp_forwarding_nat",
+     ("nat-masq-pmtu0",)),
+    (r"flow offload for ns1/ns2 with dnat +\(pmtu disabled\)", "selftest-nat-pmtu", "test_tcp_forwarding_nat",
+     ("nat-dnat-pmtu0",)),
+    (r"flow offload for ns1/ns2 with masquerade ?($|:)", "selftest-nat-pmtu", "test_tcp_forwarding_nat",
+     ("nat-masq-pmtu1",)),
+    (r"flow offload for ns1/ns2 with dnat ?($|:)", "selftest-nat-pmtu", "test_tcp_forwarding_nat", ("nat-dnat-pmtu1",)),
+    (r"flow offload for ns1/ns2 with masquerade IPIP tunnel over vlan", "selftest-ipip-vlan", "test_ipip",
+     ("ipip-vlan-masq",)),
+    (r"flow offload for ns1/ns2 with dnat IPIP tunnel over vlan", "selftest-ipip-vlan", "test_ipip", ("ipip-vlan-dnat",)),
+    (r"flow offload for ns1/ns2 (with )?IP6IP6 tunnel over vlan", "selftest-ipip-vlan", "test_ipip", ("ipip-vlan6",)),
+    (r"flow offload for ns1/ns2 with masquerade IPIP tunnel", "selftest-ipip", "test_ipip", ("ipip-masq",)),
+    (r"flow offload for ns1/ns2 with dnat IPIP tunnel", "selftest-ipip", "test_ipip", ("ipip-dnat",)),
+    (r"flow offload for ns1/ns2 (with )?IP6IP6 tunnel", "selftest-ipip", "test_ipip", ("ipip6",)),
+    (r"flow offload for ns1/ns2 with masquerade on bridge", "selftest-bridge-nat", "test_bridge", ("bridge-masq",)),
+    (r"flow offload for ns1/ns2 with dnat on bridge", "selftest-bridge-nat", "test_bridge", ("bridge-dnat",)),
+    (r"flow offload for ns1/ns2 with masquerade bridge and VLAN", "selftest-bridge-vlan", "test_bridge",
+     ("bridge-vlan-masq",)),
+    (r"flow offload for ns1/ns2 with dnat bridge and VLAN", "selftest-bridge-vlan", "test_bridge",
+     ("bridge-vlan-dnat",)),
+    (r"(flow offload for ns1/ns2 with )?bridge \+ IPIP tunnel", "selftest-bridge-ipip", "test_bridge",
+     ("bridge-ipip",)),
+    (r"(flow offload for ns1/ns2 with )?bridge \+ IP6IP6 tunnel", "selftest-bridge-ipip", "test_bridge",
+     ("bridge-ip6ip6",)),
+    (r"ipsec tunnel mode for ns1/ns2", "selftest-ipsec", "do_esp", ("ipsec-v4",)),
+    (r"IPv6 ipsec tunnel mode for ns1/ns2", "selftest-ipsec", "do_esp", ("ipsec-v6",)),
 )
 
 _RESULT = re.compile(r"^(PASS|FAIL|SKIP):\s?(.*)$")
@@ -89,10 +110,26 @@ def parse_selftest(output: str) -> list[SelftestLine]:
 
 def pairing(line: SelftestLine) -> tuple[str, str] | None:
     """(topology, script function) of a result line; None for a line no shipped topology models."""
-    for pattern, topology, function in PAIRING:
+    for pattern, topology, function, _ in PAIRING:
         if re.match(pattern, line.message):
             return topology, function
     return None
+
+
+def pair_rows(lines: list[SelftestLine] | tuple[SelftestLine, ...]) -> list[tuple[SelftestLine, str | None]]:
+    """Each result line with its scenario row id (the n-th line of a pattern gets its n-th id)."""
+    seen: dict[str, int] = {}
+    out: list[tuple[SelftestLine, str | None]] = []
+    for line in lines:
+        row = None
+        for pattern, _, _, ids in PAIRING:
+            if re.match(pattern, line.message):
+                n = seen.get(pattern, 0)
+                seen[pattern] = n + 1
+                row = ids[min(n, len(ids) - 1)]
+                break
+        out.append((line, row))
+    return out
 
 
 def source_package(kit: KernelKit) -> str:
@@ -211,22 +248,40 @@ class SelftestRun:
     def rows(self) -> list[dict]:
         """Each result line with the topology that models it (None: no shipped topology does)."""
         out = []
-        for line in self.lines:
+        for line, row in pair_rows(self.lines):
             pair = pairing(line)
-            out.append({"verdict": line.verdict, "message": line.message,
+            out.append({"verdict": line.verdict, "message": line.message, "row": row,
                         "topology": pair[0] if pair else None, "function": pair[1] if pair else None})
         return out
 
 
-def run_selftest(kernel: str, *, install: bool = True, workdir: Path | None = None,
+def read_results(kernel: str, text: str, *, package: str = "(saved results)", version: str = "",
+                 seconds: float = 0.0, profile: str | None = None) -> SelftestRun:
+    """A :class:`SelftestRun` from the guest's results channel (a boot now, or a saved ``results.log``)."""
+    from flowsim.conform.kernel import KERNELS, spec_profile
+    from flowsim.conform.parse import split_sections
+
+    sections = {s.kind: s.text for s in split_sections(text) if s.scenario in ("selftest", None)}
+    output = sections.get("output", "")
+    status_text = sections.get("status", "").strip()
+    release = sections.get("kernel", "").strip()
+    if profile is None:
+        profile = spec_profile(KERNELS[kernel], version or release, package)
+    return SelftestRun(kernel, package, version, release, profile,
+                       int(status_text) if status_text.isdigit() else None, tuple(parse_selftest(output)),
+                       output, seconds)
+
+
+def run_selftest(kernel: str, *, install: bool = True, workdir: Path | None = None, results: str | Path | None = None,
                  mtus: tuple[int, int, int] = DEFAULT_MTUS, filesize: int = DEFAULT_FILESIZE) -> SelftestRun:
-    """Boot *kernel* and run its own nft_flowtable.sh once (the deterministic part, fixed MTUs)."""
+    """Boot *kernel* and run its own nft_flowtable.sh once (the deterministic part, fixed MTUs); or read *results*."""
     from flowsim.conform.guest import boot_guest
     from flowsim.conform.kernel import KERNELS, build_base_initramfs, ensure_tools, fetch_kernel
-    from flowsim.conform.parse import split_sections
 
     if kernel not in KERNELS:
         raise ConformSetupError(f"unknown kernel {kernel!r} (one of {', '.join(KERNELS)})")
+    if results is not None:
+        return read_results(kernel, Path(results).read_text(errors="replace"))
     timer = Timer()
     tools = ensure_tools(install=install)
     kit = fetch_kernel(KERNELS[kernel], timer)
@@ -236,10 +291,5 @@ def run_selftest(kernel: str, *, install: bool = True, workdir: Path | None = No
     files = selftest_files(tree, template, mtus=mtus, filesize=filesize)
     work = workdir or cache_dir() / f"selftest-{kernel}"
     guest = boot_guest(kit, base, files, work, qemu=tools["qemu-system-x86_64"], timeout=3600)
-    sections = {s.kind: s.text for s in split_sections(guest.results) if s.scenario in ("selftest", None)}
-    output = sections.get("output", "")
-    status_text = sections.get("status", "").strip()
-    release = sections.get("kernel", kit.release).strip() or kit.release
-    return SelftestRun(kernel, kit.package, kit.version, release, kit.profile,
-                       int(status_text) if status_text.isdigit() else None, tuple(parse_selftest(output)),
-                       output, guest.seconds)
+    return read_results(kernel, guest.results, package=kit.package, version=kit.version, seconds=guest.seconds,
+                        profile=kit.profile)
