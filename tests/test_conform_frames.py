@@ -25,7 +25,7 @@ from flowsim.conform.guest import plan_scenario
 from flowsim.conform.harness import load_scenarios, run_conformance
 from flowsim.conform.parse import Pcap, parse_pcap
 from flowsim.errors import ConfigError
-from flowsim.kernel.capture import LINKTYPE_ETHERNET, write_pcap
+from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, write_pcap
 from flowsim.kernel.devices.base import mac_for
 from flowsim.schemas import load
 
@@ -301,3 +301,93 @@ def test_cooked_capture_of_a_tunnel_is_compared_as_its_packet():
     kf = KernelFrames({("r", "t6", False): Pcap(113, (cooked + packet[:-1] + b"\x01",)),
                        ("r", "t6", True): Pcap(113, ())}, {})
     assert [r.status for r in compare_frames("s", fp, kf)] == ["agrees", "differs", "agrees", "agrees"]
+
+
+def _one_frame_plan(data: bytes, linktype: int, dev: str = "eth0"):
+    from flowsim.conform.frames import FramePlan, SimFrame
+    return FramePlan((SimFrame(0, "r", dev, data, linktype, True, 1, None),), (), (("r", dev),), (), (), (), (), ())
+
+
+def _kernel(dev: str, linktype: int, frame: bytes) -> KernelFrames:
+    return KernelFrames({("r", dev, True): Pcap(linktype, (frame,)), ("r", dev, False): Pcap(linktype, ())}, {})
+
+
+def _ipip_frame(ident: int, inner_id: int = 7, vlan: bool = True) -> bytes:
+    from scapy.layers.l2 import Dot1Q, Ether
+    inner = IP(src="10.0.1.2", dst="10.0.2.2", id=inner_id) / TCP(sport=1000, dport=2000) / (b"x" * 10)
+    outer = IP(src="192.0.2.1", dst="192.0.2.2", id=ident, proto=4, flags="DF") / inner
+    l2 = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    return bytes((l2 / Dot1Q(vlan=10) if vlan else l2) / outer)
+
+
+def test_ipip_outer_id_is_kernel_random_and_only_that():
+    """An ipip outer IPv4 ID (+ checksum) differing alone is 'known' with iptunnel_xmit/__ip_select_ident;
+    the inner header's ID, a broken checksum or any other byte still differs."""
+    from flowsim.conform.frames import kernel_random_fields
+    sim = _ipip_frame(0x1234)
+    fp = _one_frame_plan(sim, LINKTYPE_ETHERNET)
+    rows = compare_frames("s", fp, _kernel("eth0", LINKTYPE_ETHERNET, _ipip_frame(0xBEEF)))
+    row = next(r for r in rows if r.fact == "bytes" and r.subject == "r/eth0 out")
+    assert row.status == "known" and "__ip_select_ident" in row.note and "ip_idents_hashrnd" in row.note
+    assert row.kernel == "0 frames identical, 1 equal but for kernel-random fields"
+    assert kernel_random_fields(_ipip_frame(0xBEEF), sim, LINKTYPE_ETHERNET) == (
+        "ipip outer IPv4 ID and header checksum",)
+    # the inner packet's ID is the sender's: exact
+    assert kernel_random_fields(_ipip_frame(0x1234, inner_id=8), sim, LINKTYPE_ETHERNET) is None
+    # the kernel's checksum must be valid
+    bad = bytearray(_ipip_frame(0xBEEF))
+    bad[18 + 10] ^= 0xFF
+    assert kernel_random_fields(bytes(bad), sim, LINKTYPE_ETHERNET) is None
+    # not a tunnel frame: an IPv4 ID difference is a difference
+    plain = bytes(IP(src="10.0.1.2", dst="10.0.2.2", id=1) / TCP())
+    assert kernel_random_fields(bytes(IP(src="10.0.1.2", dst="10.0.2.2", id=2) / TCP()), plain, LINKTYPE_RAW) is None
+
+
+def test_ip6tnl_flow_label_is_kernel_random_behind_a_cooked_header():
+    """An ip6tnl device's cooked capture (ARPHRD_TUNNEL6), outer flow label alone differing: known, with
+    ip6_make_flowlabel; the encapsulation limit option is walked; the traffic class still counts."""
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
+    from flowsim.conform.frames import kernel_random_fields
+    from scapy.layers.inet6 import HBHOptUnknown
+
+    def frame(fl: int, tc: int = 0) -> bytes:
+        inner = IPv6(src="2001:db8:1::2", dst="2001:db8:3::2", fl=5) / TCP() / b"y"
+        limit = IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=4, optdata=b"\x04")])
+        return bytes(IPv6(src="2001:db8::1", dst="2001:db8::2", fl=fl, tc=tc) / limit / inner)
+
+    sim = frame(0)
+    fp = _one_frame_plan(sim, LINKTYPE_RAW, "t6")
+    cooked = struct.pack("!HHH8sH", 4, 769, 0, b"", 0x86DD)
+    rows = compare_frames("s", fp, _kernel("t6", LINKTYPE_LINUX_SLL, cooked + frame(0xABCDE)))
+    row = next(r for r in rows if r.fact == "bytes" and r.subject == "r/t6 out")
+    assert row.status == "known" and "ip6_make_flowlabel" in row.note
+    assert kernel_random_fields(frame(0xABCDE, tc=4), sim, LINKTYPE_RAW) is None
+    # the inner packet's flow label is the sender's
+    inner_changed = bytearray(sim)
+    inner_changed[48 + 3] ^= 1
+    assert kernel_random_fields(bytes(inner_changed), sim, LINKTYPE_RAW) is None
+
+
+@pytest.mark.parametrize("arphrd, flowsim_linktype", [(512, 101), (778, 101), (823, 101), (769, 101)],
+                         ids=["ppp", "gre", "ip6gre", "ip6tnl"])
+def test_every_cooked_capture_is_compared_as_its_packet(arphrd, flowsim_linktype):
+    """libpcap's cooked captures (ppp always; ip6tnl, gre, ip6gre: ARPHRD types it has no mapping for) lose
+    their 16-byte header; a protocol field that does not match the packet keeps it (and differs)."""
+    packet = bytes(IP(src="192.0.2.2", dst="198.51.100.2") / TCP())
+    fp = _one_frame_plan(packet, flowsim_linktype, "d")
+    good = struct.pack("!HHH8sH", 4, arphrd, 0, b"", 0x0800) + packet
+    assert [r.status for r in compare_frames("s", fp, _kernel("d", LINKTYPE_LINUX_SLL, good))] == ["agrees"] * 2 + [
+        "agrees"] * 2
+    wrong = struct.pack("!HHH8sH", 4, arphrd, 0, b"", 0x86DD) + packet
+    statuses = [r.status for r in compare_frames("s", fp, _kernel("d", LINKTYPE_LINUX_SLL, wrong))]
+    assert "differs" in statuses
+
+
+def test_both_sides_cooked_compare_whole_frames():
+    """flowsim records ppp/gre devices cooked as well: then the cooked headers are compared too."""
+    packet = bytes(IP(src="192.0.2.2", dst="198.51.100.2") / TCP())
+    frame = struct.pack("!HHH8sH", 4, 512, 0, b"", 0x0800) + packet
+    fp = _one_frame_plan(frame, LINKTYPE_LINUX_SLL, "ppp0")
+    assert all(r.status == "agrees" for r in compare_frames("s", fp, _kernel("ppp0", LINKTYPE_LINUX_SLL, frame)))
+    other = struct.pack("!HHH8sH", 0, 512, 0, b"", 0x0800) + packet
+    assert any(r.status == "differs" for r in compare_frames("s", fp, _kernel("ppp0", LINKTYPE_LINUX_SLL, other)))

@@ -88,6 +88,7 @@ import attrs
 from flowsim.config.topology import Topology
 from flowsim.conform.compare import Fact
 from flowsim.conform.guest import IP, ScenarioPlan, _write_sysctl, render_command, scenario_files, topology_commands
+from flowsim.conform.known import KERNEL_RANDOM
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
@@ -98,7 +99,8 @@ from flowsim.sim.traffic import TrafficSpec
 
 __all__ = ["SimFrame", "FramePlan", "simulate_frames", "render_frames_scenario", "frames_files",
            "compare_frames", "hexdump", "summary", "l3_bytes", "NFLOG_GROUP", "FRAMES_TABLE", "SETTLE",
-           "render_frames_init", "kernel_frames", "KernelFrames", "scenario_id", "error_facts", "nflog_payload"]
+           "render_frames_init", "kernel_frames", "KernelFrames", "scenario_id", "error_facts", "nflog_payload",
+           "kernel_random_fields", "cooked_to_packet"]
 
 NFLOG_GROUP = 7
 FRAMES_TABLE = "flowsim_frames"
@@ -455,6 +457,80 @@ def first_difference(a: bytes, b: bytes) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def cooked_to_packet(got: tuple[bytes, ...], want: list[SimFrame]) -> tuple[tuple[bytes, ...], list[bytes]] | None:
+    """A device libpcap recorded in Linux cooked mode where flowsim's capture has another link type: both
+    reduced to the packet (None: no reduction needed).
+
+    libpcap (pcap-linux.c, map_arphrd_to_dlt) runs ARPHRD_PPP in cooked mode, maps ARPHRD_TUNNEL (ipip),
+    ARPHRD_SIT and ARPHRD_NONE to raw IP, and opens every ARPHRD it has no entry for — ARPHRD_TUNNEL6
+    (ip6tnl), ARPHRD_IPGRE (gre), ARPHRD_IP6GRE (ip6gre) — in cooked mode too.  Whatever it chose is the
+    pcap's link type: a cooked capture loses its 16-byte header (packet type, ARPHRD, address, protocol —
+    the protocol must match the packet's IP version), flowsim's frame its own link-layer header.
+    """
+    if not want or want[0].linktype == LINKTYPE_LINUX_SLL:
+        return None
+    packets = []
+    for f in got:
+        proto = struct.unpack_from("!H", f, 14)[0] if len(f) >= 16 else None
+        body = f[16:]
+        version = body[0] >> 4 if body else None
+        # a protocol that does not match the version keeps the header: the frame then differs, visibly
+        packets.append(body if (proto, version) in ((0x0800, 4), (0x86DD, 6)) else f)
+    return tuple(packets), [l3_bytes(sf.data, sf.linktype) for sf in want]
+
+
+def _ipv4_checksum_ok(header: bytes) -> bool:
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
+
+
+def _l3_offset(data: bytes, linktype: int) -> int:
+    return len(data) - len(l3_bytes(data, linktype)) if linktype == LINKTYPE_ETHERNET else \
+        16 if linktype == LINKTYPE_LINUX_SLL else 0
+
+
+def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str, ...] | None:
+    """The :data:`~flowsim.conform.known.KERNEL_RANDOM` fields that alone make two frames differ, or None.
+
+    Only tunnel headers are looked at — an IPv4 header carrying IPv4/IPv6 (protocol 4 or 41: its ID and
+    header checksum, and both checksums must be valid) or an IPv6 header carrying them (directly or behind
+    a destination options header, the encapsulation limit: its flow label) — walking from the outermost
+    header inwards; every other byte, the innermost packet's headers included, must be equal.
+    """
+    if len(kernel) != len(sim):
+        return None
+    k, s = bytearray(kernel), bytearray(sim)
+    off = _l3_offset(sim, linktype)
+    fields: list[str] = []
+    while off + 20 <= len(k) and k[off] >> 4 == s[off] >> 4:
+        if k[off] >> 4 == 4:
+            ihl = (k[off] & 15) * 4
+            if k[off + 9] not in (4, 41) or k[off + 9] != s[off + 9] or off + ihl > len(k):
+                break
+            if not (_ipv4_checksum_ok(bytes(k[off:off + ihl])) and _ipv4_checksum_ok(bytes(s[off:off + ihl]))):
+                return None
+            for b in (off + 4, off + 5, off + 10, off + 11):
+                k[b] = s[b] = 0
+            fields.append("ipip outer IPv4 ID and header checksum")
+            off += ihl
+        elif k[off] >> 4 == 6 and off + 40 <= len(k):
+            nh, nxt = k[off + 6], off + 40
+            if nh == 60 and nxt + 8 <= len(k):   # destination options (the tunnel encapsulation limit)
+                nh, nxt = k[nxt], nxt + (k[nxt + 1] + 1) * 8
+            if nh not in (4, 41):
+                break
+            k[off + 1] &= 0xF0
+            s[off + 1] &= 0xF0
+            k[off + 2:off + 4] = s[off + 2:off + 4] = b"\0\0"
+            fields.append("ip6tnl outer IPv6 flow label")
+            off = nxt
+        else:
+            break
+    return tuple(dict.fromkeys(fields)) if fields and k == s else None
+
+
 def _verdict_class(text: str | None) -> str | None:
     if text is None:
         return None
@@ -475,24 +551,34 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             if pcap is None or pcap.error:
                 continue
             got, linktype = pcap.frames, pcap.linktype
-            if linktype == LINKTYPE_LINUX_SLL and want and want[0].linktype == LINKTYPE_RAW:
-                # libpcap captures an ip6tnl device (ARPHRD_TUNNEL6) in cooked mode, an ipip one raw:
-                # the 16-byte cooked header (packet type, ARPHRD, protocol) goes, the packet is compared
-                got, linktype = tuple(f[16:] for f in got), LINKTYPE_RAW
+            wanted = [sf.data for sf in want]
+            cooked = cooked_to_packet(got, want) if linktype == LINKTYPE_LINUX_SLL else None
+            if cooked is not None:
+                (got, wanted), linktype = cooked, LINKTYPE_RAW
             rows.append(_row(name, subject, "frames", len(got), len(want)))
             diff = None
-            for i, (kb, sf) in enumerate(zip(got, want)):
-                if kb != sf.data:
-                    diff = i
-                    break
+            randomised: collections.Counter = collections.Counter()
+            masked = 0
+            for i, (kb, sb) in enumerate(zip(got, wanted)):
+                if kb != sb:
+                    fields = kernel_random_fields(kb, sb, linktype)
+                    if fields is None:
+                        diff = i
+                        break
+                    randomised.update(fields)
+                    masked += 1
             if diff is None and len(got) != len(want):
                 diff = min(len(got), len(want))
-            if diff is None:
+            if diff is None and randomised:
+                text = f"{len(got) - masked} frames identical, {masked} equal but for kernel-random fields"
+                rows.append(Fact(name, subject, "bytes", text, f"{len(want)} frames", "exact", "known",
+                                 "; ".join(f"{f} ({c} frames): {KERNEL_RANDOM[f]}" for f, c in randomised.items())))
+            elif diff is None:
                 rows.append(_row(name, subject, "bytes", f"{len(got)} frames identical",
                                  f"{len(want)} frames identical"))
             else:
                 k = got[diff] if diff < len(got) else None
-                s = want[diff].data if diff < len(want) else None
+                s = wanted[diff] if diff < len(wanted) else None
                 at = first_difference(k, s) if k is not None and s is not None else None
                 note = [f"first difference: frame {diff}" + (f", byte {at}" if at is not None else "")]
                 data: bytes | None
