@@ -39,7 +39,7 @@ def register(subparsers) -> None:
         "conform", help="compare a topology's behaviour on a real kernel (qemu guest) with the simulation",
         description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n")[2])
-    p.add_argument("topology", nargs="+", help="topology file(s) (TOML); several run in one boot")
+    p.add_argument("topology", nargs="*", help="topology file(s) (TOML); several run in one boot")
     p.add_argument("--kernel", action="append", choices=list(KERNELS), default=None,
                    help="Debian kernel line to boot (default debian-6.12; repeat for several)")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list with several kernels)")
@@ -58,6 +58,10 @@ def register(subparsers) -> None:
                         "(shorter boots for long traffic tables; without it a direction longer than 1000 "
                         "packets, 50 with --frames, or a paced one lasting over 20 s is capped by default; "
                         "the report lists every cap)")
+    p.add_argument("--selftest", action="store_true",
+                   help="instead of topologies, run the kernel's own tools/testing/selftests/net/netfilter/"
+                        "nft_flowtable.sh (from Debian's linux-source package of exactly that kernel) and list "
+                        "each PASS/FAIL line with the shipped topology modelling that scenario")
     p.set_defaults(func=run)
 
 
@@ -85,7 +89,34 @@ def _check_results(path: str) -> str:
     return path
 
 
+def run_selftests(args) -> int:
+    """``--selftest``: the script's result lines per kernel, each paired with its topology."""
+    from flowsim.conform.selftest import run_selftest
+
+    if args.topology:
+        raise ConfigError("--selftest takes no topology", value=" ".join(args.topology),
+                          expected="flowsim conform --selftest [--kernel K]")
+    runs = [run_selftest(k, install=not args.no_install, results=args.results)
+            for k in args.kernel or ["debian-6.12"]]
+    if args.json:
+        data = [{"kernel": {"name": r.kernel, "package": r.package, "version": r.version, "release": r.release},
+                 "profile": r.profile, "status": r.status, "seconds": r.seconds, "lines": r.rows()} for r in runs]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    else:
+        for r in runs:
+            print(f"kernel {r.release} ({r.package} {r.version}): nft_flowtable.sh exit {r.status}, "
+                  f"{r.seconds:.0f} s; flowsim profile {r.profile}")
+            for row in r.rows():
+                print(f"  {row['verdict']:4}  {row['topology'] or '-':22} {row['message'].strip()}")
+    failed = any(r.status != 0 or any(line.verdict == "FAIL" for line in r.lines) for r in runs)
+    return 1 if failed else 0
+
+
 def run(args) -> int:
+    if args.selftest:
+        return run_selftests(args)
+    if not args.topology:
+        raise ConfigError("no topology given", expected="one or more topology files, or --selftest")
     # the files first: a typo must not cost a boot
     if args.results is not None:
         _check_results(args.results)
