@@ -178,8 +178,11 @@ class ConformResult:
         return out
 
     def text(self, *, all_facts: bool = True) -> str:
-        head = (f"kernel {self.release} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
-                f"timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + "\n")
+        if not self.scenarios:
+            head = f"{self.kernel}: not booted, every topology skipped\n"
+        else:
+            head = (f"kernel {self.release} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
+                    f"timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + "\n")
         if self.frames is not None:
             head += (f"frames: {self.frames['injected']} injected"
                      + (f", at most {self.frames['max_packets']} packets per traffic direction"
