@@ -51,9 +51,17 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ovpn.py
 	$(BIN)/python benchmarks/bench_load.py
 
-# All conformance scenarios on Debian's 6.12 and 6.1 kernels in qemu (TCG); updates docs/conformance.md.
+# The real-kernel matrix (qemu, TCG): every shipped topology on Debian's 6.1 and 6.12 and on
+# sid's 7.2 and experimental's 7.3, in socat mode (updates docs/conformance.md) and frame by
+# frame, then the kernel's own nft_flowtable.sh on 7.2 and 7.3. Runs every step, fails at the
+# end if one of them did.
+CONFORM_KERNELS = --kernel debian-6.1 --kernel debian-6.12 --kernel debian-sid --kernel debian-experimental
 conform: $(STAMP)
-	$(BIN)/flowsim conform topologies/conform-*.toml --kernel debian-6.12 --kernel debian-6.1 --problems --update-doc docs/conformance.md
+	@rc=0; \
+	$(BIN)/flowsim conform topologies/*.toml $(CONFORM_KERNELS) --problems --update-doc docs/conformance.md || rc=1; \
+	$(BIN)/flowsim conform topologies/*.toml $(CONFORM_KERNELS) --frames --problems || rc=1; \
+	$(BIN)/flowsim conform --selftest --kernel debian-sid --kernel debian-experimental || rc=1; \
+	exit $$rc
 
 # Every switch of every profile flipped in turn; fails if a flip leaves the focused tests green
 # (tools/mutation.py; results cached in .mutation/, only survivors re-run).

