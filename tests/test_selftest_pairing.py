@@ -2,7 +2,7 @@
 
 ``flowsim.conform.selftest`` boots a Debian kernel with the script from that kernel's own
 source package (``linux-source-7.2`` / ``-7.3``) and reads its PASS/FAIL lines.  The saved
-results channels under ``tests/data/conform/selftest/`` are two such boots (Debian sid
+results channels under ``tests/data/conform/selftest/`` are three such boots (Debian sid
 7.2.13-1, experimental 7.3~rc7-1~exp1 and Debian 12's 6.12.117; 119 s, 77 s and 44 s under TCG); every line is
 paired with the scenario row of ``tests/test_selftest_scenarios.py`` and flowsim, under
 the profile modelling that kernel, must reach the same verdict on the same check.
