@@ -64,6 +64,7 @@ import attrs
 
 from flowsim.config.raw import shell_split
 from flowsim.config.topology import Topology, Traffic
+from flowsim.conform import pppoe
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
@@ -76,8 +77,7 @@ BASE_SPORT = 40000
 TCP_TIMESTAMP_OPTION = 12   # bytes of TCP options a timestamp-enabled segment carries
 IP_HEADER = {4: 20, 6: 40}
 L4_HEADER = {"tcp": 20 + TCP_TIMESTAMP_OPTION, "udp": 8}
-UNSUPPORTED_KINDS = {"pppoe": "needs pppd and a PPPoE server", "dsa": "needs a DSA switch",
-                     "ethernet": "is a flowsim extension (a real NIC)"}
+UNSUPPORTED_KINDS = {"dsa": "needs a DSA switch", "ethernet": "is a flowsim extension (a real NIC)"}
 
 IP = GUEST_BIN["ip"]
 TCP_MIN_MSS = 88            # include/net/tcp.h: the smallest TCP_MAXSEG do_tcp_setsockopt accepts
@@ -273,6 +273,8 @@ def _write_sysctl(netns: str, key: str, value: str) -> str:
 
 def render_command(cmd) -> str:
     """One topology command line as the guest runs it in its namespace (real binaries, full paths)."""
+    if isinstance(cmd, pppoe.SessionStart):   # a PPPoE session: a pppd at each end (flowsim.conform.pppoe)
+        return cmd.render()
     tokens = shell_split(cmd)
     prog, rest = tokens[0], tokens[1:]
     if prog == "ip" and len(rest) >= 3 and rest[0] == "netns" and rest[1] == "exec":
@@ -282,6 +284,9 @@ def render_command(cmd) -> str:
     if prog == "ip":
         if "type" in rest:
             kind = rest[rest.index("type") + 1] if rest.index("type") + 1 < len(rest) else ""
+            if kind == "pppoe":
+                raise cmd.error("a 'type pppoe' line is set up as a session with its peer's line "
+                                "(topology_commands pairs them)", value=kind, expected="topology_commands(topo)")
             if kind in UNSUPPORTED_KINDS:
                 raise cmd.error(f"link kind {kind!r} cannot run in the conformance guest: it "
                                 f"{UNSUPPORTED_KINDS[kind]}", value=kind, expected="veth, vlan, bridge, ipip, ip6tnl, …")
@@ -298,8 +303,19 @@ def render_command(cmd) -> str:
 
 
 def topology_commands(topo: Topology) -> dict[str, list]:
-    """Each namespace's command lines (Command objects) in file order, as the topology reader replayed them."""
-    return {name: list(ns.commands) for name, ns in topo.namespaces.items()}
+    """Each namespace's command lines (Command objects) in file order, as the topology reader replayed them.
+
+    PPPoE (:mod:`flowsim.conform.pppoe`): the ``type pppoe`` lines and the later lines naming a ppp device
+    move behind all others, under the key ``"pppoe"``: the sessions' set-up, then those lines.
+    """
+    try:
+        sessions = pppoe.find_sessions(topo)
+    except pppoe.Unsupported as exc:
+        raise ScenarioSkipped(exc.why, exc.where or topo.file or "", exc.expected) from None
+    if not sessions:
+        return {name: list(ns.commands) for name, ns in topo.namespaces.items()}
+    early, late = pppoe.split_commands(topo, sessions)
+    return {**early, "pppoe": late}
 
 
 # ---------------------------------------------------------------------- probe

@@ -124,6 +124,8 @@ cleanup() {
   touch /tmp/stop; usleep 100000     # ends the writers still waiting to close
   [ -n "$PIDS" ] && kill -9 $PIDS 2>/dev/null
   PIDS=
+  [ -s /tmp/pppoe.pids ] && kill $(cat /tmp/pppoe.pids) 2>/dev/null   # PPPoE sessions (flowsim/conform/pppoe.py)
+  rm -rf /tmp/pppoe /tmp/pppoe.pids
   $IP -all netns delete 2>/dev/null
   rm -f /tmp/t* /tmp/stop
   echo "$(up)" | section "$1" finish - -
