@@ -130,6 +130,11 @@ def test_session_script_waits_checks_and_explains():
     assert f"-ge {pppoe.UP_TIMEOUT}" in script and "logs; exit 1" in script
     # /proc/net/pppoe lists only kernel-mode sessions; the __be16 id is printed byte-swapped on x86
     assert "'^0000(0042|4200) 02:00:00:00:07:01 +eth1\\.7$'" in script
+    # flowsim's MACs on the Ethernet devices, the real device first, before any pppd
+    setmac = [line for line in script.splitlines() if " address " in line]
+    assert setmac[2:] == ["/usr/sbin/ip -n cpe link set dev eth1 address 02:00:00:00:07:02 || exit 1",
+                          "/usr/sbin/ip -n cpe link set dev eth1.7 address 02:00:00:00:07:02 || exit 1"]
+    assert script.index(setmac[-1]) < script.index("/usr/sbin/pppd")
     if shutil.which("sh"):
         assert subprocess.run(["sh", "-n", "-c", script], capture_output=True).returncode == 0
 

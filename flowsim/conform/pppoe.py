@@ -36,6 +36,9 @@ ppp unit (drivers/net/ppp/ppp_generic.c) on top.  The guest does the same:
   line's ``peer`` or the other end's address), else ``noip``; IPv6 through IPV6CP (``+ipv6``, fixed
   interface identifiers ``::1`` server, ``::2`` client) when either end has
   an IPv6 address on it, else ``noipv6``;
+* before the pppds start, each end's Ethernet device and the devices under
+  it (a VLAN's real device) get flowsim's MAC addresses, the ones the peer
+  MACs were checked against (the topology's, else flowsim's own);
 * the set-up waits (at most :data:`UP_TIMEOUT` seconds) until both ppp
   devices carry the negotiated addresses, then checks ``/proc/net/pppoe`` of
   each namespace (only a kernel-mode session is listed there: a pty session
@@ -111,6 +114,7 @@ class End:
     v4: str | None = None       # first IPv4 address on the ppp device
     v4_peer: str | None = None  # its ``peer``
     v6: bool = False            # any IPv6 address on the ppp device
+    macs: tuple[tuple[str, str], ...] = ()  # (device, MAC) from the session's Ethernet device down, flowsim's
 
 
 @attrs.frozen
@@ -295,6 +299,7 @@ def find_sessions(topo) -> list[Session]:
                 if e.v4_peer not in (None, want):
                     raise Unsupported(f"PPPoE session 0x{sid:04x}: {e.netns}'s peer address {e.v4_peer} is not "
                                       f"the other end's {want}", _where(e.cmd), want)
+        server, client = (attrs.evolve(e, macs=tuple(_chain(topo, e.netns, e.lower))) for e in (server, client))
         out.append(Session(len(out), server, client, v4, client.v6 or server.v6))
     return out
 
@@ -390,6 +395,10 @@ def session_script(s: Session) -> str:
     lines = [
         "/sbin/modprobe -a ppp_generic pppox pppoe >/dev/null 2>&1",
         f"mkdir -p /etc/ppp {RUN_DIR}; [ -e /var/run ] || ln -s /run /var/run",
+        # flowsim's MACs (the peers were checked against them), set before the session exists: a later
+        # change flushes it (lower_devices)
+        *(f"{ip} -n {q(e.netns)} link set dev {q(dev)} address {q(mac)} || exit 1"
+          for e in (srv, cli) for dev, mac in reversed(e.macs)),
         f"printf %s {q(options(s, 'server'))} > {tag}.server",
         f"printf %s {q(options(s, 'client'))} > {tag}.client",
         f"{shlex.join(server_cmd)} </dev/null >{tag}.server.out 2>&1 & echo $! >> {PIDS}",
@@ -422,13 +431,16 @@ def lower_devices(topo) -> set[tuple[str, str]]:
     answers it with ``pppoe_flush_dev`` (drivers/net/ppp/pppoe.c).  ``--frames`` must leave them alone (the
     pairing already checked that each peer MAC is the other end's device MAC as the topology sets it).
     """
-    out: set[tuple[str, str]] = set()
-    for s in find_sessions(topo):
-        for e in (s.server, s.client):
-            ns = topo.namespaces[e.netns]
-            dev = ns.devices.get(e.lower)
-            while dev is not None:
-                out.add((e.netns, dev.name))
-                lower = getattr(dev, "lower", None)
-                dev = ns.devices.get(lower) if isinstance(lower, str) else None
+    return {(e.netns, dev) for s in find_sessions(topo) for e in (s.server, s.client) for dev, _ in e.macs}
+
+
+def _chain(topo, netns: str, name: str) -> list[tuple[str, str]]:
+    """(device, MAC) of *name* and the devices under it (a VLAN's ``lower``), as flowsim built them."""
+    ns = topo.namespaces[netns]
+    out = []
+    dev = ns.devices.get(name)
+    while dev is not None and getattr(dev, "mac", None):
+        out.append((dev.name, dev.mac))
+        lower = getattr(dev, "lower", None)
+        dev = ns.devices.get(lower) if isinstance(lower, str) else None
     return out
