@@ -168,8 +168,10 @@ def _pcapng_block(fh: BinaryIO, path: str, offset: int, endian: str) -> tuple[in
                                              "(expected 1a2b3c4d in either byte order)")
         endian = _BOM[bom]
     blen = struct.unpack(endian + "I", head[4:])[0]
-    if blen < 12 or blen % 4:
-        raise _block_error(path, offset, f"bad pcapng block length {blen} (expected a multiple of 4, at least 12)")
+    least = 16 if btype == _SHB else 12  # type, length, (byte-order magic,) trailing length
+    if blen < least or blen % 4:
+        raise _block_error(path, offset, f"bad pcapng block length {blen} "
+                                         f"(expected a multiple of 4, at least {least})")
     if blen > _MAX_BLOCK:
         raise _block_error(path, offset, f"pcapng block length {blen} is not plausible "
                                          f"(expected at most {_MAX_BLOCK})")
