@@ -418,3 +418,12 @@ def test_plan_refuses_gso_size():
     text = (MINI % "").replace('proto = "udp"', 'proto = "udp"\ngso_size = 1000')
     with pytest.raises(ScenarioSkipped, match=r"mini\.toml:\d+: traffic 'u': gso_size cannot be rendered"):
         plan_scenario(load_topology_text(text, file="mini.toml"))
+
+
+def test_nft_json_after_a_warning():
+    """nft 1.0.6 warns about an anonymous chain before its JSON (merged stderr): the JSON is still read."""
+    text = ('warning: stmt ops chain have no json callback\n'
+            '{"nftables": [{"counter": {"family": "inet", "table": "t", "name": "c", "packets": 3, "bytes": 9}}]}')
+    state = parse_nft_json(text)
+    assert state.error is None and state.counters == {("inet", "t", "c"): (3, 9)}
+    assert parse_nft_json("warning: x\nnot json").error == "not json"

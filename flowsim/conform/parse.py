@@ -230,7 +230,13 @@ def _operand(v) -> str:
 
 
 def parse_nft_json(text: str) -> NftState:
-    """``nft -j list ruleset`` → named counters and counted rules (position within the chain kept)."""
+    """``nft -j list ruleset`` → named counters and counted rules (position within the chain kept).
+
+    nft prints warnings on stderr (merged by the guest) before the JSON: nft 1.0.6 says ``warning: stmt ops
+    chain have no json callback`` for an anonymous chain (``goto { … }``, as nft_flowtable.sh's ns2 input
+    chain), whose statement and rules are then missing from the JSON; the rest is complete.
+    """
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("warning: "))
     try:
         data = json.loads(text)
     except ValueError:
