@@ -427,3 +427,7 @@ def test_nft_json_after_a_warning():
     state = parse_nft_json(text)
     assert state.error is None and state.counters == {("inet", "t", "c"): (3, 9)}
     assert parse_nft_json("warning: x\nnot json").error == "not json"
+    # and its anonymous chain comes as a string statement
+    rule = {"rule": {"family": "inet", "table": "t", "chain": "input", "handle": 2, "expr": [
+        {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, "goto {\n\tip dscp cs3 accept\n}"]}}
+    assert parse_nft_json(json.dumps({"nftables": [rule]})).error is None

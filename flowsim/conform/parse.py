@@ -201,6 +201,9 @@ def _expr_text(expr: list) -> str:
     """A compact human text of a rule's JSON statements (for the report, not for matching)."""
     parts = []
     for stmt in expr:
+        if not isinstance(stmt, dict):  # nft 1.0.6 prints an anonymous chain as its text
+            parts.append(" ".join(str(stmt).split()))
+            continue
         (kind, body), = stmt.items()
         if kind == "match":
             left = body.get("left")
@@ -254,7 +257,7 @@ def parse_nft_json(text: str) -> NftState:
             index = position.get(where, 0)
             position[where] = index + 1
             for stmt in body.get("expr", []):
-                if "counter" in stmt and isinstance(stmt["counter"], dict) and "packets" in stmt["counter"]:
+                if isinstance(stmt, dict) and isinstance(stmt.get("counter"), dict) and "packets" in stmt["counter"]:
                     c = stmt["counter"]
                     rules.append(NftRule(*where, index, body.get("handle", 0), _expr_text(body.get("expr", [])),
                                          c["packets"], c["bytes"]))
