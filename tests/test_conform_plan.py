@@ -161,3 +161,23 @@ def test_apply_known_matches_kernel_line(monkeypatch):
     assert known.apply_known([f], "debian-sid")[0].status == "known"
     assert known.apply_known([f], "debian-sid")[0].note == "why (net/x.c: f())"
     assert known.apply_known([f], "debian-6.12")[0].status == "differs"
+
+
+def test_probe_tells_tables_on_the_same_port_apart():
+    """ipip.toml's tcp-12345 and tcp6-12345 both go to port 12345: each input counter names its family and
+    client port (the shared counter summed both connections, sid run: 499 'delivered' for 204)."""
+    from flowsim.conform.guest import probe_ruleset
+    plan = plan_scenario(load_topology(ROOT / "topologies" / "ipip.toml"))
+    rules = probe_ruleset(plan, plan.traffic[0].server)
+    assert "meta nfproto ipv4 meta l4proto tcp th sport 40000 th dport 12345 counter name t0_in_original" in rules
+    assert "meta nfproto ipv6 meta l4proto tcp th sport 40100 th dport 12345 counter name t1_in_original" in rules
+
+
+def test_df_false_turns_pmtu_discovery_off_on_both_sockets():
+    """selftest-base's `df = false` (nft_flowtable.sh's ip_no_pmtu_disc=1): both IPv4 sockets
+    IP_PMTUDISC_DONT, as flowsim's generator sends without DF; IPv6 unchanged."""
+    topo = load_topology(ROOT / "topologies" / "selftest-base.toml")
+    init = render_init([(topo, plan_scenario(topo))])["init"].decode()
+    v4 = [line for line in init.splitlines() if "TCP4" in line]
+    assert v4 and all("mtudiscover=0" in line for line in v4)
+    assert not any("mtudiscover" in line for line in init.splitlines() if "TCP6" in line)

@@ -122,6 +122,7 @@ class TrafficPlan:
     close: bool
     rate: float
     file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
+    df: bool | None = None  # the table's `df` key: False = both sockets IP_PMTUDISC_DONT (ip_no_pmtu_disc)
 
     @property
     def tag(self) -> str:
@@ -248,7 +249,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
-            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)]))
+            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df))
     ft_ns = tuple(ns.name for ns in topo.namespaces.values() if ns.nft and ruleset_flowtables(ns.nft.text))
     name = Path(topo.file or "topology").stem
     return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans), tuple(notes))
@@ -336,8 +337,11 @@ def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
             slow.append(f"    {_ct_match(t)} ct direction {d} counter name {t.tag}_slow_{d}")
         fam = "ip" if t.family == 4 else "ip6"
         if netns == t.server:
+            # family and client port too: two tables of a topology may share the destination port (ipip.toml's
+            # tcp-12345 and tcp6-12345); NAT keeps the client port unless it clashes (nf_nat_l4proto_unique_tuple)
             counters.append(f"  counter {t.tag}_in_original {{ }}")
-            inputs.append(f"    meta l4proto {t.proto} th dport {t.listen_port} counter name {t.tag}_in_original")
+            inputs.append(f"    meta nfproto ipv{t.family} meta l4proto {t.proto} th sport {t.sport} "
+                          f"th dport {t.listen_port} counter name {t.tag}_in_original")
         if netns == t.client:
             counters.append(f"  counter {t.tag}_in_reply {{ }}")
             inputs.append(f"    {fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto} th sport {t.dport} "
@@ -355,15 +359,18 @@ def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
 
 def _sock(t: TrafficPlan, listen: bool) -> str:
     proto = f"{t.proto.upper()}{t.family}"
+    # df = false: IPv4 without DF from both ends, as flowsim's generator sends it (IP_PMTUDISC_DONT, what
+    # net.ipv4.ip_no_pmtu_disc=1 gives every socket; a TCP socket then keeps its MSS, tcp_v4_mtu_reduced)
+    nodf = ",mtudiscover=0" if t.df is False and t.family == 4 else ""
     if listen:
-        return f"{proto}-LISTEN:{t.listen_port},reuseaddr"
+        return f"{proto}-LISTEN:{t.listen_port},reuseaddr{nodf}"
     if t.proto == "udp":
         # An unconnected socket: ICMP errors (fragmentation needed) are not reported to socat, which
         # would otherwise stop at EMSGSIZE; it keeps sending, like the simulator's generator.
         proto += "-DATAGRAM"
     dst = f"[{t.dst}]" if t.family == 6 else t.dst
     src = f"[{t.src}]" if t.family == 6 else t.src
-    return f"{proto}:{dst}:{t.dport},bind={src}:{t.sport}"
+    return f"{proto}:{dst}:{t.dport},bind={src}:{t.sport}{nodf}"
 
 
 def _writer(count: int, size: int, rate: float) -> str:
