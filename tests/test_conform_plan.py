@@ -181,3 +181,14 @@ def test_df_false_turns_pmtu_discovery_off_on_both_sockets():
     v4 = [line for line in init.splitlines() if "TCP4" in line]
     assert v4 and all("mtudiscover=0" in line for line in v4)
     assert not any("mtudiscover" in line for line in init.splitlines() if "TCP6" in line)
+
+
+def test_a_counter_in_a_connection_end_allows_its_pure_acks():
+    """A named counter in the server's input chain counts the client's pure ACKs: the ACK allowance applies
+    there (sid: ns2's ip4dscp0 counted 371 for flowsim's 200, within 200 data + 200 ACKs + control)."""
+    topo = load_topology(ROOT / "topologies" / "selftest-bridge-ipip.toml")
+    plan = plan_scenario(topo)
+    report = cc.simulate(topo.file, "linux-7.2")
+    server = plan.traffic[0].server
+    assert cc._aggregate_tolerance(plan, report, "", server).high >= 400
+    assert cc._aggregate_tolerance(plan, report, "", "nsr1").high < 50
