@@ -192,3 +192,12 @@ def test_a_counter_in_a_connection_end_allows_its_pure_acks():
     server = plan.traffic[0].server
     assert cc._aggregate_tolerance(plan, report, "", server).high >= 400
     assert cc._aggregate_tolerance(plan, report, "", "nsr1").high < 50
+
+
+def test_sysctls_of_deleted_devices_are_not_written():
+    """selftest-ipsec's br0 is deleted by its commands: its forwarding sysctl stays out of the guest script."""
+    from flowsim.conform.guest import live_sysctls
+    topo = load_topology(ROOT / "topologies" / "selftest-ipsec.toml")
+    keys = [k for k, _ in live_sysctls(topo, "nsr1")]
+    assert "net.ipv4.conf.br0.forwarding" not in keys and "net.ipv4.conf.veth1/10.forwarding" in keys
+    assert "/conf/br0/" not in render_init([(topo, plan_scenario(topo))])["init"].decode()

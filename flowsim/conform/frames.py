@@ -87,7 +87,9 @@ import attrs
 
 from flowsim.config.topology import Topology
 from flowsim.conform.compare import Fact
-from flowsim.conform.guest import IP, ScenarioPlan, _write_sysctl, render_command, scenario_files, topology_commands
+from flowsim.conform.guest import (
+    IP, ScenarioPlan, _write_sysctl, live_sysctls, render_command, scenario_files, topology_commands,
+)
 from flowsim.conform.known import KERNEL_RANDOM
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
@@ -289,8 +291,8 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
     for cmds in topology_commands(topo).values():
         for cmd in cmds:
             out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
-    for name, space in topo.namespaces.items():
-        for key, value in space.sysctls.items():
+    for name in topo.namespaces:
+        for key, value in live_sysctls(topo, name):
             out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
     for ns in plan.namespaces:
         out.append(f"  harness_settings {q(ns)}")

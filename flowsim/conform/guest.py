@@ -70,7 +70,8 @@ from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
-           "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT", "ScenarioSkipped", "smallest_size", "TCP_MIN_MSS"]
+           "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT", "ScenarioSkipped", "smallest_size", "TCP_MIN_MSS",
+           "live_sysctls"]
 
 PROBE_TABLE = "flowsim_probe"
 BASE_SPORT = 40000
@@ -303,6 +304,22 @@ def render_command(cmd) -> str:
     raise cmd.error(f"unknown command {prog!r}", value=prog, expected="ip, bridge or sysctl")
 
 
+def live_sysctls(topo: Topology, netns: str) -> list[tuple[str, str]]:
+    """*netns*'s sysctls the guest writes after the commands: a per-device key (``net.ipv4.conf.DEV.*``,
+    ``net.ipv6.conf.DEV.*``) of a device the commands deleted is left out — flowsim keeps it as an inert
+    value, the kernel has no /proc/sys file for it (selftest-ipsec.toml's br0, deleted by the script)."""
+    ns = topo.namespaces[netns]
+    out = []
+    for key, value in ns.sysctls.items():
+        parts = key.split(".")
+        if len(parts) >= 5 and parts[0] == "net" and parts[1] in ("ipv4", "ipv6") and parts[2] == "conf":
+            dev = parts[3].replace("/", ".")
+            if dev not in ("all", "default") and dev not in ns.devices:
+                continue
+        out.append((key, value))
+    return out
+
+
 def topology_commands(topo: Topology) -> dict[str, list]:
     """Each namespace's command lines (Command objects) in file order, as the topology reader replayed them.
 
@@ -450,8 +467,8 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
     for cmds in topology_commands(topo).values():
         for cmd in cmds:
             out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
-    for name, ns in topo.namespaces.items():
-        for key, value in ns.sysctls.items():
+    for name in topo.namespaces:
+        for key, value in live_sysctls(topo, name):
             out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
     for ns in plan.namespaces:
         out.append(f"  harness_settings {q(ns)}")
