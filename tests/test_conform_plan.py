@@ -49,7 +49,7 @@ def test_small_tcp_reply_is_raised_and_simulated_raised():
     topo = load_topology(ROOT / "topologies" / "ip6ip6-rx.toml")
     plan = plan_scenario(topo)
     t = next(x for x in plan.traffic if x.name == "tcp-rx-from-tunnel")
-    assert (t.size, t.reply_size) == (1400, 73)
+    assert (t.size, t.reply_size, t.packets) == (1400, 73, 1000)
     note = next(a for a in plan.adjustments if "tcp-rx-from-tunnel" in a)
     assert "reply size 60 raised to 73" in note and "->" in note and "IPv6 40 + TCP 32" in note
     specs = plan_traffic(topo, plan)
@@ -108,7 +108,8 @@ def test_default_cap():
     """No cap for short traffic; the mode's default for long tables; a paced table by its duration."""
     fwd = load_topology(ROOT / "topologies" / "conform-forward.toml")
     rx = load_topology(ROOT / "topologies" / "ip6ip6-rx.toml")
-    assert default_cap(fwd, False) is None and default_cap(rx, False) is None  # 1000 packets: not over
+    assert default_cap(fwd, False) is None  # 100 packets: not over
+    assert default_cap(rx, False) == DEFAULT_MAX_PACKETS["socat"] == 200  # 1000 + 500
     assert default_cap(rx, True) == DEFAULT_MAX_PACKETS["frames"]
     slow = SimpleNamespace(traffic=[attrs.evolve(fwd.traffic[0], rate=2.0, packets=100)])
     assert default_cap(slow, False) == 40  # 20 s at 2 packets/s

@@ -55,7 +55,7 @@ def register(subparsers) -> None:
                         "verdict of each received frame, with no tolerance (default: socat traffic, totals)")
     p.add_argument("--max-packets", type=_max_packets, metavar="N",
                    help="cap every traffic direction at N packets, in the guest and in the simulation alike "
-                        "(shorter boots for long traffic tables; without it a direction longer than 1000 "
+                        "(shorter boots for long traffic tables; without it a direction longer than 200 "
                         "packets, 50 with --frames, or a paced one lasting over 20 s is capped by default; "
                         "the report lists every cap)")
     p.add_argument("--selftest", action="store_true",
