@@ -391,3 +391,19 @@ def test_both_sides_cooked_compare_whole_frames():
     assert all(r.status == "agrees" for r in compare_frames("s", fp, _kernel("ppp0", LINKTYPE_LINUX_SLL, frame)))
     other = struct.pack("!HHH8sH", 0, 512, 0, b"", 0x0800) + packet
     assert any(r.status == "differs" for r in compare_frames("s", fp, _kernel("ppp0", LINKTYPE_LINUX_SLL, other)))
+
+
+def test_icmp_error_ipv4_id_is_kernel_random():
+    """A router's fragmentation-needed error (no DF) carries a __ip_select_ident ID: masked with its checksum
+    (sid, conform-mtu: 0x707a against flowsim's 1); the quoted packet and an echo reply stay exact."""
+    from scapy.layers.inet import ICMP, UDP
+    from flowsim.conform.frames import kernel_random_fields
+
+    def err(ident: int, quoted_id: int = 5) -> bytes:
+        quoted = IP(src="192.0.2.2", dst="198.51.100.2", id=quoted_id, flags="DF") / UDP(sport=1, dport=2)
+        return bytes(IP(src="192.0.2.1", dst="192.0.2.2", id=ident, tos=0xC0) / ICMP(type=3, code=4, nexthopmtu=1500)
+                     / quoted)
+    assert kernel_random_fields(err(0x707A), err(1), LINKTYPE_RAW) == ("ICMP error's IPv4 ID and header checksum",)
+    assert kernel_random_fields(err(0x707A, quoted_id=6), err(1), LINKTYPE_RAW) is None
+    echo = [bytes(IP(src="192.0.2.1", dst="192.0.2.2", id=i) / ICMP(type=0)) for i in (1, 2)]
+    assert kernel_random_fields(echo[1], echo[0], LINKTYPE_RAW) is None

@@ -499,7 +499,8 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
     Only tunnel headers are looked at — an IPv4 header carrying IPv4/IPv6 (protocol 4 or 41: its ID and
     header checksum, and both checksums must be valid) or an IPv6 header carrying them (directly or behind
     a destination options header, the encapsulation limit: its flow label) — walking from the outermost
-    header inwards; every other byte, the innermost packet's headers included, must be equal.
+    header inwards, and the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends
+    it (its ID and checksum); every other byte, the innermost packet's headers included, must be equal.
     """
     if len(kernel) != len(sim):
         return None
@@ -509,6 +510,15 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
     while off + 20 <= len(k) and k[off] >> 4 == s[off] >> 4:
         if k[off] >> 4 == 4:
             ihl = (k[off] & 15) * 4
+            icmp_error = (k[off + 9] == s[off + 9] == 1 and off + ihl < len(k) and k[off + ihl] in (3, 11, 12)
+                          and not k[off + 6] & 0x40 and not fields)
+            if icmp_error:  # the ICMP message (its quoted packet included) stays exact
+                if not (_ipv4_checksum_ok(bytes(k[off:off + ihl])) and _ipv4_checksum_ok(bytes(s[off:off + ihl]))):
+                    return None
+                for b in (off + 4, off + 5, off + 10, off + 11):
+                    k[b] = s[b] = 0
+                fields.append("ICMP error's IPv4 ID and header checksum")
+                break
             if k[off + 9] not in (4, 41) or k[off + 9] != s[off + 9] or off + ihl > len(k):
                 break
             if not (_ipv4_checksum_ok(bytes(k[off:off + ihl])) and _ipv4_checksum_ok(bytes(s[off:off + ihl]))):

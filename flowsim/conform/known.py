@@ -20,8 +20,9 @@ glob character), and the tests run it over the table.
 by the frame-exact mode (:func:`flowsim.conform.frames.compare_frames`):
 header fields the kernel fills from a per-boot random key, which no model
 can predict byte for byte.  Only those bits of the outer header of a tunnel
-frame are masked, and only after the exact comparison failed; the frames
-must then be equal, and every IPv4 header checksum valid on both sides.
+frame (or of a router's ICMP error without DF) are masked, and only after
+the exact comparison failed; the frames must then be equal, and every IPv4
+header checksum valid on both sides.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ KERNEL_RANDOM = {
     "ipip outer IPv4 ID and header checksum":
         "iptunnel_xmit (net/ipv4/ip_tunnel_core.c) -> __ip_select_ident (net/ipv4/route.c): the ID hashes "
         "the addresses with ip_idents_hashrnd, set by get_random_bytes once per boot",
+    "ICMP error's IPv4 ID and header checksum":
+        "icmp_send (net/ipv4/icmp.c; its socket has pmtudisc IP_PMTUDISC_DONT, so no DF) -> "
+        "ip_push_pending_frames -> ip_select_ident -> __ip_select_ident (net/ipv4/route.c): keyed by "
+        "ip_idents_hashrnd, once per boot",
     "ip6tnl outer IPv6 flow label":
         "ip6_tnl_xmit (net/ipv6/ip6_tunnel.c) -> ip6_make_flowlabel (include/net/ipv6.h, "
         "net.ipv6.auto_flowlabels=1 by default) -> skb_get_hash_flowi6: the flow hash is keyed by "
