@@ -123,7 +123,6 @@ TOOLS: dict[str, tuple[str, bool]] = {
     "socat": ("socat", True),
     "tcpdump": ("tcpdump", True),
     "pppd": ("ppp", True),
-    "pppoe-server": ("pppoe", True),
     "bash": ("bash", True),
     "ss": ("iproute2", True),
     "readlink": ("coreutils", True),
@@ -642,20 +641,14 @@ class _Tree:
 GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sbin/nft",
              "conntrack": "/usr/sbin/conntrack", "socat": "/usr/bin/socat", "ethtool": "/usr/sbin/ethtool",
              "kmod": "/usr/bin/kmod", "tcpdump": "/usr/bin/tcpdump", "pppd": "/usr/sbin/pppd",
-             "pppoe-server": "/usr/sbin/pppoe-server", "bash": "/bin/bash", "ss": "/usr/bin/ss"}
+             "bash": "/bin/bash", "ss": "/usr/bin/ss"}
 
-# pppd's kernel-mode PPPoE plugin (``plugin pppoe.so``; ``pppoe-server`` passes
-# /etc/ppp/plugins/rp-pppoe.so): a pty session through the user-space ``pppoe``
-# would have no ndo_fill_forward_path and so never be offloaded.
+# pppd's kernel-mode PPPoE plugin (``plugin …/rp-pppoe.so``, attached to a known session with
+# ``rp_pppoe_sess ID:PEER``; see flowsim.conform.pppoe): a pty session through the user-space
+# ``pppoe`` would have no ndo_fill_forward_path and so never be offloaded.  Debian's
+# pppoe-server is not used: it is built without kernel mode.
 PPPD_PLUGIN_GLOB = "/usr/lib/pppd/*/pppoe.so"
-
-# GNU tools for the kernel's own selftest scripts (``readlink -e``, ``du -sb``, ``date +%s%3N``
-# in tools/testing/selftests/net/lib.sh and netfilter/nft_flowtable.sh), kept out of the
-# default PATH so the harness's own scripts keep busybox's applets: the selftest runner puts
-# this folder first in its PATH.
-GNU_DIR = "/usr/libexec/flowsim-gnu"
-GNU_TOOLS = ("readlink", "du", "timeout", "mktemp", "seq", "date", "stat", "head", "cmp", "xargs")
-PPPOE_SERVER_PLUGIN = "etc/ppp/plugins/rp-pppoe.so"
+PPPD_PLUGIN_PATH = "etc/ppp/plugins/rp-pppoe.so"  # the path the guest's pppd options name
 
 
 def tools_digest(tools: dict[str, str]) -> str:
@@ -690,9 +683,9 @@ def build_base_initramfs(kit: KernelKit, tools: dict[str, str], timer: Timer | N
             tree.file(guest, Path(os.path.realpath(tools[name])).read_bytes())
             for lib in _ldd(tools[name]):
                 tree.host_file(lib)
-        for plugin in sorted(glob.glob(PPPD_PLUGIN_GLOB))[-1:]:  # pppd's own plugin folder, and pppoe-server's path
+        for plugin in sorted(glob.glob(PPPD_PLUGIN_GLOB))[-1:]:  # pppd's own plugin folder, and a fixed path
             tree.host_file(plugin)
-            tree.symlink(PPPOE_SERVER_PLUGIN, plugin)
+            tree.symlink(PPPD_PLUGIN_PATH, plugin)
             for lib in _ldd(plugin):
                 tree.host_file(lib)
         for alias in ("modprobe", "insmod", "lsmod", "rmmod", "depmod", "modinfo"):
