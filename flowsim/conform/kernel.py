@@ -650,6 +650,13 @@ GUEST_BIN = {"ip": "/usr/sbin/ip", "bridge": "/usr/sbin/bridge", "nft": "/usr/sb
 PPPD_PLUGIN_GLOB = "/usr/lib/pppd/*/pppoe.so"
 PPPD_PLUGIN_PATH = "etc/ppp/plugins/rp-pppoe.so"  # the path the guest's pppd options name
 
+# GNU tools for the kernel's own selftest scripts (``readlink -e``, ``du -sb``, ``date +%s%3N``
+# in tools/testing/selftests/net/lib.sh and netfilter/nft_flowtable.sh), kept out of the
+# default PATH so the harness's own scripts keep busybox's applets: the selftest runner puts
+# this folder first in its PATH.
+GNU_DIR = "/usr/libexec/flowsim-gnu"
+GNU_TOOLS = ("readlink", "du", "timeout", "mktemp", "seq", "date", "stat", "head", "cmp", "xargs")
+
 
 def tools_digest(tools: dict[str, str]) -> str:
     h = hashlib.sha256()
