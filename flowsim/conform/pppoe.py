@@ -69,14 +69,14 @@ import shlex
 import attrs
 
 from flowsim.config.raw import shell_split
-from flowsim.conform.kernel import GUEST_BIN, PPPOE_SERVER_PLUGIN
+from flowsim.conform.kernel import GUEST_BIN, PPPD_PLUGIN_PATH
 from flowsim.errors import ConfigError
 from flowsim.kernel.devices.base import Command
 
 __all__ = ["Unsupported", "End", "Session", "SessionStart", "find_sessions", "split_commands", "options", "session_script",
            "PLUGIN", "UP_TIMEOUT", "PIDS", "RUN_DIR", "PPPOE_HLEN"]
 
-PLUGIN = "/" + PPPOE_SERVER_PLUGIN      # pppd's kernel-mode plugin (the path pppoe-server passes to pppd)
+PLUGIN = "/" + PPPD_PLUGIN_PATH      # pppd's kernel-mode plugin, at the fixed path the initramfs gives it
 RUN_DIR = "/tmp/pppoe"
 PIDS = "/tmp/pppoe.pids"                # the guest's cleanup ends these processes
 UP_TIMEOUT = 30                         # seconds for discovery, LCP and IPCP/IPV6CP under TCG
