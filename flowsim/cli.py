@@ -64,9 +64,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         help="print the traceback of an internal error (a flowsim bug: please report it)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    names = command_names()
+    modules = {name.rstrip("_"): name for name in command_names()}   # import_.py holds `flowsim import`
     word = _command_word(argv) if argv is not None else None
-    for name in [word] if word in names else names:
+    for name in [modules[word]] if word in modules else modules.values():
         importlib.import_module(f"flowsim.commands.{name}").register(sub)
     plain_parser(parser)  # descriptions are module docstrings: no reStructuredText markup in --help
     return parser
