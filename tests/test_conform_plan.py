@@ -202,3 +202,15 @@ def test_sysctls_of_deleted_devices_are_not_written():
     keys = [k for k, _ in live_sysctls(topo, "nsr1")]
     assert "net.ipv4.conf.br0.forwarding" not in keys and "net.ipv4.conf.veth1/10.forwarding" in keys
     assert "/conf/br0/" not in render_init([(topo, plan_scenario(topo))])["init"].decode()
+
+
+def test_oif_of_a_deleted_device_loads_as_a_name_match():
+    """selftest-ipsec's ruleset matches 'meta oif "br0"' after its commands deleted br0: nft would refuse
+    it at load, so the guest loads 'meta oifname "br0"' (matches nothing, as the stale index) and says so."""
+    from flowsim.conform.guest import guest_ruleset
+    topo = load_topology(ROOT / "topologies" / "selftest-ipsec.toml")
+    text = guest_ruleset(topo, "nsr1")
+    assert 'meta oifname "br0" tcp sport 12345' in text and 'meta oif "veth0" tcp sport 12345' in text
+    assert any("'meta oif/iif br0' loaded as" in a for a in plan_scenario(topo).adjustments)
+    files = render_init([(topo, plan_scenario(topo))])
+    assert b'meta oifname "br0"' in next(v for k, v in files.items() if k.endswith("/nsr1.nft"))

@@ -251,6 +251,10 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
             close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df))
+    for name in topo.namespaces:
+        for dev in absent_interfaces(topo, name):
+            notes.append(f"{name}'s ruleset: 'meta oif/iif {dev}' loaded as 'meta oifname/iifname {dev}': the "
+                         f"commands delete {dev} and nft refuses an oif name it cannot resolve at load")
     ft_ns = tuple(ns.name for ns in topo.namespaces.values() if ns.nft and ruleset_flowtables(ns.nft.text))
     name = Path(topo.file or "topology").stem
     return ScenarioPlan(index, name, topo.file or "", tuple(topo.namespaces), ft_ns, tuple(plans), tuple(notes))
@@ -318,6 +322,29 @@ def live_sysctls(topo: Topology, netns: str) -> list[tuple[str, str]]:
                 continue
         out.append((key, value))
     return out
+
+
+_OIF_IIF = re.compile(r'\bmeta\s+(oif|iif)\s+("?)([A-Za-z0-9_.:-]{1,15})\2(?=[\s;}]|$)')
+
+
+def absent_interfaces(topo: Topology, netns: str) -> list[str]:
+    """Devices *netns*'s ruleset matches with ``meta oif/iif NAME`` that its commands deleted."""
+    ns = topo.namespaces[netns]
+    if ns.nft is None:
+        return []
+    return sorted({m.group(3) for m in _OIF_IIF.finditer(ns.nft.text) if m.group(3) not in ns.devices})
+
+
+def guest_ruleset(topo: Topology, netns: str) -> str:
+    """*netns*'s ruleset as the guest loads it, after every command: ``meta oif/iif NAME`` of a device the
+    commands deleted becomes ``meta oifname/iifname NAME``.  nft resolves an ``oif`` name to its ifindex
+    when it loads the rule and refuses a missing one ("Interface does not exist"); the script the topology
+    transcribes loaded the rule while the device existed (nft_flowtable.sh's br0), and the stale index then
+    matches nothing — as a name no device has."""
+    text = topo.namespaces[netns].nft.text
+    gone = set(absent_interfaces(topo, netns))
+    return _OIF_IIF.sub(lambda m: f"meta {m.group(1)}name \"{m.group(3)}\"" if m.group(3) in gone else m.group(0),
+                        text)
 
 
 def topology_commands(topo: Topology) -> dict[str, list]:
@@ -508,7 +535,7 @@ def scenario_files(topo: Topology, plan: ScenarioPlan) -> dict[str, bytes]:
             raise _bad(topo, f"namespace name {name!r} cannot name a file in the guest",
                        expected="a name without '/' or NUL, not '.' or '..'")
         if ns.nft is not None:
-            files[f"conform/s{plan.index}/{name}.nft"] = ns.nft.text.encode()
+            files[f"conform/s{plan.index}/{name}.nft"] = guest_ruleset(topo, name).encode()
         files[f"conform/s{plan.index}/{name}.probe.nft"] = probe_ruleset(plan, name).encode()
     return files
 
