@@ -110,13 +110,23 @@ def test_the_node_serials_climb_to_the_root_only():
     assert fib.fn_sernum("main", net("2001:db8:5:0:1::/80")) == fib.fib6_sernum
 
 
-def test_a_route_back_after_its_device_returns_is_a_new_route():
-    """rt6_sync_down_dev deletes the IPv6 routes through a device going down; back up, they count as added again."""
+def test_a_device_going_down_deletes_its_routes_and_up_does_not_bring_them_back():
+    """rt6_sync_down_dev → fib6_ifdown (IPv6) and fib_sync_down_dev + fib_flush (IPv4) delete the static routes
+    through a device going down; NETDEV_UP re-adds only the addresses' own routes, so the lookup falls back to
+    the default route and a flow's cached route fails its check until the route is added again."""
     k = kernel()
     fib = k.topo.netns("r").fib
-    route = fib.lookup(ipaddress.ip_address("2001:db8:5::1"))
-    cookie = fib.dst_cookie(route)
+    v6, v4 = ipaddress.ip_address("2001:db8:5::1"), ipaddress.ip_address("192.0.2.1")
+    route6 = fib.lookup(v6)
+    cookie6 = fib.dst_cookie(route6)
+    route4 = fib.lookup(v4)
+    cookie4 = fib.dst_cookie(route4)
+    assert route6.dev == "e1" and route4.dev == "e1"
     event(k, "ip link set e1 down")
     event(k, "ip link set e1 up")
-    assert fib.lookup(ipaddress.ip_address("2001:db8:5::1")) is route and not fib.dst_check(route, cookie)
-    assert fib.dst_check(route, fib.dst_cookie(route))
+    assert fib.lookup(v6).dev == "e0" and fib.lookup(v4).dev == "e0"         # the default route now
+    assert not fib.dst_check(route6, cookie6) and not fib.dst_check(route4, cookie4)
+    assert not fib.dst_check(route6, fib.dst_cookie(route6))                 # unlinked: no cookie makes it valid
+    event(k, "ip -6 route add 2001:db8:5::/64 via 2001:db8:1::ff")
+    back = fib.lookup(v6)
+    assert back.dev == "e1" and back is not route6 and fib.dst_check(back, fib.dst_cookie(back))

@@ -208,6 +208,8 @@ def _link_set(ctx: IpContext, verb: str, args: Args) -> None:
 
 
 def _set_up(ctx: IpContext, dev: NetDevice, value) -> None:
+    if dev.up and not value:  # NETDEV_DOWN: the routes through it are deleted (Fib.sync_down_dev)
+        ctx.topo.netns(ctx.netns).fib.sync_down_dev(dev.name)
     dev.up = value
 
 

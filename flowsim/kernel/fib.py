@@ -267,15 +267,33 @@ class Fib:
 
     def netdev_event(self, dev: str, event: str) -> None:
         """``fib_netdev_event`` (IPv4: UP, DOWN and CHANGEMTU flush the route cache) and the routes part of
-        ``addrconf_notify`` (IPv6: DOWN deletes the routes through the device, ``rt6_sync_down_dev``; they fail
-        their check from then on.  flowsim keeps them for the device's return, which counts as adding them
-        again: ``fib6_add``).  An IPv6 MTU change only updates the routes' MTU (``rt6_mtu_change``)."""
+        ``addrconf_notify``; on DOWN both families delete the static routes through the device
+        (:meth:`sync_down_dev`), so they fail their check from then on and do not come back with the device.
+        An IPv6 MTU change only updates the routes' MTU (``rt6_mtu_change``)."""
         self.rt_cache_flush()
-        if event == "up":
-            for r in self.static:
-                if r.version == 6 and r.dev == dev:
-                    self.fib6_update_sernum_upto_root(r.table, cast(ipaddress.IPv6Network, r.prefix))
+        if event == "down":
+            self.sync_down_dev(dev)
         self.version += 1
+
+    def sync_down_dev(self, dev: str) -> list[Route]:
+        """``ip link set DEV down``: the static routes whose nexthop is *dev* are deleted, in both families.
+
+        IPv4: ``fib_netdev_event`` NETDEV_DOWN → ``fib_disable_ip`` → ``fib_sync_down_dev`` marks every fib_info
+        whose nexthops are all on *dev* ``RTNH_F_DEAD`` and ``fib_flush`` removes it.  IPv6: ``addrconf_notify``
+        → ``addrconf_ifdown`` → ``rt6_disable_ip`` → ``rt6_sync_down_dev`` → ``fib6_ifdown`` returns -1 (delete)
+        for a route whose ``fib6_nh`` is on *dev*.  Neither is re-added when the device comes back up
+        (net/ipv4/fib_frontend.c, net/ipv6/route.c): a user re-adds them, as nft_flowtable.sh does.
+        flowsim has no multipath routes, so "all nexthops on *dev*" is "its one nexthop".  The addresses'
+        own prefix and local routes are derived and come back with the device (``fib_add_ifaddr``,
+        ``addrconf_prefix_route`` on NETDEV_UP)."""
+        gone = [r for r in self.static if r.dev == dev]
+        if gone:
+            self.static = [r for r in self.static if r.dev != dev]
+            self.rt_cache_flush()
+            for r in gone:
+                if r.version == 6:   # fib6_del → fib6_update_sernum on the way up
+                    self.fib6_update_sernum_upto_root(r.table, cast(ipaddress.IPv6Network, r.prefix))
+        return gone
 
     def _mutable(self) -> None:
         if self.frozen:
