@@ -407,3 +407,18 @@ def test_icmp_error_ipv4_id_is_kernel_random():
     assert kernel_random_fields(err(0x707A, quoted_id=6), err(1), LINKTYPE_RAW) is None
     echo = [bytes(IP(src="192.0.2.1", dst="192.0.2.2", id=i) / ICMP(type=0)) for i in (1, 2)]
     assert kernel_random_fields(echo[1], echo[0], LINKTYPE_RAW) is None
+
+
+def test_icmpv6_error_flow_label_is_kernel_random():
+    """A router's Packet Too Big carries an automatic flow label (sid: 0x55db5, flowsim 0): masked; the
+    quoted packet stays exact, and an echo reply's label is not masked."""
+    from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6PacketTooBig, IPv6
+    from flowsim.conform.frames import kernel_random_fields
+
+    def ptb(fl: int, quoted_fl: int = 0) -> bytes:
+        quoted = IPv6(src="dead:1::99", dst="dead:2::99", fl=quoted_fl) / TCP()
+        return bytes(IPv6(src="dead:1::1", dst="dead:1::99", fl=fl) / ICMPv6PacketTooBig(mtu=1500) / quoted)
+    assert kernel_random_fields(ptb(0x55DB5), ptb(0), LINKTYPE_RAW) == ("ICMPv6 error's flow label",)
+    assert kernel_random_fields(ptb(0x55DB5, quoted_fl=1), ptb(0), LINKTYPE_RAW) is None
+    echo = [bytes(IPv6(src="dead:1::1", dst="dead:1::99", fl=f) / ICMPv6EchoReply()) for f in (0, 7)]
+    assert kernel_random_fields(echo[1], echo[0], LINKTYPE_RAW) is None

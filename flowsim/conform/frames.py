@@ -499,8 +499,9 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
     Only tunnel headers are looked at — an IPv4 header carrying IPv4/IPv6 (protocol 4 or 41: its ID and
     header checksum, and both checksums must be valid) or an IPv6 header carrying them (directly or behind
     a destination options header, the encapsulation limit: its flow label) — walking from the outermost
-    header inwards, and the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends
-    it (its ID and checksum); every other byte, the innermost packet's headers included, must be equal.
+    header inwards, the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends it
+    (its ID and checksum), and the IPv6 header of an ICMPv6 error (type < 128: its flow label); every other
+    byte, the innermost packet's headers and the quoted packet of an error included, must be equal.
     """
     if len(kernel) != len(sim):
         return None
@@ -529,6 +530,13 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
             off += ihl
         elif k[off] >> 4 == 6 and off + 40 <= len(k):
             nh, nxt = k[off + 6], off + 40
+            if nh == s[off + 6] == 58 and nxt < len(k) and k[nxt] < 128 and not fields:
+                # an ICMPv6 error the router sent: its own flow label is automatic (the message stays exact)
+                k[off + 1] &= 0xF0
+                s[off + 1] &= 0xF0
+                k[off + 2:off + 4] = s[off + 2:off + 4] = b"\0\0"
+                fields.append("ICMPv6 error's flow label")
+                break
             if nh == 60 and nxt + 8 <= len(k):   # destination options (the tunnel encapsulation limit)
                 nh, nxt = k[nxt], nxt + (k[nxt + 1] + 1) * 8
             if nh not in (4, 41):

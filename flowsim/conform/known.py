@@ -58,6 +58,10 @@ KERNEL_RANDOM = {
         "icmp_send (net/ipv4/icmp.c; its socket has pmtudisc IP_PMTUDISC_DONT, so no DF) -> "
         "ip_push_pending_frames -> ip_select_ident -> __ip_select_ident (net/ipv4/route.c): keyed by "
         "ip_idents_hashrnd, once per boot",
+    "ICMPv6 error's flow label":
+        "icmp6_send (net/ipv6/icmp.c) -> ip6_push_pending_frames -> __ip6_make_skb -> ip6_make_flowlabel "
+        "(include/net/ipv6.h; the ICMPv6 socket labels automatically, net.ipv6.auto_flowlabels=1) -> "
+        "skb_get_hash_flowi6: keyed by hashrnd (net/core/flow_dissector.c), once per boot",
     "ip6tnl outer IPv6 flow label":
         "ip6_tnl_xmit (net/ipv6/ip6_tunnel.c) -> ip6_make_flowlabel (include/net/ipv6.h, "
         "net.ipv6.auto_flowlabels=1 by default) -> skb_get_hash_flowi6: the flow hash is keyed by "
