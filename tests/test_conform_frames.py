@@ -422,3 +422,14 @@ def test_icmpv6_error_flow_label_is_kernel_random():
     assert kernel_random_fields(ptb(0x55DB5, quoted_fl=1), ptb(0), LINKTYPE_RAW) is None
     echo = [bytes(IPv6(src="dead:1::1", dst="dead:1::99", fl=f) / ICMPv6EchoReply()) for f in (0, 7)]
     assert kernel_random_fields(echo[1], echo[0], LINKTYPE_RAW) is None
+
+
+def test_frames_leave_pppoe_session_devices_alone():
+    """A PPPoE session's Ethernet devices get flowsim's MACs before the session starts; --frames must not
+    set them again (a MAC change, even to the same address, flushes the session: sid showed no ppp0)."""
+    topo = load_topology(ROOT / "topologies" / "ip6ip6-over-pppoe.toml")
+    plan = plan_scenario(topo, frames=True)
+    script = render_frames_scenario(topo, plan, simulate_frames(topo, plan, "linux-7.2", 2))
+    assert "run - /usr/sbin/ip -n cpe link set dev eth1 address" not in script
+    assert "run - /usr/sbin/ip -n bras link set dev eth0 address" not in script
+    assert "run - /usr/sbin/ip -n cpe link set dev eth0 address" in script

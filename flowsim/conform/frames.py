@@ -86,6 +86,7 @@ import struct
 import attrs
 
 from flowsim.config.topology import Topology
+from flowsim.conform import pppoe
 from flowsim.conform.compare import Fact
 from flowsim.conform.guest import (
     IP, ScenarioPlan, _write_sysctl, live_sysctls, render_command, scenario_files, topology_commands,
@@ -296,7 +297,12 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
             out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
     for ns in plan.namespaces:
         out.append(f"  harness_settings {q(ns)}")
+    # a PPPoE session's Ethernet devices got flowsim's MACs before the session started (flowsim.conform.pppoe);
+    # setting one again, even to the same address, ends the session (pppoe_device_event -> pppoe_flush_dev)
+    sessions = pppoe.lower_devices(topo)
     for ns, dev, mac in fplan.macs:
+        if (ns, dev) in sessions:
+            continue
         out.append(f"  run - {IP} -n {q(ns)} link set dev {q(dev)} address {q(mac)} || return")
     for ns, dev, addr, lladdr in fplan.neigh:
         out.append(f"  run - {IP} -n {q(ns)} neigh replace {q(addr)} lladdr {q(lladdr)} dev {q(dev)} "
