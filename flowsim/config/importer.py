@@ -1,0 +1,783 @@
+"""``flowsim import``: a snapshot of a live machine (:mod:`flowsim.config.snapshot`) becomes a topology file.
+
+Theory of operation
+-------------------
+:func:`import_snapshot` reads every namespace folder of the snapshot and
+writes the TOML text of a topology that rebuilds it with flowsim's own
+command lines (:mod:`flowsim.config.iproute`):
+
+* devices of the kinds flowsim models, from ``ip -j -d link show``: veth
+  pairs (a peer in another namespace through ``link_netnsid`` and the
+  namespace's ``ip netns list-id`` map, or else the one veth whose
+  ``ifindex``/``link_index`` answer it), VLANs (id, protocol), bridges
+  (``vlan_filtering``, ports, the VLANs of ``bridge -j vlan show``), ipip,
+  ip6tnl (mode, ``encaplimit``), gre/gretap (key), vxlan, macvlan and dummy,
+  each with its MTU and MAC address; a NIC or a veth whose peer is outside the
+  snapshot gets a stub namespace behind it, cabled by ``type ethernet peer``,
+  so traffic can enter there;
+* addresses (IPv6 with ``nodad``), routes, permanent neighbours, static
+  bridge FDB entries, the ruleset text and the forwarding, rp_filter and
+  flowtable/conntrack timeout sysctls.
+
+What the kernel creates by itself is left out on purpose and counted in a
+comment: ``proto kernel`` routes, the ``local`` table, IPv6 link-local
+addresses, loopback addresses, learned neighbours and FDB entries.  What
+flowsim cannot represent (policy rules, routes in other tables, multipath
+routes, xfrm states, wireguard or pppoe devices, a ruleset saved as JSON) is a
+warning ``file: what: why`` on stderr and a comment in the output, never
+dropped silently.  Names from the snapshot are checked
+(:func:`~flowsim.config.snapshot.check_dev_name`,
+:func:`~flowsim.config.snapshot.check_netns_name`) and shell-quoted before
+they become command text; the result is loaded with
+:func:`~flowsim.config.topology.load_topology_text` before it is returned.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapshot, SnapshotError,
+                                     check_dev_name, check_netns_name)
+from flowsim.config.topology import load_topology_text
+from flowsim.errors import FlowsimError
+
+__all__ = ["ImportResult", "import_snapshot", "toml_string", "toml_key", "traffic_tables"]
+
+# the sysctls an import keeps (the script saves whole subtrees)
+SYSCTL_KEEP = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.(forwarding|rp_filter)"
+                         r"|net\.netfilter\.nf_flowtable_\w+|net\.netfilter\.nf_conntrack_(tcp|udp)_timeout\w*")
+_SYSCTL_KEY = re.compile(r"[A-Za-z0-9_./@+-]+")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+_STACKED = ("vlan", "macvlan", "ipip", "ip6tnl", "gre", "gretap", "vxlan")
+_UNSUPPORTED = {
+    "wireguard": "flowsim's wireguard device has no keys or peers to import; add it by hand",
+    "ppp": "ip output lacks the PPPoE session id and peer MAC; write `ip link add NAME type pppoe dev ETH "
+           "session ID peer MAC` by hand",
+    "dsa": "the DSA conduit, port and tagger are not in ip output; write `ip link add NAME link CONDUIT type dsa "
+           "port N tagger T` by hand",
+}
+
+
+@dataclass
+class Dev:
+    """One device of the snapshot (a ``ip -j -d link show`` object)."""
+
+    ns: str
+    name: str
+    ifindex: int
+    kind: str | None
+    raw: dict
+    data: dict
+
+    @property
+    def up(self) -> bool:
+        return "UP" in (self.raw.get("flags") or [])
+
+
+@dataclass
+class ImportResult:
+    """The topology text and the warnings (``file: what: why``) of one import."""
+
+    text: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ns:
+    name: str
+    comments: list[str] = field(default_factory=list)
+    create: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    stacked: list[str] = field(default_factory=list)
+    masters: list[str] = field(default_factory=list)
+    addrs: list[str] = field(default_factory=list)
+    routes: list[str] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)
+    pvid: list[str] = field(default_factory=list)  # a bridge's default PVID, set after its VLANs
+    sysctls: dict[str, str] = field(default_factory=dict)
+    nft: str | None = None
+
+    def commands(self) -> list[str]:
+        return self.create + self.setup + self.stacked + self.masters + self.addrs + self.routes + self.late + self.pvid
+
+
+def q(word: str) -> str:
+    """A word of a command line, quoted for :func:`shlex.split` (names are checked before, quoted anyway)."""
+    return shlex.quote(word)
+
+
+def toml_string(text: str) -> str:
+    """*text* as a TOML string: a multi-line literal when it can be one, else a basic string with escapes."""
+    if "\n" in text and "'''" not in text and not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text):
+        return "'''\n" + text + ("" if text.endswith("\n") else "\n") + "'''"
+    out = []
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        elif 0xD800 <= ord(ch) <= 0xDFFF:  # a surrogate-escaped byte of a non-UTF-8 file name
+            out.append("\\ufffd")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_string(key)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return toml_string(value) if "\n" not in value else toml_string(value.replace("\n", "\\n"))
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def traffic_tables(path: str | Path) -> str:
+    """The ``[[traffic]]`` tables of the topology file *path*, as TOML text."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SnapshotError(f"cannot read: {exc.strerror}", file=path, expected="a topology file") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SnapshotError(f"not a TOML topology: {exc}", file=path, expected="a topology file") from None
+    tables = data.get("traffic", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise SnapshotError("traffic is not an array of tables", file=path, expected="[[traffic]] tables")
+    out = []
+    for table in tables:
+        out.append("[[traffic]]")
+        out.extend(f"{toml_key(k)} = {_toml_value(v)}" for k, v in table.items())
+        out.append("")
+    return "\n".join(out)
+
+
+class _Importer:
+    def __init__(self, snap: Snapshot):
+        self.snap = snap
+        self.warnings: list[str] = []
+        self.out: dict[str, _Ns] = {}
+        self.stubs: dict[str, _Ns] = {}
+        self.devs: dict[str, dict[int, Dev]] = {}
+        self.by_name: dict[str, dict[str, Dev]] = {}
+        self.skipped: dict[str, set[str]] = {}  # devices not created, per namespace
+
+    # -- reporting
+
+    def warn(self, ns: str, file: str, what: str, why: str) -> None:
+        location = str(self.snap.path / ns / file) if ns else str(self.snap.path / file)
+        self.warnings.append(f"{location}: {what}: {why}")
+        target = self.out.get(ns)
+        if target is not None:
+            target.comments.append(f"warning: {file}: {what}: {why}")
+
+    # -- reading
+
+    def read_links(self, nss: NetnsSnapshot) -> None:
+        if not nss.has("link.json"):
+            if nss.has("link.txt"):
+                raise SnapshotError(
+                    "ip without -j (OpenWrt's ip-tiny) wrote text output, which flowsim import cannot read "
+                    "whole", file=nss.file("link.txt"),
+                    expected="the JSON files: install ip-full (opkg install ip-full) and run the snapshot script "
+                             "again")
+            raise SnapshotError("missing", file=nss.file("link.json"),
+                                expected="the output of ip -j -d link show (every namespace folder needs it)")
+        devs: dict[int, Dev] = {}
+        names: dict[str, Dev] = {}
+        for obj in nss.json("link.json"):
+            name = check_dev_name(obj.get("ifname"), nss.file("link.json"))
+            ifindex = obj.get("ifindex")
+            if not isinstance(ifindex, int):
+                raise SnapshotError(f"device {name!r} has no integer ifindex", file=nss.file("link.json"),
+                                    expected="the unmodified output of ip -j -d link show")
+            info = obj.get("linkinfo") or {}
+            if not isinstance(info, dict):
+                raise SnapshotError(f"device {name!r}: linkinfo is not an object", file=nss.file("link.json"))
+            kind = info.get("info_kind")
+            if obj.get("link_type") == "loopback":
+                kind = "loopback"
+            elif obj.get("link_type") == "ppp":
+                kind = "ppp"
+            data = info.get("info_data") or {}
+            dev = Dev(nss.name, name, ifindex, kind if isinstance(kind, str) else None, obj,
+                      data if isinstance(data, dict) else {})
+            devs[ifindex] = dev
+            names[name] = dev
+        self.devs[nss.name] = devs
+        self.by_name[nss.name] = names
+        self.skipped[nss.name] = set()
+
+    def nsid_map(self, nss: NetnsSnapshot) -> dict[int, str]:
+        out = {}
+        for obj in nss.json("netnsid.json"):
+            if isinstance(obj.get("nsid"), int) and isinstance(obj.get("name"), str):
+                out[obj["nsid"]] = obj["name"]
+        return out
+
+    # -- devices
+
+    def stub(self, ns: str, dev: str) -> str:
+        base = f"stub-{ns}-{dev}"
+        name, n = base, 1
+        while name in self.out or name in self.stubs:
+            n += 1
+            name = f"{base}-{n}"
+        check_netns_name(name, self.snap.path / ns)
+        self.stubs[name] = _Ns(name, comments=[
+            f"stub: the far end of {dev} in {ns}, which is outside the snapshot (a NIC, or a veth whose peer",
+            "namespace was not saved); traffic can enter here: give it an address and routes"])
+        return name
+
+    def link_opts(self, dev: Dev) -> str:
+        opts = ""
+        mac = dev.raw.get("address")
+        if dev.raw.get("link_type") == "ether" and isinstance(mac, str) and _MAC.fullmatch(mac):
+            opts += f" address {mac}"
+        mtu = dev.raw.get("mtu")
+        if isinstance(mtu, int) and 68 <= mtu <= 65535:
+            opts += f" mtu {mtu}"
+        return opts
+
+    def veth_peer(self, dev: Dev, nsids: dict[str, dict[int, str]]) -> Dev | None:
+        link_index = dev.raw.get("link_index")
+        if "link_netnsid" not in dev.raw:
+            peer = self.devs[dev.ns].get(link_index) if isinstance(link_index, int) else None
+            return peer if peer is not None and peer.kind == "veth" else None
+        peer_ns = nsids[dev.ns].get(dev.raw["link_netnsid"])
+        if peer_ns is not None:
+            peer = self.devs.get(peer_ns, {}).get(link_index) if isinstance(link_index, int) else None
+            return peer if peer is not None and peer.kind == "veth" else None
+        # no name for the nsid (e.g. the initial namespace, which has none): the one veth that answers
+        found = [d for ns, devs in self.devs.items() if ns != dev.ns for d in devs.values()
+                 if d.kind == "veth" and d.ifindex == link_index and d.raw.get("link_index") == dev.ifindex
+                 and "link_netnsid" in d.raw]
+        return found[0] if len(found) == 1 else None
+
+    def devices(self) -> None:
+        nsids = {nss.name: self.nsid_map(nss) for nss in self.snap.namespaces}
+        paired: set[tuple[str, str]] = set()
+        for nss in self.snap.namespaces:
+            out = self.out[nss.name]
+            pending: list[Dev] = []
+            for dev in self.devs[nss.name].values():
+                kind = dev.kind
+                if kind == "loopback":
+                    if dev.up:
+                        out.setup.append(f"ip link set {q(dev.name)} up")
+                    continue
+                if kind == "veth":
+                    if (dev.ns, dev.name) in paired:
+                        self.set_up(dev)
+                        continue
+                    peer = self.veth_peer(dev, nsids)
+                    if peer is None:
+                        stub = self.stub(dev.ns, dev.name)
+                        out.comments.append(f"{dev.name}: its veth peer is outside the snapshot: cabled to stub "
+                                            f"namespace {stub}")
+                        out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type ethernet peer name "
+                                          f"{q(dev.name)} netns {q(stub)}")
+                        self.stubs[stub].setup.append(f"ip link set {q(dev.name)} up")
+                    else:
+                        paired.add((peer.ns, peer.name))
+                        where = f" netns {q(peer.ns)}" if peer.ns != dev.ns else ""
+                        out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type veth peer name "
+                                          f"{q(peer.name)}{self.link_opts(peer)}{where}")
+                    self.set_up(dev)
+                elif kind is None and dev.raw.get("link_type") == "ether":
+                    stub = self.stub(dev.ns, dev.name)
+                    out.comments.append(f"{dev.name}: a NIC (no link kind): cabled to stub namespace {stub}")
+                    out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type ethernet peer name "
+                                      f"{q(dev.name)} netns {q(stub)}")
+                    self.stubs[stub].setup.append(f"ip link set {q(dev.name)} up")
+                    self.set_up(dev)
+                elif kind == "dummy":
+                    out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type dummy")
+                    self.set_up(dev)
+                elif kind == "bridge":
+                    self.bridge(dev)
+                elif kind in _STACKED:
+                    pending.append(dev)
+                else:
+                    why = _UNSUPPORTED.get(kind or "", f"flowsim does not model {kind or 'this'} devices")
+                    self.warn(dev.ns, "link.json", f"device {dev.name} (kind {kind or dev.raw.get('link_type')})",
+                              why + "; its addresses and routes are left out too")
+                    self.skipped[dev.ns].add(dev.name)
+            self.stacked(out, pending)
+            for dev in self.devs[nss.name].values():
+                master = dev.raw.get("master")
+                if isinstance(master, str) and dev.name not in self.skipped[dev.ns]:
+                    if self.by_name[dev.ns].get(master, None) is None or master in self.skipped[dev.ns]:
+                        self.warn(dev.ns, "link.json", f"device {dev.name} master {master}", "no such device")
+                    elif self.by_name[dev.ns][master].kind != "bridge":
+                        self.warn(dev.ns, "link.json", f"device {dev.name} master {master}",
+                                  f"flowsim models bridge masters only, not {self.by_name[dev.ns][master].kind}")
+                    else:
+                        out.masters.append(f"ip link set {q(dev.name)} master {q(master)}")
+
+    def set_up(self, dev: Dev) -> None:
+        if dev.up:
+            self.out[dev.ns].setup.append(f"ip link set {q(dev.name)} up")
+
+    def bridge(self, dev: Dev) -> None:
+        out = self.out[dev.ns]
+        d = dev.data
+        opts = ""
+        filtering = d.get("vlan_filtering") in (1, True)
+        if filtering:
+            opts += " vlan_filtering 1"
+            if d.get("vlan_protocol") in ("802.1Q", "802.1ad"):
+                opts += f" vlan_protocol {d['vlan_protocol']}"
+            if self.snap_ns(dev.ns).has("bridge-vlan.json"):
+                # the VLANs come from bridge -j vlan show, exactly: none added behind our back
+                opts += " vlan_default_pvid 0"
+                pvid = d.get("vlan_default_pvid", 1)
+                if isinstance(pvid, int) and pvid:
+                    out.pvid.append(f"ip link set {q(dev.name)} type bridge vlan_default_pvid {pvid}")
+            elif isinstance(d.get("vlan_default_pvid"), int):
+                opts += f" vlan_default_pvid {d['vlan_default_pvid']}"
+        out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type bridge{opts}")
+        self.set_up(dev)
+
+    def snap_ns(self, ns: str) -> NetnsSnapshot:
+        return next(n for n in self.snap.namespaces if n.name == ns)
+
+    def stacked(self, out: _Ns, pending: list[Dev]) -> None:
+        """VLANs, macvlans and tunnels, each after the device it sits on."""
+        made = {d.name for d in self.devs[out.name].values() if d.kind not in _STACKED} - self.skipped[out.name]
+        while pending:
+            progress = False
+            for dev in list(pending):
+                lower = self.lower(dev)
+                if lower is not None and lower not in made:
+                    continue
+                pending.remove(dev)
+                progress = True
+                line = self.stacked_line(dev, lower)
+                if line is None:
+                    self.skipped[dev.ns].add(dev.name)
+                    continue
+                out.stacked.append(line)
+                made.add(dev.name)
+                if dev.up:
+                    out.stacked.append(f"ip link set {q(dev.name)} up")
+            if not progress:
+                for dev in pending:
+                    self.warn(dev.ns, "link.json", f"device {dev.name} on {self.lower(dev)}",
+                              "its lower device is not in the snapshot or was left out")
+                    self.skipped[dev.ns].add(dev.name)
+                return
+
+    def lower(self, dev: Dev) -> str | None:
+        if dev.kind in ("vlan", "macvlan"):
+            link = dev.raw.get("link")
+            return link if isinstance(link, str) else None
+        link = dev.data.get("link")
+        return link if isinstance(link, str) else None
+
+    def stacked_line(self, dev: Dev, lower: str | None) -> str | None:
+        d, name = dev.data, q(dev.name)
+        opts = self.link_opts(dev)
+        if dev.kind in ("vlan", "macvlan") and lower is None:
+            self.warn(dev.ns, "link.json", f"device {dev.name}", "a lower device in another namespace "
+                      "(link_netnsid) is not modelled")
+            return None
+        if dev.kind == "vlan":
+            vid = d.get("id")
+            proto = d.get("protocol", "802.1Q")
+            if not isinstance(vid, int) or proto not in ("802.1Q", "802.1ad"):
+                self.warn(dev.ns, "link.json", f"vlan {dev.name}", f"unreadable id {vid!r} or protocol {proto!r}")
+                return None
+            return f"ip link add link {q(lower or '')} name {name}{opts} type vlan id {vid} protocol {proto}"
+        if dev.kind == "macvlan":
+            mode = d.get("mode", "vepa")
+            return f"ip link add link {q(lower or '')} name {name}{opts} type macvlan mode {q(str(mode))}"
+        tail = self.tunnel_opts(dev, lower)
+        if tail is None:
+            return None
+        return f"ip link add name {name}{opts} type {dev.kind}{tail}"
+
+    def tunnel_opts(self, dev: Dev, lower: str | None) -> str | None:
+        d = dev.data
+        if d.get("external"):
+            self.warn(dev.ns, "link.json", f"tunnel {dev.name}", "collect_md (external) tunnels are not modelled")
+            return None
+        family = 6 if dev.kind == "ip6tnl" else 4
+        out = ""
+        for key in ("local", "remote"):
+            value = d.get(key)
+            if isinstance(value, str) and value != "any":
+                try:
+                    addr = ipaddress.ip_address(value)
+                except ValueError:
+                    self.warn(dev.ns, "link.json", f"tunnel {dev.name} {key} {value!r}", "not an address")
+                    return None
+                if dev.kind != "vxlan" and addr.version != family:
+                    self.warn(dev.ns, "link.json", f"tunnel {dev.name} {key} {value}", f"not IPv{family}")
+                    return None
+                out += f" {key} {addr}"
+        if dev.kind == "vxlan":
+            vni = d.get("id")
+            if not isinstance(vni, int):
+                self.warn(dev.ns, "link.json", f"vxlan {dev.name}", "no id")
+                return None
+            out = f" id {vni}" + out
+            if isinstance(d.get("group"), str):
+                out += f" group {ipaddress.ip_address(d['group'])}"
+            if isinstance(d.get("port"), int):
+                out += f" dstport {d['port']}"
+        if lower is not None:
+            out += f" dev {q(lower)}"
+        ttl = d.get("ttl")
+        if isinstance(ttl, int) and ttl and dev.kind != "vxlan":
+            out += f" {'hoplimit' if dev.kind == 'ip6tnl' else 'ttl'} {ttl}"
+        if dev.kind == "ip6tnl":
+            proto = d.get("proto")
+            if proto in ("ip6ip6", "ipip6", "any"):
+                out += f" mode {proto}"
+            if d.get("ip6_tnl_f_ign_encap_limit"):
+                out += " encaplimit none"
+            elif isinstance(d.get("encap_limit"), int):
+                out += f" encaplimit {d['encap_limit']}"
+        if dev.kind in ("gre", "gretap"):
+            keys = {d.get(k) for k in ("ikey", "okey", "key") if d.get(k) is not None}
+            if len(keys) > 1:
+                self.warn(dev.ns, "link.json", f"gre {dev.name} keys {sorted(map(str, keys))}",
+                          "different input and output keys are not modelled")
+                return None
+            if keys:
+                key = _gre_key(keys.pop())
+                if key is None:
+                    self.warn(dev.ns, "link.json", f"gre {dev.name} key", "unreadable")
+                    return None
+                out += f" key {key}"
+        return out
+
+    # -- addresses, routes, neighbours
+
+    def addresses(self, nss: NetnsSnapshot) -> None:
+        out = self.out[nss.name]
+        generated = 0
+        for obj in nss.json("addr.json"):
+            name = check_dev_name(obj.get("ifname"), nss.file("addr.json"))
+            dev = self.by_name[nss.name].get(name)
+            for info in obj.get("addr_info") or []:
+                if not isinstance(info, dict) or info.get("family") not in ("inet", "inet6"):
+                    continue
+                local, plen = info.get("local"), info.get("prefixlen")
+                try:
+                    ip = ipaddress.ip_interface(f"{local}/{plen}")
+                except ValueError:
+                    raise SnapshotError(f"bad address {local!r}/{plen!r} on {name}", file=nss.file("addr.json"),
+                                        expected="the unmodified output of ip -j addr show") from None
+                if (dev is not None and dev.kind == "loopback") or ip.ip.is_link_local:
+                    generated += 1
+                    continue
+                if dev is None or name in self.skipped[nss.name]:
+                    self.warn(nss.name, "addr.json", f"address {ip} on {name}", "its device was left out")
+                    continue
+                line = f"ip addr add {ip}"
+                peer = info.get("address")
+                if isinstance(peer, str) and peer != local:
+                    line = f"ip addr add {ip.ip} peer {ipaddress.ip_interface(f'{peer}/{plen}')}"
+                line += f" dev {q(name)}"
+                if ip.version == 6:
+                    line += " nodad"
+                out.addrs.append(line)
+        if generated:
+            out.comments.append(f"left out, the kernel creates them: {generated} loopback and IPv6 link-local "
+                                "addresses")
+
+    def routes(self, nss: NetnsSnapshot) -> None:
+        out = self.out[nss.name]
+        generated = 0
+        for family, file in ((4, "route4.json"), (6, "route6.json")):
+            for r in nss.json(file):
+                table = r.get("table", "main")
+                if table == "local" or r.get("protocol") == "kernel":
+                    generated += 1
+                    continue
+                dst = r.get("dst")
+                what = f"route {dst}" + (f" table {table}" if table != "main" else "")
+                if table not in ("main", 254, "254"):
+                    self.warn(nss.name, file, what, "flowsim models the main table only (no policy routing)")
+                    continue
+                if r.get("nexthops") or r.get("nhid"):
+                    self.warn(nss.name, file, what, "multipath and nexthop-object routes are not modelled")
+                    continue
+                rtype = r.get("type", "unicast")
+                if rtype not in ("unicast", "blackhole", "unreachable", "prohibit"):
+                    self.warn(nss.name, file, what, f"route type {rtype} is not modelled")
+                    continue
+                dev = r.get("dev")
+                if dev is not None:
+                    check_dev_name(dev, nss.file(file))
+                    if dev in self.skipped[nss.name] or dev not in self.by_name[nss.name]:
+                        self.warn(nss.name, file, what, f"its device {dev} was left out")
+                        continue
+                line = self.route_line(family, r, rtype, nss.file(file))
+                out.routes.append(line)
+        if generated:
+            out.comments.append(f"left out, ip addr add recreates them: {generated} proto kernel and local-table "
+                                "routes")
+
+    def route_line(self, family: int, r: dict, rtype: str, file: Path) -> str:
+        try:
+            dst = r["dst"]
+            for key in ("dst", "gateway", "prefsrc", "dev"):
+                if r.get(key) is not None and not isinstance(r[key], str):
+                    raise ValueError(f"{key} is not a string")
+            words = ["ip", f"-{family}", "route", "add"]
+            if rtype != "unicast":
+                words.append(rtype)
+            words.append("default" if dst == "default" else str(ipaddress.ip_network(dst, strict=True)))
+            if r.get("gateway"):
+                words += ["via", str(ipaddress.ip_address(r["gateway"]))]
+            if r.get("dev"):
+                words += ["dev", q(r["dev"])]
+            metric = r.get("metric")
+            if isinstance(metric, int) and metric != (0 if family == 4 else 1024):
+                words += ["metric", str(metric)]
+            metrics = r.get("metrics") or []
+            for m in metrics if isinstance(metrics, list) else [metrics]:
+                if isinstance(m, dict) and isinstance(m.get("mtu"), int):
+                    words += ["mtu", *(["lock"] if "mtu" in (m.get("lock") or []) else []), str(m["mtu"])]
+            if r.get("prefsrc"):
+                words += ["src", str(ipaddress.ip_address(r["prefsrc"]))]
+            proto = r.get("protocol")
+            if isinstance(proto, str) and proto not in ("boot", "kernel") and re.fullmatch(r"[A-Za-z0-9_]+", proto):
+                words += ["proto", proto]
+            scope = r.get("scope")
+            if family == 4 and scope == "link" and r.get("gateway"):
+                words += ["scope", "link"]
+            if "onlink" in (r.get("flags") or []):
+                words.append("onlink")
+            return " ".join(words)
+        except (KeyError, ValueError) as exc:
+            raise SnapshotError(f"unreadable route {r!r:.80}: {exc}", file=file,
+                                expected="the unmodified output of ip -j route show table all") from None
+
+    def rules(self, nss: NetnsSnapshot) -> None:
+        defaults = {(0, "local"), (32766, "main"), (32767, "default")}
+        for file in ("rule4.json", "rule6.json"):
+            for r in nss.json(file):
+                if (r.get("priority"), r.get("table")) in defaults and r.get("src", "all") == "all" and len(r) <= 3:
+                    continue
+                self.warn(nss.name, file, f"rule priority {r.get('priority')} table {r.get('table')}",
+                          "flowsim has no policy routing (ip rule)")
+
+    def neighbours(self, nss: NetnsSnapshot) -> None:
+        out = self.out[nss.name]
+        learned = 0
+        for n in nss.json("neigh.json"):
+            state = n.get("state") or []
+            if "PERMANENT" not in state:
+                learned += 1
+                continue
+            name = check_dev_name(n.get("dev"), nss.file("neigh.json"))
+            dev = self.by_name[nss.name].get(name)
+            what = f"neighbour {n.get('dst')} dev {name}"
+            if dev is None or name in self.skipped[nss.name] or dev.raw.get("link_type") != "ether":
+                self.warn(nss.name, "neigh.json", what, "its device was left out or has no link-layer address")
+                continue
+            mac = n.get("lladdr")
+            if not isinstance(mac, str) or not _MAC.fullmatch(mac):
+                self.warn(nss.name, "neigh.json", what, f"link-layer address {mac!r} is not a MAC")
+                continue
+            try:
+                dst = ipaddress.ip_address(n.get("dst"))
+            except ValueError:
+                raise SnapshotError(f"bad neighbour address {n.get('dst')!r}", file=nss.file("neigh.json")) from None
+            out.late.append(f"ip neigh add {dst} lladdr {mac} dev {q(name)} nud permanent"
+                            + (" router" if n.get("router") else ""))
+        if learned:
+            out.comments.append(f"left out: {learned} learned (not permanent) neighbours")
+
+    def bridge_vlans(self, nss: NetnsSnapshot) -> None:
+        out = self.out[nss.name]
+        entries = nss.json("bridge-vlan.json")
+        for e in entries:
+            name = check_dev_name(e.get("ifname"), nss.file("bridge-vlan.json"))
+            dev = self.by_name[nss.name].get(name)
+            if dev is None or name in self.skipped[nss.name]:
+                continue
+            br = dev if dev.kind == "bridge" else self.by_name[nss.name].get(dev.raw.get("master") or "")
+            if br is None or br.kind != "bridge" or br.data.get("vlan_filtering") not in (1, True):
+                continue  # VLANs of a bridge without vlan_filtering change nothing
+            for v in e.get("vlans") or []:
+                vid, end = v.get("vlan"), v.get("vlanEnd")
+                if not isinstance(vid, int):
+                    continue
+                flags = v.get("flags") or []
+                line = f"bridge vlan add vid {vid}{'-' + str(end) if isinstance(end, int) else ''} dev {q(name)}"
+                line += " pvid" if "PVID" in flags else ""
+                line += " untagged" if "Egress Untagged" in flags else ""
+                line += " self" if dev is br else ""
+                out.late.append(line)
+
+    def fdb(self, nss: NetnsSnapshot) -> None:
+        out = self.out[nss.name]
+        other = 0
+        for e in nss.json("bridge-fdb.json"):
+            if e.get("state") != "static" or not e.get("master") or "self" in (e.get("flags") or []):
+                other += 1
+                continue
+            name = check_dev_name(e.get("ifname"), nss.file("bridge-fdb.json"))
+            mac = e.get("mac")
+            if name in self.skipped[nss.name] or name not in self.by_name[nss.name] or not isinstance(mac, str) \
+                    or not _MAC.fullmatch(mac):
+                self.warn(nss.name, "bridge-fdb.json", f"fdb {mac} dev {name}", "its port was left out")
+                continue
+            vlan = f" vlan {e['vlan']}" if isinstance(e.get("vlan"), int) else ""
+            out.late.append(f"bridge fdb add {mac} dev {q(name)} master static{vlan}")
+        if other and any(d.kind == "bridge" for d in self.by_name[nss.name].values()):
+            out.comments.append(f"left out: {other} learned, local or self bridge FDB entries")
+
+    # -- ruleset, sysctls, the rest
+
+    def ruleset(self, nss: NetnsSnapshot) -> None:
+        text = nss.text("ruleset.nft")
+        if text is None:
+            if nss.has(NFT_JSON):
+                self.warn(nss.name, NFT_JSON, "the ruleset", "flowsim import reads the text form only: save "
+                          "`nft -s list ruleset` (or `fw4 print`) as ruleset.nft instead")
+            return
+        if not text.strip():
+            return
+        from flowsim.nft.parse import parse_ruleset  # the grammar loads on first use
+
+        try:
+            parse_ruleset(text, file=str(nss.file("ruleset.nft")))
+        except FlowsimError as exc:
+            self.warn(nss.name, "ruleset.nft", "the ruleset", f"flowsim cannot read it ({exc}); left out, "
+                      "as a comment")
+            self.out[nss.name].comments.append("ruleset left out:")
+            self.out[nss.name].comments.extend(text.rstrip("\n").split("\n"))
+            return
+        self.out[nss.name].nft = text
+
+    def sysctls(self, nss: NetnsSnapshot) -> None:
+        text = nss.text("sysctl.txt")
+        if text is None:
+            return
+        out = self.out[nss.name]
+        for no, line in enumerate(text.split("\n"), 1):
+            key, sep, value = line.partition("=")
+            key, value = key.strip(), value.strip()
+            if not sep or not SYSCTL_KEEP.fullmatch(key):
+                continue
+            if not _SYSCTL_KEY.fullmatch(key) or not re.fullmatch(r"-?[0-9]+", value):
+                self.warn(nss.name, "sysctl.txt", f"line {no}: {key[:60]!r}", "not a KEY = INTEGER line")
+                continue
+            out.sysctls[key] = value
+
+    def leftovers(self, nss: NetnsSnapshot) -> None:
+        for file in ("xfrm-state.txt", "xfrm-policy.txt"):
+            text = nss.text(file)
+            if text and text.strip():
+                count = sum(1 for line in text.split("\n") if line.startswith("src "))
+                self.warn(nss.name, file, f"{count} xfrm {file[5:-4]} entries",
+                          "not imported: write them as `ip xfrm state add` / `ip xfrm policy add` lines")
+        errors = nss.text("errors.txt")
+        if errors and errors.strip():
+            first = errors.strip().split("\n")[0][:120]
+            self.warn(nss.name, "errors.txt", "the snapshot script saw errors", first)
+        for name in TEXT_FILES:
+            json_name = name[:-4] + ".json"
+            if nss.has(name) and not nss.has(json_name) and name != "link.txt":
+                self.warn(nss.name, name, "text output of ip without -j", "not read: install ip-full (opkg install "
+                          "ip-full) and run the snapshot script again")
+
+    # -- the whole
+
+    def run(self) -> str:
+        for nss in self.snap.namespaces:
+            self.out[nss.name] = _Ns(nss.name)
+            self.read_links(nss)
+        self.devices()
+        for nss in self.snap.namespaces:
+            for step in (self.addresses, self.routes, self.rules, self.neighbours, self.bridge_vlans, self.fdb,
+                         self.ruleset, self.sysctls, self.leftovers):
+                self.guarded(step, nss)
+        return self.render()
+
+    def guarded(self, step: Callable[[NetnsSnapshot], None], nss: NetnsSnapshot) -> None:
+        """One step; content of the wrong shape is an error naming the namespace folder, not a traceback."""
+        try:
+            step(nss)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            if isinstance(exc, FlowsimError):
+                raise
+            raise SnapshotError(f"unexpected content ({type(exc).__name__}: {exc})", file=nss.path,
+                                expected="the unmodified output of the commands of docs/snapshot.md") from None
+
+    def render(self) -> str:
+        lines = [f"# Imported by `flowsim import` from the snapshot {self.snap.path.name}.",
+                 "# Each namespace's commands rebuild what ip, bridge, nft and sysctl showed there."]
+        if self.warnings:
+            lines.append("# Not imported (each is also a comment in its namespace):")
+            lines.extend(f"#   {w}" for w in self.warnings)
+        lines += ["", f"description = {toml_string('imported snapshot ' + self.snap.path.name)}",
+                  f"source = {toml_string('flowsim import ' + str(self.snap.path))}", ""]
+        for ns in list(self.out.values()) + list(self.stubs.values()):
+            lines.append(f"[netns.{toml_string(ns.name)}]")
+            lines.extend("# " + c.replace("\r", " ") for c in ns.comments)
+            cmds = ns.commands()
+            if cmds:
+                lines.append("commands = " + toml_string("\n".join(cmds) + "\n"))
+            if ns.sysctls:
+                lines.append("sysctls = { " + ", ".join(f"{toml_string(k)} = {int(v)}" for k, v in ns.sysctls.items())
+                             + " }")
+            if ns.nft is not None:
+                lines.append("nft = " + toml_string(ns.nft))
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _gre_key(value) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(ipaddress.IPv4Address(value)) if "." in value else int(value, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def import_snapshot(path: str | Path, *, traffic_from: str | Path | None = None,
+                    out_name: str = "<import>") -> ImportResult:
+    """The topology text rebuilding the snapshot at *path*, checked by loading it (a :class:`SnapshotError`
+    or the loader's :class:`~flowsim.errors.TopologyError` otherwise), and its warnings."""
+    importer = _Importer(Snapshot(path))
+    text = importer.run()
+    if traffic_from is not None:
+        text += "\n# [[traffic]] tables copied from " + str(traffic_from).replace("\n", " ") + "\n"
+        text += traffic_tables(traffic_from)
+    return ImportResult(text, importer.warnings)
+
+
+def check_loads(result: ImportResult, file: str) -> None:
+    """Load the imported topology with flowsim's own reader (errors are its located TopologyError)."""
+    load_topology_text(result.text, file=file)

@@ -1,0 +1,319 @@
+"""``flowsim snapshot --script`` and ``flowsim import``: a live machine's ip/bridge/nft output becomes a topology.
+
+The fixtures under tests/data/snapshot/ are real output of this project's development machine
+(tests/data/snapshot/handmade.py says what was added by hand); the end-to-end test builds a
+shipped topology in real namespaces (inside ``unshare -m -n``: nothing of the host is touched,
+and everything goes when the test's processes end), saves it with the script under busybox sh,
+imports it and compares ``flowsim run --json`` figures with the original's.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from flowsim import Simulation, build_report, load_topology
+from flowsim.cli import main
+from flowsim.config.importer import check_loads, import_snapshot
+from flowsim.config.snapshot import FILES, SnapshotError, script
+from flowsim.config.topology import load_topology_text
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "snapshot"
+TOPOLOGIES = ROOT / "topologies"
+
+
+def figures(report: dict) -> dict:
+    """What must agree between a topology and its import: flowtables, traffic, drops, packets (MACs aside:
+    a real machine's are random, flowsim's derived from the names)."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("h_source", "h_dest")}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+    return {k: strip(report[k]) for k in ("flowtables", "traffic", "drops", "packets")}
+
+
+def run_figures(topo) -> dict:
+    return figures(build_report(Simulation(topo).run()))
+
+
+def imported(snapshot: Path, topology: Path, tmp_path: Path):
+    result = import_snapshot(snapshot, traffic_from=topology)
+    out = tmp_path / "imported.toml"
+    out.write_text(result.text)
+    return load_topology(out), result
+
+
+@pytest.mark.parametrize("snapshot,topology", [("ipip-vlan", "ipip-over-vlan.toml"), ("bridge", "conform-bridge.toml")])
+def test_import_runs_like_the_original(snapshot, topology, tmp_path):
+    """Two veth pairs, a VLAN, an ipip tunnel, routes and a flowtable (ipip-vlan); a bridge with a port in the
+    flowtable (bridge): the import's flowtable and traffic figures are the original topology's."""
+    topo, result = imported(DATA / snapshot, TOPOLOGIES / topology, tmp_path)
+    assert run_figures(topo) == run_figures(load_topology(TOPOLOGIES / topology))
+    assert run_figures(topo)["flowtables"][0]["fastpath"] > 0
+
+
+def test_import_commands(tmp_path):
+    """What the import writes: the VLAN with its id and protocol, the ipip tunnel's endpoints and MTU, IPv6 with
+    nodad, the static default route kept and the kernel's routes left out (counted in a comment)."""
+    text = import_snapshot(DATA / "ipip-vlan").text
+    assert "ip link add link veth1 name veth1.10 address 6a:59:e8:19:a2:44 mtu 1500 type vlan id 10 protocol 802.1Q" in text
+    assert "ip link add name tun0.10 mtu 1480 type ipip local 192.168.20.1 remote 192.168.20.2" in text
+    assert "ip addr add fee1:4::1/64 dev veth1.10 nodad" in text
+    assert "ip -4 route add default via 192.168.200.2 dev tun0.10" in text
+    assert "proto kernel and local-table routes" in text and "proto kernel\n" not in text
+    assert '"net.ipv4.conf.veth1/10.forwarding" = 1' in text
+    text = import_snapshot(DATA / "bridge").text
+    assert "type bridge" in text and "ip link set veth0 master br0" in text
+    assert "netns r" in text  # the veth peers across namespaces, paired through link_netnsid
+
+
+# ---------------------------------------------------------------------- hostile and broken snapshots
+
+def _mini(tmp_path: Path, links: list, ns: str = "r", **files) -> Path:
+    snap = tmp_path / "snap"
+    (snap / ns).mkdir(parents=True)
+    (snap / ns / "link.json").write_text(json.dumps(links))
+    for name, text in files.items():
+        (snap / ns / name.replace("_", "-").replace("-json", ".json").replace("-txt", ".txt")
+         .replace("-nft", ".nft")).write_text(text)
+    return snap
+
+
+LO = {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP"], "mtu": 65536, "link_type": "loopback"}
+
+
+def _dev(ifindex, name, kind="dummy", **extra):
+    d = {"ifindex": ifindex, "ifname": name, "flags": ["BROADCAST", "UP"], "mtu": 1500, "link_type": "ether",
+         "address": f"02:00:00:00:00:{ifindex:02x}"}
+    if kind is not None:
+        d["linkinfo"] = {"info_kind": kind}
+    d.update(extra)
+    return d
+
+
+def _cli(*argv) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("name", ["a b", "x/y", "", "0123456789abcdef", ".."])
+def test_hostile_device_name_is_one_error(tmp_path, name):
+    snap = _mini(tmp_path, [LO, _dev(2, name)])
+    status, _, err = _cli("import", str(snap), "-o", str(tmp_path / "o.toml"))
+    assert status == 2
+    assert err.startswith("flowsim: error: ") and err.count("\n") == 1
+    assert "link.json" in err and "bad device name" in err
+    assert not (tmp_path / "o.toml").exists()
+
+
+def test_hostile_namespace_name_is_one_error(tmp_path):
+    snap = tmp_path / "snap"
+    (snap / "evil\nip link del x").mkdir(parents=True)
+    status, _, err = _cli("import", str(snap), "-o", str(tmp_path / "o.toml"))
+    assert status == 2 and err.startswith("flowsim: error: ") and "control character" in err
+
+
+def test_shell_words_in_names_stay_names(tmp_path):
+    """A name the kernel allows but a shell would run (``;``, ``$(…)``, quotes) is quoted: the device exists
+    under exactly that name, nothing else is created."""
+    names = ["x;reboot", "$(id)", "a'b\"c"]
+    snap = _mini(tmp_path, [LO] + [_dev(i + 2, n) for i, n in enumerate(names)])
+    topo = load_topology_text(import_snapshot(snap).text)
+    assert set(topo.namespaces["r"].devices) == {"lo", *names}
+
+
+def test_malformed_json_names_the_file(tmp_path):
+    snap = _mini(tmp_path, [LO], addr_json='[{"ifname": "lo", ')
+    status, _, err = _cli("import", str(snap), "-o", str(tmp_path / "o.toml"))
+    assert status == 2 and err.count("\n") == 1
+    assert str(snap / "r" / "addr.json") in err and "malformed JSON at line 1" in err
+
+
+def test_wrong_shapes_are_errors_not_tracebacks(tmp_path):
+    for links in ({"not": "a list"}, [LO, {"ifname": "x"}], [LO, _dev(2, "x", linkinfo=[1])]):
+        snap = _mini(tmp_path / str(id(links)), links)
+        status, _, err = _cli("import", str(snap), "-o", str(tmp_path / "o.toml"))
+        assert status == 2 and err.startswith("flowsim: error: "), err
+    snap = _mini(tmp_path / "routes", [LO, _dev(2, "x")], route4_json='[{"dst": 5}]')
+    status, _, err = _cli("import", str(snap), "-o", str(tmp_path / "o.toml"))
+    assert status == 2 and "route4.json" in err or str(snap / "r") in err
+
+
+def test_missing_files_mean_nothing_of_that_kind(tmp_path):
+    """Only link.json: devices, nothing else; no link.json: an error naming it; ip-tiny text: install ip-full."""
+    snap = _mini(tmp_path, [LO, _dev(2, "d0")])
+    result = import_snapshot(snap)
+    assert result.warnings == []
+    assert "ip link add d0" in result.text
+    check_loads(result, "o.toml")
+    (snap / "r" / "link.json").unlink()
+    with pytest.raises(SnapshotError, match="link.json.*missing"):
+        import_snapshot(snap)
+    (snap / "r" / "link.txt").write_text("1: lo: <LOOPBACK,UP> mtu 65536\n")
+    with pytest.raises(SnapshotError, match="ip-full"):
+        import_snapshot(snap)
+
+
+def test_what_cannot_be_represented_warns(tmp_path):
+    """Policy rules, other tables, xfrm states, a wireguard device and a JSON-only ruleset: each a located warning
+    on stderr and a comment in the output, and the output still loads."""
+    rules = json.dumps([{"priority": 0, "src": "all", "table": "local"},
+                        {"priority": 100, "src": "10.0.0.0/8", "table": "100"}])
+    routes = json.dumps([{"dst": "default", "gateway": "10.0.0.1", "dev": "d0", "table": "100", "flags": []}])
+    snap = _mini(tmp_path, [LO, _dev(2, "d0"), _dev(3, "wg0", kind="wireguard")], rule4_json=rules,
+                 route4_json=routes, xfrm_state_txt="src 1.1.1.1 dst 2.2.2.2\n\tproto esp spi 0x1\n",
+                 ruleset_json='{"nftables": []}')
+    out = tmp_path / "o.toml"
+    status, _, err = _cli("import", str(snap), "-o", str(out))
+    assert status == 0, err
+    lines = err.strip().split("\n")
+    r = snap / "r"
+    expected = [f"{r / 'link.json'}: device wg0 (kind wireguard): ",
+                f"{r / 'route4.json'}: route default table 100: flowsim models the main table only",
+                f"{r / 'rule4.json'}: rule priority 100 table 100: flowsim has no policy routing",
+                f"{r / 'ruleset.json'}: the ruleset: flowsim import reads the text form only",
+                f"{r / 'xfrm-state.txt'}: 1 xfrm state entries: not imported"]
+    for want in expected:
+        assert any(line.startswith("flowsim: warning: " + want) for line in lines), (want, lines)
+    text = out.read_text()
+    assert text.count("# warning: ") == len(expected)
+    load_topology(out)
+
+
+def test_nic_gets_a_stub_namespace(tmp_path):
+    """A device with no link kind (a NIC) is cabled to a stub namespace, said in a comment."""
+    snap = _mini(tmp_path, [LO, _dev(2, "eth0", kind=None)], addr_json=json.dumps(
+        [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.1", "prefixlen": 24}]}]))
+    text = import_snapshot(snap).text
+    assert "a NIC (no link kind): cabled to stub namespace stub-r-eth0" in text
+    topo = load_topology_text(text)
+    assert "eth0" in topo.namespaces["stub-r-eth0"].devices
+
+
+def test_bridge_vlans_and_fdb(tmp_path):
+    """A VLAN-filtering bridge: its ports and VLANs exactly as bridge -j vlan show lists them, static FDB."""
+    links = [LO, _dev(2, "br0", kind=None, linkinfo={"info_kind": "bridge", "info_data": {
+        "vlan_filtering": 1, "vlan_protocol": "802.1Q", "vlan_default_pvid": 1}}),
+        _dev(3, "p1", master="br0"), _dev(4, "p2", master="br0")]
+    vlans = [{"ifname": "br0", "vlans": [{"vlan": 1, "flags": ["PVID", "Egress Untagged"]}]},
+             {"ifname": "p1", "vlans": [{"vlan": 10, "flags": ["PVID", "Egress Untagged"]}]},
+             {"ifname": "p2", "vlans": [{"vlan": 10}, {"vlan": 20, "vlanEnd": 22}]}]
+    fdb = [{"mac": "02:00:00:00:aa:01", "ifname": "p2", "vlan": 10, "flags": [], "master": "br0", "state": "static"},
+           {"mac": "02:00:00:00:00:03", "ifname": "p1", "flags": [], "master": "br0", "state": "permanent"}]
+    snap = _mini(tmp_path, links, bridge_vlan_json=json.dumps(vlans), bridge_fdb_json=json.dumps(fdb))
+    text = import_snapshot(snap).text
+    assert "type bridge vlan_filtering 1 vlan_protocol 802.1Q vlan_default_pvid 0" in text
+    for line in ("bridge vlan add vid 1 dev br0 pvid untagged self", "bridge vlan add vid 10 dev p1 pvid untagged",
+                 "bridge vlan add vid 20-22 dev p2", "bridge fdb add 02:00:00:00:aa:01 dev p2 master static vlan 10"):
+        assert line in text
+    topo = load_topology_text(text)
+    br = topo.namespaces["r"].devices["br0"]
+    assert sorted(br.vlan_group("p2")) == [10, 20, 21, 22] and br.get_pvid("p1") == 10
+
+
+def test_ip6tnl_encaplimit(tmp_path):
+    links = [LO, _dev(2, "d0"), {"ifindex": 3, "ifname": "tun6", "flags": ["UP"], "mtu": 1452, "link_type": "tunnel6",
+             "linkinfo": {"info_kind": "ip6tnl", "info_data": {"proto": "ip6ip6", "remote": "2001:db8::2",
+                                                                "local": "2001:db8::1", "ttl": 64,
+                                                                "ip6_tnl_f_ign_encap_limit": True}}},
+             {"ifindex": 4, "ifname": "tun7", "flags": [], "mtu": 1452, "link_type": "tunnel6",
+              "linkinfo": {"info_kind": "ip6tnl", "info_data": {"proto": "any", "remote": "2001:db8::3",
+                                                                 "local": "2001:db8::1", "encap_limit": 4}}}]
+    text = import_snapshot(_mini(tmp_path, links)).text
+    assert "type ip6tnl local 2001:db8::1 remote 2001:db8::2 hoplimit 64 mode ip6ip6 encaplimit none" in text
+    assert "type ip6tnl local 2001:db8::1 remote 2001:db8::3 mode any encaplimit 4" in text
+    devs = load_topology_text(text).namespaces["r"].devices
+    assert devs["tun6"].encaplimit is None and devs["tun7"].encaplimit == 4 and devs["tun6"].mtu == 1452
+
+
+def test_cli_help_and_script():
+    status, out, _ = _cli("snapshot", "--script")
+    assert status == 0 and out == script() and out.startswith("#!/bin/sh\n")
+    for name, command in FILES.items():
+        assert name in out and command.partition(" ")[2] in out
+
+
+# ---------------------------------------------------------------------- the script on this machine
+
+def _netns_ok() -> str | None:
+    """None if this machine can build namespaces for the test, else why not."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "needs unshare and ip"
+    probe = subprocess.run(["unshare", "-m", "-n", "sh", "-c",
+                            "mount -t tmpfs none /run && ip link add fsa type veth peer name fsb"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create a mount and network namespace with a veth pair here (root?): {probe.stderr.strip()}"
+    return None
+
+
+def build_script(topology: Path) -> str:
+    """sh lines that build *topology*'s namespaces with its own command lines (inside unshare -m -n, on a
+    private /run), then run the snapshot script ($1) with the shell $2 into $3."""
+    topo = tomllib.loads(topology.read_text())
+    out = ["mount -t tmpfs none /run && mkdir -p /run/netns || exit 97"]
+    out += [f"ip netns add {shlex.quote(ns)} || exit 98" for ns in topo["netns"]]
+    for ns, table in topo["netns"].items():
+        for line in table.get("commands", "").split("\n"):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            words = shlex.split(line)
+            prefix = {"ip": ["ip", "-n", ns], "bridge": ["bridge", "-n", ns]}.get(words[0])
+            cmd = prefix + words[1:] if prefix else ["ip", "netns", "exec", ns, *words]
+            out.append(shlex.join(cmd) + " || echo " + shlex.quote(f"FAILED {ns}: {line}"))
+        for key, value in table.get("sysctls", {}).items():
+            out.append(shlex.join(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={int(value)}"])
+                       + " >/dev/null 2>&1")
+        if "nft" in table:
+            out.append(f"ip netns exec {shlex.quote(ns)} nft -f - <<'FLOWSIM_NFT'\n{table['nft']}\nFLOWSIM_NFT\n"
+                       f"[ $? = 0 ] || echo {shlex.quote('NFT ' + ns)}")
+    out.append('$2 "$1" "$3"')
+    return "\n".join(out) + "\n"
+
+
+BUSYBOX = Path("/bin/busybox")
+
+
+@pytest.mark.skipif(not BUSYBOX.exists(), reason="busybox sh not installed (apt-get install busybox-static)")
+def test_script_on_this_machine(tmp_path):
+    """conform-bridge.toml (two veth pairs, a bridge, a flowtable) built in real namespaces with its own lines,
+    saved by the script under busybox sh, imported: the same run figures.  This machine's kernel may lack
+    nf_flow_table (the ruleset then fails to load): its ruleset.nft is then the topology's own text, said here."""
+    why = _netns_ok()
+    if why is not None:
+        pytest.skip(why)
+    topology = TOPOLOGIES / "conform-bridge.toml"
+    (tmp_path / "snap.sh").write_text(script())
+    (tmp_path / "build.sh").write_text(build_script(topology))
+    snap = tmp_path / "snap"
+    done = subprocess.run(["unshare", "-m", "-n", "sh", str(tmp_path / "build.sh"), str(tmp_path / "snap.sh"),
+                           f"{BUSYBOX} sh", str(snap)], capture_output=True, text=True, timeout=120)
+    assert "FAILED" not in done.stdout, done.stdout
+    assert "flowsim snapshot: wrote" in done.stderr, done.stderr
+    assert sorted(p.name for p in snap.iterdir()) == ["init", "ns1", "ns2", "r"]
+    for name in FILES:
+        if name != "ruleset.nft":
+            assert (snap / "r" / name).is_file(), name
+    original = tomllib.loads(topology.read_text())
+    for line in done.stdout.split("\n"):
+        if line.startswith("NFT "):  # this kernel refused the ruleset (no flowtables): use the topology's text
+            ns = line[4:]
+            (snap / ns / "ruleset.nft").write_text(original["netns"][ns]["nft"])
+    topo, result = imported(snap, topology, tmp_path)
+    assert run_figures(topo) == run_figures(load_topology(topology))
+    assert [w for w in result.warnings if "errors.txt" not in w] == []
