@@ -412,6 +412,10 @@ class _Importer:
             return f"ip link add link {q(lower or '')} name {name}{opts} type vlan id {vid} protocol {proto}"
         if dev.kind == "macvlan":
             mode = d.get("mode", "vepa")
+            if mode not in ("bridge", "private", "vepa", "passthru"):
+                self.warn(dev.ns, "link.json", f"macvlan {dev.name} mode {mode!r}", "flowsim models bridge, private, "
+                          "vepa and passthru")
+                return None
             return f"ip link add link {q(lower or '')} name {name}{opts} type macvlan mode {q(str(mode))}"
         tail = self.tunnel_opts(dev, lower)
         if tail is None:
