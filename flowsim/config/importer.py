@@ -718,8 +718,15 @@ class _Importer:
     def run(self) -> str:
         for nss in self.snap.namespaces:
             self.out[nss.name] = _Ns(nss.name)
-            self.read_links(nss)
-        self.devices()
+            self.guarded(self.read_links, nss)
+        try:
+            self.devices()
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            if isinstance(exc, FlowsimError):
+                raise
+            raise SnapshotError(f"unexpected content in a link.json or netnsid.json ({type(exc).__name__}: {exc})",
+                                file=self.snap.path,
+                                expected="the unmodified output of the commands of docs/snapshot.md") from None
         for nss in self.snap.namespaces:
             for step in (self.addresses, self.routes, self.rules, self.neighbours, self.bridge_vlans, self.fdb,
                          self.ruleset, self.sysctls, self.leftovers):
