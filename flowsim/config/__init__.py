@@ -1,6 +1,9 @@
 """Topology files: what a scenario says, read once, then frozen.
 
-``topology`` (the TOML reader, at the top: it imports the others),
+``importer`` (``flowsim import``: a snapshot of a real machine written as a
+topology, checked by loading it), ``snapshot`` (the snapshot directory format
+and the ``flowsim snapshot --script`` shell script),
+``topology`` (the TOML reader: it imports the ones below),
 ``events`` (``[[event]]`` tables: iproute2 lines run at a virtual time),
 ``traffic`` (``[[traffic]]`` tables; :class:`~flowsim.config.traffic.Traffic`
 declares a flow's fields), ``iproute`` (the ``ip``/``bridge`` command
