@@ -433,3 +433,18 @@ def test_frames_leave_pppoe_session_devices_alone():
     assert "run - /usr/sbin/ip -n cpe link set dev eth1 address" not in script
     assert "run - /usr/sbin/ip -n bras link set dev eth0 address" not in script
     assert "run - /usr/sbin/ip -n cpe link set dev eth0 address" in script
+
+
+def test_verdicts_pair_a_packet_whose_dscp_the_ingress_chain_rewrote():
+    """selftest-dscp-ingress: a netdev ingress chain sets cs3 after the capture and before the log chain;
+    the logged packet is still the captured frame's (sid: every slow-path frame read as fast path)."""
+    from flowsim.conform.frames import FramePlan, SimFrame
+    pkt = IP(src="10.0.1.99", dst="10.0.2.99", tos=0) / TCP(flags="S")
+    frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / pkt)
+    logged = bytes(IP(src="10.0.1.99", dst="10.0.2.99", tos=0x60) / TCP(flags="S"))
+    fp = FramePlan((SimFrame(0, "r", "veth0", frame, LINKTYPE_ETHERNET, False, 1, "slowpath no-flow-entry"),),
+                   (), (("r", "veth0"),), (), (), (), (), ("r",))
+    kf = KernelFrames({("r", "veth0", False): Pcap(LINKTYPE_ETHERNET, (frame,)),
+                       ("r", "veth0", True): Pcap(LINKTYPE_ETHERNET, ())}, {"r": [logged]})
+    row = next(r for r in compare_frames("s", fp, kf) if r.fact == "flowtable verdicts")
+    assert row.status == "agrees" and row.kernel == "slowpath 1"
