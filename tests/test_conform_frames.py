@@ -448,3 +448,19 @@ def test_verdicts_pair_a_packet_whose_dscp_the_ingress_chain_rewrote():
                        ("r", "veth0", True): Pcap(LINKTYPE_ETHERNET, ())}, {"r": [logged]})
     row = next(r for r in compare_frames("s", fp, kf) if r.fact == "flowtable verdicts")
     assert row.status == "agrees" and row.kernel == "slowpath 1"
+
+
+def test_pppoe_frames_reduce_to_their_packet_and_ppp_devices_are_cooked():
+    """A PPPoE session frame's packet follows the 6-byte PPPoE and 2-byte PPP headers (verdict pairing and
+    kernel-random fields find it); flowsim's ppp0 frames carry the cooked header libpcap records."""
+    from flowsim.conform.frames import l3_bytes
+    pkt = bytes(IP(src="192.0.2.2", dst="198.51.100.2") / TCP())
+    frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02", type=0x8864)) + \
+        bytes.fromhex("1100123400") + bytes([len(pkt) + 2]) + b"\x00\x21" + pkt
+    assert l3_bytes(frame, LINKTYPE_ETHERNET) == pkt
+    topo = load_topology(ROOT / "topologies" / "ip6ip6-over-pppoe.toml")
+    plan = plan_scenario(topo, frames=True)
+    fp = simulate_frames(topo, plan, "linux-7.2", 1)
+    ppp = [f for f in fp.frames if f.dev == "ppp0"]
+    assert ppp and all(f.linktype == LINKTYPE_LINUX_SLL and f.data[2:4] == b"\x02\x00" for f in ppp)
+    assert all(f.data[:2] == (b"\x00\x04" if f.outbound else b"\x00\x00") for f in ppp)

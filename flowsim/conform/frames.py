@@ -95,7 +95,9 @@ from flowsim.conform.known import KERNEL_RANDOM
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
-from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, device_linktype
+from flowsim.kernel.capture import (
+    _ARPHRD, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, _from_ethernet, device_linktype,
+)
 from flowsim.profiles import get_profile
 from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
@@ -113,6 +115,7 @@ LINKTYPE_NFLOG = 239
 # a shell: letters, digits and ``_ . -`` only (the kernel allows more; the guest refuses the rest).
 _SAFE_DEV = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _ETH_VLAN = (0x8100, 0x88A8)
+_PPPOE_SESSION = 0x8864
 
 
 @attrs.frozen
@@ -173,8 +176,8 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
 
     def tap(netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
         d = live.namespaces[netns].devices.get(dev)
-        rec.append([netns, dev, frame, outbound, getattr(skb, "tag", None), None, skb,
-                    device_linktype(d.link_type if d is not None else "ether")])
+        kind = d.link_type if d is not None else "ether"
+        rec.append([netns, dev, frame, outbound, getattr(skb, "tag", None), None, skb, device_linktype(kind), kind])
 
     def verdict(skb, text: str) -> None:
         for r in reversed(rec):
@@ -188,9 +191,11 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
     sim.run()
     ids: dict[int, int] = {}
     frames = []
-    for i, (netns, dev, frame, outbound, tag, text, _skb, lt) in enumerate(rec):
+    for i, (netns, dev, frame, outbound, tag, text, _skb, lt, kind) in enumerate(rec):
         pid = ids.setdefault(id(tag), len(ids) + 1) if tag is not None else None
-        data = frame[14:] if lt == LINKTYPE_RAW else frame
+        # the tap hands an L3 device's frame behind a synthetic Ethernet header: as its pcap holds it (raw IP,
+        # or a cooked header: packet type, ARPHRD, protocol — as `flowsim run --pcapng` writes it)
+        data = _from_ethernet(frame, lt, _ARPHRD.get(kind, 0), outbound) if lt != LINKTYPE_ETHERNET else frame
         frames.append(SimFrame(i, netns, dev, data, lt, outbound, pid, text))
     rec.clear()
 
@@ -380,7 +385,7 @@ dump() {
 # ---------------------------------------------------------------------- kernel side
 
 def l3_bytes(data: bytes, linktype: int) -> bytes:
-    """The L3 packet of a captured frame: after the Ethernet header and any VLAN tags."""
+    """The L3 packet of a captured frame: after the Ethernet header, any VLAN tags and a PPPoE session header."""
     if linktype != LINKTYPE_ETHERNET:
         return data
     off, proto = 12, None
@@ -390,6 +395,8 @@ def l3_bytes(data: bytes, linktype: int) -> bytes:
             off += 4
             continue
         break
+    if proto == _PPPOE_SESSION:  # PPPoE session header (6 bytes), then the PPP protocol (2)
+        return data[off + 2 + 8:]
     return data[off + 2:]
 
 
@@ -456,6 +463,9 @@ def summary(data: bytes, linktype: int) -> str:
         if linktype == LINKTYPE_ETHERNET:
             from scapy.layers.l2 import Ether
             return Ether(data).summary()
+        if linktype == LINKTYPE_LINUX_SLL:
+            from scapy.layers.l2 import CookedLinux
+            return CookedLinux(data).summary()
         return (IPv6 if data[:1] and data[0] >> 4 == 6 else ScapyIP)(data).summary()
     except Exception as exc:  # noqa: BLE001 - a summary must never hide the bytes
         return f"(scapy: {exc})"
