@@ -19,8 +19,8 @@ import lark
 
 from flowsim.errors import RulesetError
 from flowsim.nft.model import (
-    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, CounterStmt, FlowAdd,
-    Flowtable, Loc, LogStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
+    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
+    Flowtable, LimitStmt, Loc, LogStmt, TcpOptStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
     Verdict, VerdictMap,
 )
 from flowsim.nft.types import (
@@ -118,6 +118,8 @@ class RuleCompiler(Generic[_Table]):
                 else:
                     val = self.verdict(None, valnode, defines)
                 elems.append((key[0], val))
+            elif el.data == "concat_elem":  # `130 . 0`: one tuple of raw values
+                elems.append(tuple(self.raw_value(v, defines)[0] for v in el.children))
             else:
                 elems += self.raw_value(el.children[0], defines)
         return RawSet(tuple(elems), self.loc(node))
@@ -249,6 +251,40 @@ class RuleCompiler(Generic[_Table]):
                            "a map" if want_map else "a set")
         return nset
 
+    def x_concat_match(self, tb, node, defines) -> ConcatMatch:
+        sels = tuple(self.selector(c) for c in self.trees(node, "sel_meta", "sel_meta_short", "sel_payload",
+                                                                 "sel_ct", "sel_ct_dir"))
+        ops = self.tokens(node, "RELOP")
+        op = self._set_op(ops[0].value if ops else "implicit", node)
+        raw = self.raw_set(self.trees(node, "set_expr")[0], defines)
+        values = []
+        for e in raw.elems:
+            if not isinstance(e, tuple) or len(e) != len(sels):
+                where = e[0].loc if isinstance(e, tuple) else e.loc
+                raise self.err(f"a set element of {len(e) if isinstance(e, tuple) else 1} values for a "
+                               f"concatenation of {len(sels)}", where, None, " . ".join(["value"] * len(sels)))
+            values.append(tuple(coerce(s.spec.dtype, a, self.err) for s, a in zip(sels, e)))
+        return ConcatMatch(sels, op, tuple(values), self.loc(node))
+
+    def x_limit_stmt(self, tb, node, defines) -> LimitStmt:
+        nums = self.tokens(node, "NUMBER")
+        units = self.tokens(node, "IDENT")
+        unit = units[0].value
+        if unit not in ("second", "minute", "hour", "day", "week"):
+            raise self.err(f"unknown limit unit {unit!r}", units[0], unit, "second, minute, hour, day or week")
+        if len(units) > 1 and units[1].value != "packets":
+            raise self.err(f"byte limits are not supported ({units[1].value!r})", units[1], units[1].value,
+                           "packets")
+        return LimitStmt(int(nums[0].value, 0), unit, int(nums[1].value, 0) if len(nums) > 1 else None,
+                         bool(self.tokens(node, "LIMIT_OVER")), self.loc(node))
+
+    def x_tcpopt_stmt(self, tb, node, defines) -> TcpOptStmt:
+        option, field = (t.value for t in self.tokens(node, "IDENT"))
+        if (option, field) != ("maxseg", "size"):
+            raise self.err(f"tcp option {option} {field} cannot be set", node, f"{option} {field}",
+                           "tcp option maxseg size set rt mtu")
+        return TcpOptStmt(option, field, self.loc(node))
+
     def x_vmap(self, tb, node, defines) -> VerdictMap:
         sel = self.selector(node.children[0])
         dtype = sel.spec.dtype
@@ -334,6 +370,9 @@ class RuleCompiler(Generic[_Table]):
             if isinstance(raw, tuple):
                 raw = raw[0]
             value = coerce(sel.spec.dtype, raw, self.err)
+            if sel.spec.dtype == "ct_helper" and value not in tb.helpers:
+                raise self.err(f"no ct helper object {value!r} in table {tb.name}", src, value,
+                               "a `ct helper NAME { type … protocol …; }` of this table")
         else:
             value = self.selector(src)
             if value.spec.dtype != sel.spec.dtype:

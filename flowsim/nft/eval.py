@@ -48,8 +48,8 @@ from flowsim.nft.hooks import (
     nf_hook_entries,
 )
 from flowsim.nft.model import (
-    NFPROTO_IPV4, NFPROTO_IPV6, Chain, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt, Range,
-    RejectStmt, Rule, Ruleset, Selector, SetStmt, Verdict, VerdictMap,
+    NFPROTO_IPV4, NFPROTO_IPV6, Chain, ConcatMatch, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt, Range,
+    LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
 
@@ -312,6 +312,7 @@ _GETTERS: dict[tuple[str, str], Callable] = {
     ("ct", "direction"): lambda p, c, s: None if p.ct is None else p.ct_dir,
     ("ct", "status"): _ct_attr("status"),
     ("ct", "mark"): _ct_attr("mark"),
+    ("ct", "helper"): _ct_attr("helper"),
     ("ct", "l3proto"): lambda p, c, s: None if p.ct is None else p.ct.tuplehash[0].l3proto,
     ("ct", "protocol"): lambda p, c, s: None if p.ct is None else p.ct.tuplehash[0].l4proto,
     ("ct", "saddr"): _ct_tuple("src"),
@@ -540,6 +541,20 @@ class Nftables:
     def _h_match(self, table, chain, rule, n, e: Match, ctx):
         return None if _match(e, ctx) else _BREAK
 
+    def _h_concat(self, table, chain, rule, n, e: ConcatMatch, ctx):
+        key = tuple(_load(sel, ctx) for sel in e.selectors)
+        if any(x is None for x in key):
+            return _BREAK  # a selector's dependency failed (e.g. `icmpv6 type` of a TCP packet)
+        hit = any(all(_elem_match(el, x) for el, x in zip(elem, key)) for elem in e.values)
+        return None if hit == (e.op != "!=") else _BREAK
+
+    def _h_limit(self, table, chain, rule, n, e: LimitStmt, ctx):
+        # nft_limit_eval's token bucket is not modelled (LimitStmt): within the rate, never over it
+        return _BREAK if e.over else None
+
+    def _h_tcpopt(self, table, chain, rule, n, e: TcpOptStmt, ctx):
+        return None  # the simulator's TCP segments carry no MSS option to clamp (TcpOptStmt)
+
     def _h_vmap(self, table, chain, rule, n, e: VerdictMap, ctx):
         x = _load(e.selector, ctx)
         v = None if x is None else _lookup(e.entries, x)
@@ -574,6 +589,13 @@ class Nftables:
         if spec.nfproto is not None and ctx.pkt.nfproto != spec.nfproto:
             return _BREAK  # implicit `meta nfproto` dependency of `ip dscp set`
         value = e.value
+        if isinstance(value, str):  # `ct helper set "NAME"`
+            # nft_ct_helper_obj_eval: only a new (unconfirmed) entry of the object's protocol, without a
+            # helper yet, gets one; the flowtable then refuses the connection (flow-add-helper)
+            ct = ctx.pkt.ct
+            if ct is not None and not ct.confirmed and ct.helper is None and ctx.pkt.l4proto == table.helpers[value][1]:
+                ct.helper = value
+            return None
         if isinstance(value, Selector):
             value = _load(value, ctx)
             if value is None:
@@ -616,4 +638,5 @@ _HANDLERS: dict[type, Callable[..., object]] = {
     Match: Nftables._h_match, VerdictMap: Nftables._h_vmap, Verdict: Nftables._h_verdict,
     CounterStmt: Nftables._h_counter, FlowAdd: Nftables._h_flow_add, SetStmt: Nftables._h_set,
     NatStmt: Nftables._h_nat, LogStmt: Nftables._h_log, RejectStmt: Nftables._h_reject,
+    ConcatMatch: Nftables._h_concat, LimitStmt: Nftables._h_limit, TcpOptStmt: Nftables._h_tcpopt,
 }

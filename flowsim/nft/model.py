@@ -34,7 +34,7 @@ __all__ = [
     "Loc", "NFPROTO_IPV4", "NFPROTO_IPV6", "NFPROTO_INET", "NFPROTO_NETDEV",
     "FAMILIES", "HOOKS_BY_FAMILY", "CHAIN_PRIORITIES", "SelectorSpec", "SELECTORS",
     "Selector", "Range", "Match", "VerdictMap", "Verdict", "CounterStmt", "FlowAdd",
-    "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "Rule", "BaseHook", "Chain",
+    "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "LimitStmt", "TcpOptStmt", "ConcatMatch", "Rule", "BaseHook", "Chain",
     "Flowtable", "CounterDef", "NamedSet", "Table", "Ruleset", "Statement",
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER",
 ]
@@ -131,6 +131,7 @@ SELECTORS: Mapping[tuple[str, str], SelectorSpec] = MappingProxyType({
     ("ct", "direction"): SelectorSpec("ct_dir"),
     ("ct", "status"): SelectorSpec("ct_status"),
     ("ct", "mark"): SelectorSpec("mark", settable=True),
+    ("ct", "helper"): SelectorSpec("ct_helper", settable=True),
     ("ct", "l3proto"): SelectorSpec("nf_proto"),
     ("ct", "protocol"): SelectorSpec("inet_proto"),
     # `ct original saddr` & co.: the key is prefixed with the direction at parse time
@@ -200,6 +201,17 @@ class Match:
 
 
 @attrs.frozen
+class ConcatMatch:
+    """``sel1 . sel2 [op] { v1 . v2, … }``: the selectors' values concatenated, looked up in the set
+    (nft_lookup on a concatenated key, as firewall4's ``icmpv6 type . icmpv6 code { 130 . 0, … }``)."""
+
+    selectors: tuple[Selector, ...]
+    op: str
+    values: tuple  # of tuples, one typed element per selector
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
 class Verdict:
     """``accept | drop | return | continue | jump C | goto C`` (nft_immediate)."""
 
@@ -254,7 +266,7 @@ class SetStmt:
     """
 
     selector: Selector
-    value: int | Selector
+    value: int | str | Selector  # str: the helper object of ``ct helper set "ftp"``
     loc: Loc | None = attrs.field(default=None, eq=False)
 
 
@@ -293,7 +305,32 @@ class RejectStmt:
     loc: Loc | None = attrs.field(default=None, eq=False)
 
 
-Statement = Verdict | CounterStmt | FlowAdd | SetStmt | NatStmt | LogStmt | RejectStmt
+@attrs.frozen
+class LimitStmt:
+    """``limit rate [over] N/UNIT [burst B packets]`` (nft_limit): parsed and checked, but the token
+    bucket ``nft_limit_eval`` keeps is not modelled: every packet counts as within the rate (``over``:
+    as not over it), so the rule goes on (or, with ``over``, stops).  Simulated traffic is a handful of
+    connections; a flood that would exceed firewall4's ``syn_flood`` 25/second is not simulated."""
+
+    rate: int
+    unit: str
+    burst: int | None = None
+    over: bool = False
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class TcpOptStmt:
+    """``tcp option maxseg size set rt mtu`` (nft_exthdr_tcp_set_eval with nft_rt's NFT_RT_TCPMSS): clamps
+    the MSS option of SYNs.  The simulator's TCP segments carry no options, so there is nothing to clamp:
+    no effect on the packet."""
+
+    option: str
+    field: str
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+Statement = Verdict | CounterStmt | FlowAdd | SetStmt | NatStmt | LogStmt | RejectStmt | LimitStmt | TcpOptStmt
 
 
 @attrs.frozen
@@ -395,6 +432,8 @@ class Table:
     counters: Mapping[str, CounterDef]
     sets: Mapping[str, NamedSet]
     loc: Loc | None = attrs.field(default=None, eq=False)
+    #: ``ct helper NAME { type "T" protocol P; }`` objects: name -> (type, l4 protocol number)
+    helpers: Mapping[str, tuple[str, int]] = attrs.field(factory=dict, eq=False)
 
     @property
     def nfproto(self) -> int:

@@ -62,7 +62,7 @@ class _BracePostLex(PostLex):
     """
 
     always_accept = ("_NL",)
-    _BLOCK_KW = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "COUNTER", "SET", "MAP", "JUMP", "GOTO"})
+    _BLOCK_KW = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "COUNTER", "SET", "MAP", "JUMP", "GOTO", "HELPER"})
     _NAMEISH = frozenset({"IDENT", "STRING", "VAR", "IP", "IP6", "INET", "NETDEV", "BRIDGE", "ARP"})
 
     def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
@@ -231,6 +231,7 @@ class _TableB:
     flowtables: dict = attrs.Factory(dict)
     counters: dict = attrs.Factory(dict)
     sets: dict = attrs.Factory(dict)
+    helpers: dict = attrs.Factory(dict)
     anon: int = 0
 
 
@@ -364,10 +365,26 @@ class _Builder(RuleCompiler[_TableB]):
                 self.counter_obj(tb, item)
             elif item.data in ("set_obj", "map_obj"):
                 self.set_obj(tb, item, is_map=item.data == "map_obj")
+            elif item.data == "define":  # a define inside the table (firewall4 writes them there)
+                self.cmd_define(item)
+            elif item.data == "ct_helper_obj":
+                self.ct_helper_obj(tb, item)
             elif item.data == "table_flags":
                 flags = self.tokens(item, "IDENT")
                 raise self.err("table flags are not supported", flags[0], flags[0].value, "no flags")
             # table_comment: nothing to keep
+
+    def ct_helper_obj(self, tb: _TableB, node):
+        """``ct helper NAME { type "T" protocol P; }`` (nft_ct_helper_obj_init): the helper a rule's
+        ``ct helper set "NAME"`` attaches; ``protocol`` is the layer-4 protocol it applies to."""
+        name = self.tokens(node, "IDENT")[0]
+        types = self.trees(node, "cth_type")
+        if not types:
+            raise self.err(f"ct helper {name.value} has no type", name, None, 'type "NAME" protocol tcp|udp')
+        proto = self.tokens(types[0], "IDENT")[0]
+        if proto.value not in ("tcp", "udp"):
+            raise self.err(f"ct helper protocol {proto.value!r}", proto, proto.value, "tcp or udp")
+        tb.helpers[name.value] = (self.tokens(types[0], "STRING")[0].value[1:-1], 6 if proto.value == "tcp" else 17)
 
     def get_chain(self, tb: _TableB, name_tok) -> _ChainB:
         name = name_tok.value
@@ -570,5 +587,5 @@ class _Builder(RuleCompiler[_TableB]):
         chains = {n: frozen[n] for n in tb.chains}
         ro = MappingProxyType  # the ruleset is a value: its tables cannot be changed behind the evaluator's back
         return Table(tb.family, tb.name, ro(chains), ro(dict(tb.flowtables)), ro(dict(tb.counters)),
-                     ro(dict(tb.sets)), tb.loc)
+                     ro(dict(tb.sets)), tb.loc, ro(dict(tb.helpers)))
 

@@ -101,6 +101,10 @@ TOKEN_KIND = {"NUMBER": "num", "IPV4_ADDR": "ip4", "IPV6_ADDR": "ip6", "IDENT": 
 
 def coerce_atom(dtype: str, a: RawAtom, err):
     """One raw atom as a typed scalar of *dtype* (int, address, str)."""
+    if dtype == "ct_helper":  # `ct helper set "ftp"`: the name of a `ct helper` object
+        if a.kind in ("str", "name"):
+            return a.text
+        raise err(f"{a.text!r} is not a ct helper name", a.loc, a.text, "a quoted ct helper object name")
     if dtype in ("ifname", "iface_index"):
         if a.kind in ("str", "name"):
             return a.text
