@@ -62,6 +62,15 @@ def register(subparsers) -> None:
                    help="instead of topologies, run the kernel's own tools/testing/selftests/net/netfilter/"
                         "nft_flowtable.sh (from Debian's linux-source package of exactly that kernel) and list "
                         "each PASS/FAIL line with the shipped topology modelling that scenario")
+    p.add_argument("--patch", action="append", default=None, metavar="SERIES",
+                   help="boot the kernel with a patch series applied to its modules (a git format-patch file, an "
+                        "mbox of several, or a folder of .patch files; repeat for more, applied in order): the "
+                        "touched .c files' modules are rebuilt from Debian's source of exactly that kernel in a "
+                        "cached build root (root needed); headers and built-in code are refused")
+    p.add_argument("--profile", metavar="P", default=None,
+                   help="simulate under profile P instead of the one modelling the kernel (the report names it)")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
+                   help="override a profile switch in the simulation, e.g. what a --patch is believed to change")
     p.set_defaults(func=run)
 
 
@@ -124,7 +133,8 @@ def run(args) -> int:
         writable_file("--update-doc", args.update_doc)
     kernels = args.kernel or ["debian-6.12"]
     results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install,
-                               frames=args.frames, max_packets=args.max_packets)
+                               frames=args.frames, max_packets=args.max_packets, patches=args.patch,
+                               profile_name=args.profile, settings=args.settings)
                for k in kernels]
     if args.json:
         data = [r.to_json() for r in results]

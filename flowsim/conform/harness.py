@@ -79,6 +79,7 @@ from flowsim.conform.known import apply_known
 from flowsim.conform.observe import ScenarioObservation, observe
 from flowsim.conform.parse import split_sections
 from flowsim.errors import ConfigError
+from flowsim.profiles import Profile, profile_from_cli
 from flowsim.schemas import schema_id
 from flowsim.sim.traffic import TrafficSpec
 
@@ -149,6 +150,12 @@ class ConformResult:
     frames: dict | None = None      # --frames: {"max_packets", "injected", "capped"}
     skipped: list[Skipped] = attrs.Factory(list)
     cap: dict | None = None         # {"max_packets": given or None, "default": per-mode default, "capped": names}
+    patch: dict | None = None       # --patch: flowsim.conform.patch.PatchInfo.to_json()
+
+    @property
+    def kernel_label(self) -> str:
+        """The release, with ``+ SERIES (N modules rebuilt)`` for a patched kernel."""
+        return self.patch["label"] if self.patch else self.release
 
     @property
     def facts(self) -> list[Fact]:
@@ -163,7 +170,8 @@ class ConformResult:
         out = {
             "schema": schema_id("conform"),
             "kernel": {"name": self.kernel, "package": self.package, "version": self.version,
-                       "release": self.release},
+                       "release": self.release, **({"label": self.kernel_label, "patch": self.patch}
+                                                   if self.patch else {})},
             "profile": self.profile, "date": self.date, "timings": self.timings, "status": self.status,
             "summary": summarize(self.facts), "workdir": self.workdir,
             "scenarios": [{"name": s.plan.name, "file": s.plan.file, "status": s.status(),
@@ -183,7 +191,7 @@ class ConformResult:
         if not self.scenarios:
             head = f"{self.kernel}: not booted, every topology skipped\n"
         else:
-            head = (f"kernel {self.release} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
+            head = (f"kernel {self.kernel_label} ({self.package} {self.version}) vs flowsim profile {self.profile}\n"
                     f"timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + "\n")
         if self.frames is not None:
             head += (f"frames: {self.frames['injected']} injected"
@@ -237,10 +245,24 @@ def plan_traffic(topo: Topology, plan: ScenarioPlan) -> list[TrafficSpec] | None
 
 def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: str | None = None,
                     install: bool = True, workdir: str | Path | None = None,
-                    simulate_fn=simulate, frames: bool = False, max_packets: int | None = None) -> ConformResult:
-    """Boot *kernel* with the topologies in *paths* (or replay *results*) and compare with flowsim."""
+                    simulate_fn=simulate, frames: bool = False, max_packets: int | None = None,
+                    patches: list[str] | None = None, profile_name: str | None = None,
+                    settings: list[str] | None = None) -> ConformResult:
+    """Boot *kernel* with the topologies in *paths* (or replay *results*) and compare with flowsim.
+
+    *patches*: a series (files, mboxes, folders) built into the kit's modules (:mod:`flowsim.conform.patch`);
+    *profile_name* / *settings* (``--profile`` / ``--set``): the simulation's profile instead of the kit's.
+    """
+    from flowsim.conform.patch import patched_kit, read_series
+
     if kernel not in KERNELS:
         raise ConfigError(f"unknown kernel {kernel!r}", value=kernel, expected="one of " + ", ".join(KERNELS))
+    if patches and results is not None:
+        raise ConfigError("--patch boots a patched kernel; --results replays a saved run", value=patches)
+    series = read_series(patches) if patches else None   # a typo must not cost a boot
+    if profile_name is not None or settings:
+        profile_from_cli(profile_name or "linux-7.2", settings or ())   # a bad switch must not either
+    patch_info = None
     spec = KERNELS[kernel]
     skipped: list[Skipped] = []
     scenarios = load_scenarios(paths, frames=frames, max_packets=max_packets, skipped=skipped)
@@ -255,12 +277,20 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
                                  if (t.packets, t.reply_packets) != (topo.traffic[t.file_index].packets,
                                                                      topo.traffic[t.file_index].reply_packets))}
 
+    def sim_profile(name: str) -> str | Profile:
+        """The simulation's profile: *name* with the --set switches (get_profile takes a Profile as is)."""
+        return profile_from_cli(name, settings) if settings else name
+
+    def profile_label(name: str) -> str:
+        return name + "".join(f" --set {s}" for s in settings or ())
+
     def plan_frames(profile: str) -> list[FramePlan]:
         """--frames: the simulation first, under the kernel's profile: its frames are what the guest plays."""
         if not frames:
             return []
         with timer.step("flowsim"):
-            return [simulate_frames(topo, plan, profile, cap(topo)) for topo, plan in scenarios]
+            return [simulate_frames(topo, plan, sim_profile(profile), cap(topo))  # type: ignore[arg-type]
+                    for topo, plan in scenarios]
 
     date = datetime.date.today().isoformat()
     if not scenarios:  # everything skipped: nothing to boot
@@ -270,7 +300,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         raw = Path(results).read_bytes()
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
         kit_info = ("(saved results)", "", _kernel_release(text), None)
-        profile = spec_profile(spec, kit_info[2] or "")
+        profile = profile_name or spec_profile(spec, kit_info[2] or "")
         fplans = plan_frames(profile)
         work = None
     else:
@@ -278,8 +308,11 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
             tools = ensure_tools(install=install)
         with _cache_lock():  # two runs (make test -n 2, a second shell) must not stage the same kit at once
             kit: KernelKit = fetch_kernel(spec, timer)
+            if series is not None:
+                kit, pinfo = patched_kit(kit, patches or [], series, timer)
+                patch_info = pinfo.to_json()
             base = build_base_initramfs(kit, tools, timer)
-        profile = kit.profile  # sid/experimental move: the profile follows the package version
+        profile = profile_name or kit.profile  # sid/experimental move: the profile follows the package version
         fplans = plan_frames(profile)
         work = Path(workdir) if workdir else cache_dir() / f"run-{kernel}-{os.getpid()}"
         if work.exists():
@@ -312,7 +345,8 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         obs = observe(plan, sections)
         t0 = time.monotonic()
         traffic = plan_traffic(topo, plan)
-        report = simulate_fn(topo.file, profile) if traffic is None else simulate_fn(topo.file, profile, traffic)
+        prof = sim_profile(profile)
+        report = simulate_fn(topo.file, prof) if traffic is None else simulate_fn(topo.file, prof, traffic)
         timer.steps["flowsim"] = round(timer.steps.get("flowsim", 0.0) + time.monotonic() - t0, 2)
         out.append(ScenarioResult(plan, obs, report, apply_known(compare(plan, obs, report), kernel)))
     for s in out:
@@ -322,8 +356,8 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     if frames:
         info = {"max_packets": max_packets, "injected": sum(len(fp.inject) for fp in fplans),
                 "capped": sorted({name for fp in fplans for name in fp.capped})}
-    return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], profile, date, timer.steps, out,
-                         str(work) if work else None, info, skipped, cap_info)
+    return ConformResult(kernel, kit_info[0], kit_info[1], kit_info[2], profile_label(profile), date, timer.steps,
+                         out, str(work) if work else None, info, skipped, cap_info, patch_info)
 
 
 @contextlib.contextmanager
@@ -351,7 +385,7 @@ def markdown_table(results: list[ConformResult]) -> str:
     lines = []
     for r in results:
         s = summarize(r.facts)
-        lines += [f"### {r.release} ({r.package} {r.version}), profile `{r.profile}`, {r.date}", "",
+        lines += [f"### {r.kernel_label} ({r.package} {r.version}), profile `{r.profile}`, {r.date}", "",
                   f"{s['agrees']} facts agree, {s['differs']} differ, {s['known']} known differences, "
                   f"{s['error']} errors." + (f"  Guest time: {r.timings['guest']:.0f} s." if "guest" in r.timings
                                              else ""), "",
