@@ -253,3 +253,26 @@ def test_comment_only_patch_changes_nothing():
     assert result.patch is not None and result.patch["modules"] == ["net/netfilter/nf_flow_table.ko"]
     problems = [f for f in result.facts if f.status not in ("agrees", "known")]
     assert not problems, format_facts(problems)
+
+
+def test_harness_refuses_patch_with_saved_results_and_bad_switch(tmp_path):
+    from flowsim.conform.harness import run_conformance
+    from flowsim.errors import FlowsimError
+
+    topo = str(ROOT / "topologies" / "ip6ip6-rx.toml")
+    with pytest.raises(PatchError, match="no such file or folder"):
+        run_conformance([topo], "debian-sid", patches=[str(tmp_path / "missing.patch")])
+    with pytest.raises(FlowsimError, match="--results replays a saved run"):
+        run_conformance([topo], "debian-sid", results=str(tmp_path / "r.log"),
+                        patches=[str(PATCHES / "comment-only.patch")])
+    with pytest.raises(FlowsimError, match="unknown profile switch 'bogus'"):
+        run_conformance([topo], "debian-sid", settings=["bogus=1"])
+
+
+def test_cli_has_patch_profile_and_set():
+    from flowsim.cli import build_parser
+
+    args = build_parser().parse_args(["conform", "t.toml", "--patch", "a.patch", "--patch", "dir",
+                                      "--profile", "linux-7.2", "--set", "tunnel_push_dst=this"])
+    assert args.patch == ["a.patch", "dir"] and args.profile == "linux-7.2"
+    assert args.settings == ["tunnel_push_dst=this"]
