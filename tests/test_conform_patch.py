@@ -250,9 +250,14 @@ def test_comment_only_patch_changes_nothing():
     from flowsim.conform.compare import format_facts
 
     result = _run_patched("comment-only.patch")
-    assert result.patch is not None and result.patch["modules"] == ["net/netfilter/nf_flow_table.ko"]
     problems = [f for f in result.facts if f.status not in ("agrees", "known")]
-    assert not problems, format_facts(problems)
+    notes = [n for s in result.scenarios for n in s.observation.notes if "timeout" in n]
+    if problems and notes:  # the guest's wait_bytes gave up on a loaded host (TCG): one more boot
+        result = _run_patched("comment-only.patch")
+        problems = [f for f in result.facts if f.status not in ("agrees", "known")]
+        notes = [n for s in result.scenarios for n in s.observation.notes if "timeout" in n]
+    assert result.patch is not None and result.patch["modules"] == ["net/netfilter/nf_flow_table.ko"]
+    assert not problems, format_facts(problems) + "\n".join(notes)
 
 
 def test_harness_refuses_patch_with_saved_results_and_bad_switch(tmp_path):
