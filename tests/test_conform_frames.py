@@ -255,7 +255,15 @@ def test_hexdump_marks_the_line():
 
 # ---------------------------------------------------------------------- a saved boot
 
-def test_saved_boot_agrees_frame_for_frame():
+@pytest.fixture
+def recorded_link_delay(monkeypatch):
+    """The saved boot was played from a simulation with flowsim's default 20 us link delay (before
+    FRAMES_LINK_DELAY): its injected frames are that simulation's, so its replay simulates the same way."""
+    import flowsim.conform.frames as fr
+    monkeypatch.setattr(fr, "FRAMES_LINK_DELAY", 20e-6)
+
+
+def test_saved_boot_agrees_frame_for_frame(recorded_link_delay):
     """A --frames boot of Debian 6.12 (92 frames injected, --max-packets 10), replayed."""
     r = run_conformance([str(FORWARD)], "debian-6.12", results=str(SAVED), frames=True, max_packets=10)
     assert r.status == 0, r.text()
@@ -272,7 +280,7 @@ def test_saved_boot_agrees_frame_for_frame():
     assert r.status == 1
 
 
-def test_cli_frames_json_and_problems(capsys):
+def test_cli_frames_json_and_problems(capsys, recorded_link_delay):
     assert main(["conform", str(FORWARD), "--frames", "--max-packets", "10", "--results", str(SAVED),
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -464,3 +472,14 @@ def test_pppoe_frames_reduce_to_their_packet_and_ppp_devices_are_cooked():
     ppp = [f for f in fp.frames if f.dev == "ppp0"]
     assert ppp and all(f.linktype == LINKTYPE_LINUX_SLL and f.data[2:4] == b"\x02\x00" for f in ppp)
     assert all(f.data[:2] == (b"\x00\x04" if f.outbound else b"\x00\x00") for f in ppp)
+
+
+def test_frames_simulation_carries_one_packet_at_a_time():
+    """The guest runs each injected frame to its end before the next: flowsim is run so too.  bridge-vlan
+    under linux-6.12: the server's data crossing the client's FIN reaches the router first, fast path, as
+    the 6.12 guest showed (with the 20 us default flowsim had it after the FIN: 'flow-teardown')."""
+    topo = load_topology(ROOT / "topologies" / "bridge-vlan.toml")
+    plan = plan_scenario(topo, frames=True)
+    fp = simulate_frames(topo, plan, "linux-6.12", 3)
+    got = [f.verdict.split()[0] for f in fp.frames if f.verdict and (f.netns, f.dev) == ("nsr1", "veth1")]
+    assert got == ["slowpath", "fastpath", "fastpath", "fastpath", "slowpath"]

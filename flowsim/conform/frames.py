@@ -104,12 +104,19 @@ from flowsim.sim.traffic import TrafficSpec
 
 __all__ = ["SimFrame", "FramePlan", "simulate_frames", "render_frames_scenario", "frames_files",
            "compare_frames", "hexdump", "summary", "l3_bytes", "NFLOG_GROUP", "FRAMES_TABLE", "SETTLE",
-           "render_frames_init", "kernel_frames", "KernelFrames", "scenario_id", "error_facts", "nflog_payload",
+           "render_frames_init", "kernel_frames", "FRAMES_LINK_DELAY", "KernelFrames", "scenario_id", "error_facts",
+           "nflog_payload",
            "kernel_random_fields", "cooked_to_packet"]
 
 NFLOG_GROUP = 7
 FRAMES_TABLE = "flowsim_frames"
 SETTLE = 2          # seconds between the last device coming up and the captures (unsolicited MLD reports)
+# The guest injects one frame at a time and the kernel carries it across every veth to its end (netif_rx,
+# the backlog softirq) before the next socat starts: no two packets are ever in flight at once.  flowsim is
+# run with a link delay far below the generator's 10 us gap so that it does the same; with its default
+# 20 us, a reply crossing the client's FIN reached the router after it in flowsim and before it in the guest
+# (bridge-vlan on 6.12: 'flow-teardown' slow path in flowsim, fast path in the kernel).
+FRAMES_LINK_DELAY = 1e-9
 LINKTYPE_NFLOG = 239
 # Names that reach socat's address syntax (``INTERFACE:DEV``) and nft's quoted device names unquoted by
 # a shell: letters, digits and ``_ . -`` only (the kernel allows more; the guest refuses the rest).
@@ -170,7 +177,7 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
                 capped.append(s.name)
             short.append(n)
         specs = short
-    sim = Simulation(topo, get_profile(profile), traffic=specs)
+    sim = Simulation(topo, get_profile(profile), traffic=specs, link_delay=FRAMES_LINK_DELAY)
     live = sim.topo
     rec: list[list] = []
 
