@@ -30,7 +30,7 @@ import attrs
 from flowsim.errors import CaptureError
 from flowsim.kernel.headers import ETH_P_IP, ETH_P_IPV6
 
-__all__ = ["Frame", "read_capture", "PcapWriter", "PcapngWriter", "write_pcap", "ether_frame", "LINKTYPES",
+__all__ = ["Frame", "INBOUND", "OUTBOUND", "read_capture", "PcapWriter", "PcapngWriter", "write_pcap", "ether_frame", "LINKTYPES",
            "device_linktype"]
 
 LINKTYPE_ETHERNET = 1
@@ -52,17 +52,34 @@ _PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">",  # microseconds
     b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">",  # nanoseconds
 }
+_PCAP_NANO = {b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 _PCAPNG_SHB = 0x0A0D0D0A
+
+
+#: :attr:`Frame.direction` values: the capturing interface received the frame, or sent it
+INBOUND, OUTBOUND = "inbound", "outbound"
 
 
 @attrs.frozen
 class Frame:
-    """One captured frame, as an Ethernet frame, with where it came from."""
+    """One captured frame, as an Ethernet frame, with where it came from.
+
+    ``ts`` is the capture's timestamp in seconds (pcap: seconds and micro- or
+    nanoseconds; pcapng: the interface's ``if_tsresol`` and ``if_tsoffset``;
+    None for a simple packet block, which has none).  ``direction`` is
+    :data:`INBOUND` or :data:`OUTBOUND` when the capture records it (pcapng
+    ``epb_flags`` bits 0-1; a Linux cooked header's packet type, ``PACKET_OUTGOING``
+    or not), else None (classic pcap of Ethernet or raw IP).  ``interface`` is the
+    pcapng interface's ``if_name`` when it has one.
+    """
 
     index: int  # 1-based, as tcpdump and Wireshark number frames
     data: bytes  # Ethernet frame (synthesised header for non-Ethernet link types)
     linktype: int
     wirelen: int
+    ts: float | None = None
+    direction: str | None = None
+    interface: str | None = None
 
 
 def ether_frame(packet: bytes, dst: bytes = bytes(6), src: bytes = bytes(6), proto: int | None = None) -> bytes:
@@ -93,6 +110,19 @@ def _to_ethernet(data: bytes, linktype: int) -> bytes | None:
     return None
 
 
+def _sll_direction(data: bytes, linktype: int) -> str | None:
+    """A Linux cooked header's packet type (``sll_pkttype``): PACKET_OUTGOING (4) was sent, the others received."""
+    if linktype == LINKTYPE_LINUX_SLL2:  # protocol, reserved, ifindex, hatype, then the 1-byte packet type
+        if len(data) < 11:
+            return None
+        pkttype = data[10]
+    else:  # the 2-byte packet type first
+        if len(data) < 2:
+            return None
+        pkttype = struct.unpack_from("!H", data)[0]
+    return OUTBOUND if pkttype == _SLL_OUTGOING else INBOUND
+
+
 # libpcap refuses blocks larger than this (sf-pcapng.c, MAX_BLOCKSIZE_MAX); a length
 # above it is a corrupt header, not a frame worth allocating for.
 _MAX_BLOCK = 16 * 1024 * 1024
@@ -116,8 +146,9 @@ _BLOCKS = {
 }
 _BOM = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
 
-# (frame data, link type, original length, file offset of its record or block)
-_Raw = tuple[bytes, int, int, int]
+# (frame data, link type, original length, file offset of its record or block,
+#  timestamp in seconds or None, direction or None, interface name or None)
+_Raw = tuple[bytes, int, int, int, float | None, str | None, str | None]
 
 
 def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> bytes:
@@ -127,7 +158,7 @@ def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> byte
     return data
 
 
-def _pcap_frames(fh: BinaryIO, path: str, endian: str) -> Iterator[_Raw]:
+def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool) -> Iterator[_Raw]:
     header = _read_exact(fh, 20, path, 4, "pcap file header")
     linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
     offset = 24
@@ -137,11 +168,12 @@ def _pcap_frames(fh: BinaryIO, path: str, endian: str) -> Iterator[_Raw]:
             return
         if len(rec) != 16:
             raise CaptureError(f"{path}: offset {offset}: truncated pcap record header ({len(rec)} of 16 bytes)")
-        _sec, _frac, caplen, wirelen = struct.unpack(endian + "IIII", rec)
+        sec, frac, caplen, wirelen = struct.unpack(endian + "IIII", rec)
         if caplen > _MAX_RECORD:
             raise CaptureError(f"{path}: offset {offset}: pcap record length {caplen} is not plausible "
                                f"(expected at most {_MAX_RECORD})")
-        yield _read_exact(fh, caplen, path, offset, "pcap record"), linktype, wirelen, offset
+        ts = sec + frac / (1e9 if nano else 1e6)
+        yield _read_exact(fh, caplen, path, offset, "pcap record"), linktype, wirelen, offset, ts, None, None
         offset += 16 + caplen
 
 
@@ -197,9 +229,40 @@ def _packet_data(path: str, offset: int, body: bytes, start: int, caplen: int, n
     return body[start:start + caplen]
 
 
+def _options(body: bytes, endian: str) -> dict[int, bytes]:
+    """The options of a pcapng block (the first value of each code), read leniently: an option that does
+    not fit ends the list, as if it were ``opt_endofopt`` (a frame is never refused for its options)."""
+    out: dict[int, bytes] = {}
+    at = 0
+    while at + 4 <= len(body):
+        code, n = struct.unpack_from(endian + "HH", body, at)
+        if code == 0 or at + 4 + n > len(body):
+            break
+        out.setdefault(code, body[at + 4:at + 4 + n])
+        at += 4 + n + (-n % 4)
+    return out
+
+
+def _tsresol(value: bytes | None) -> float:
+    """Seconds per timestamp unit from ``if_tsresol`` (default microseconds; bit 7: a power of two)."""
+    if not value:
+        return 1e-6
+    v = value[0]
+    return 2.0 ** -(v & 0x7F) if v & 0x80 else 10.0 ** -min(v, 30)
+
+
+def _epb_direction(options: dict[int, bytes], endian: str) -> str | None:
+    """``epb_flags`` bits 0-1: 01 inbound, 10 outbound, 00 (or no flags) unknown."""
+    flags = options.get(_EPB_FLAGS)
+    if flags is None or len(flags) != 4:
+        return None
+    return {1: INBOUND, 2: OUTBOUND}.get(struct.unpack(endian + "I", flags)[0] & 3)
+
+
 def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
     endian = "<"
-    interfaces: list[tuple[int, int]] = []  # (link type, snap length) per interface id of the section
+    # (link type, snap length, seconds per timestamp unit, if_tsoffset, if_name) per interface id of the section
+    interfaces: list[tuple[int, int, float, int, str | None]] = []
     offset = 0
     while (block := _pcapng_block(fh, path, offset, endian)) is not None:
         btype, body, endian = block
@@ -211,26 +274,36 @@ def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
             interfaces = []  # interface ids are per section
         elif btype == _IDB:
             linktype, _reserved, snaplen = struct.unpack(endian + "HHI", body[:8])
-            interfaces.append((linktype, snaplen))
+            opts = _options(body[8:], endian)
+            tsoffset = opts.get(_IF_TSOFFSET, b"")
+            raw_name = opts.get(_IF_NAME)
+            interfaces.append((linktype, snaplen, _tsresol(opts.get(_IF_TSRESOL)),
+                               struct.unpack(endian + "q", tsoffset)[0] if len(tsoffset) == 8 else 0,
+                               raw_name.decode("utf-8", "replace") if raw_name is not None else None))
         elif btype in (_EPB, _PB):
             if btype == _EPB:
-                iface, _hi, _lo, caplen, wirelen = struct.unpack(endian + "IIIII", body[:20])
+                iface, hi, lo, caplen, wirelen = struct.unpack(endian + "IIIII", body[:20])
             else:
-                iface, _drops, _hi, _lo, caplen, wirelen = struct.unpack(endian + "HHIIII", body[:20])
+                iface, _drops, hi, lo, caplen, wirelen = struct.unpack(endian + "HHIIII", body[:20])
             if iface >= len(interfaces):
                 raise _block_error(path, here, f"packet block names interface {iface}, which is not described "
                                                f"(expected below {len(interfaces)})")
             data = _packet_data(path, here, body, 20, caplen, _BLOCKS[btype][0])
-            yield data, interfaces[iface][0], wirelen, here
+            linktype, _snaplen, unit, tsoffset, name = interfaces[iface]
+            direction = None
+            if btype == _EPB:
+                direction = _epb_direction(_options(body[20 + caplen + (-caplen % 4):], endian), endian)
+            yield data, linktype, wirelen, here, tsoffset + ((hi << 32) | lo) * unit, direction, name
         elif btype == _SPB:
             if not interfaces:
                 raise _block_error(path, here, "simple packet block before any interface description "
                                                "(expected interface 0 to be described)")
-            linktype, snaplen = interfaces[0]
+            linktype, snaplen, _unit, _tsoffset, name = interfaces[0]
             wirelen = struct.unpack(endian + "I", body[:4])[0]
             # the captured length is implicit: the original length, cut to the snap length (0: none)
             caplen = min(wirelen, snaplen) if snaplen else wirelen
-            yield _packet_data(path, here, body, 4, caplen, "simple packet block"), linktype, wirelen, here
+            yield (_packet_data(path, here, body, 4, caplen, "simple packet block"), linktype, wirelen, here,
+                   None, None, name)
         # other blocks (name resolution, statistics, secrets, custom) carry no frames
 
 
@@ -255,18 +328,20 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
         except OSError as exc:  # a directory, or an unreadable device
             raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
         if magic in _PCAP_MAGICS:
-            frames = _pcap_frames(fh, path, _PCAP_MAGICS[magic])
+            frames = _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO)
         elif len(magic) == 4 and struct.unpack("<I", magic)[0] == _PCAPNG_SHB:
             fh.seek(0)
             frames = _pcapng_frames(fh, path)
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng capture (magic {magic.hex() or 'empty'})")
-        for index, (data, linktype, wirelen, offset) in enumerate(frames, 1):
+        for index, (data, linktype, wirelen, offset, ts, direction, name) in enumerate(frames, 1):
             frame = _to_ethernet(data, linktype)
             if frame is None:
                 raise CaptureError(f"{path}: offset {offset}: frame {index}: link type {linktype} is not supported "
                                    f"(expected one of: {', '.join(sorted(set(LINKTYPES.values())))})")
-            yield Frame(index, frame, linktype, wirelen)
+            if direction is None and linktype in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+                direction = _sll_direction(data, linktype)
+            yield Frame(index, frame, linktype, wirelen, ts, direction, name)
 
 
 class PcapWriter:
@@ -353,7 +428,7 @@ def _block(btype: int, body: bytes) -> bytes:
     return struct.pack("<II", btype, n) + body + struct.pack("<I", n)
 
 
-_OPT_COMMENT, _IF_NAME, _IF_TSRESOL, _SHB_USERAPPL = 1, 2, 9, 4
+_OPT_COMMENT, _IF_NAME, _IF_TSRESOL, _IF_TSOFFSET, _SHB_USERAPPL = 1, 2, 9, 14, 4
 _EPB_FLAGS, _EPB_PACKETID = 2, 5
 _EPB_INBOUND, _EPB_OUTBOUND = 1, 2
 _END_OF_OPT = bytes(4)
