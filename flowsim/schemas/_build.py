@@ -147,8 +147,7 @@ def explain_schema() -> dict:
 def path_schema() -> dict:
     route = obj({"dst": S, "type": S, "dev": S, "gateway": nullable(S), "metric": I, "mtu": I, "mtu_lock": B,
                  "error": I})
-    error = obj({"func": S, "errno": I, "errname": S, "reason": S, "dev": S, "entry": I},
-                optional=("dev", "entry"))
+    error = obj({"func": S, "errno": I, "errname": S, "reason": S, "dev": nullable(S), "entry": nullable(I)})
     neighbour = obj({"addr": S, "lladdr": nullable(S), "state": nullable(S)})
     direction = {
         "route": nullable(route), "daddr": S, "neighbour": nullable(neighbour), "stack": arr(STACK_ENTRY),

@@ -436,7 +436,7 @@ def resolve_path(ns, route: Route, daddr: IPAddress, ft: FlowtableRef, profile: 
     if info.indev is None:
         error = info.error or PathError(-1, None, "nft_dev_path_info", "no ingress device found")
     if error is None and not ft.find_dev(info.indev):
-        error = PathError(-1, info.indev, "nft_dev_forward_path",
+        error = PathError(-errno.ENOENT, info.indev, "nft_dev_forward_path",  # nft_flowtable_find_dev failed
                           f"{info.indev} is not a device of flowtable {ft.name}")
     return DirPath(dir, route, daddr, fill.nexthop, fill.ha, fill.neigh_state, stack, info=info, error=error,
                    warnings=info.notes)
