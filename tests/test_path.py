@@ -421,3 +421,22 @@ def test_ruleset_flowtables_from_the_parser():
                              'table ip y { flowtable b { hook ingress priority filter; devices = $lan; } }')
     assert [(f.name, sorted(f.devices), f.hw_offload) for f in fts] == [("a", ["e0", "e1"], True),
                                                                        ("b", ["e2", "e3"], False)]
+
+
+def test_hardware_offload_flag_is_warned_as_not_modelled():
+    """``flags offload``: nf_flow_offload_add would push the flow to the driver (ndo_setup_tc TC_SETUP_FT); no
+    driver is modelled, so every resolved direction warns that the software fast path is what flowsim shows."""
+    text = (TOPOLOGIES / "selftest.toml").read_text()
+    assert "devices = { veth0, veth1 }" in text
+    topo = load_topology_text(text.replace("devices = { veth0, veth1 }", "devices = { veth0, veth1 }\n     flags offload"),
+                              file="selftest-hw.toml")
+    ns = topo.netns("nsr1")
+    (ft,) = ruleset_flowtables(ns.nft.text)
+    assert ft.hw_offload
+    dst = ipaddress.ip_address("10.0.2.99")
+    p = resolve_path(ns, ns.fib.lookup(dst), dst, ft, get_profile("linux-7.2"))
+    assert p.error is None and any("'flags offload'" in w and "not modelled" in w for w in p.warnings)
+    plain = load_topology(TOPOLOGIES / "selftest.toml").netns("nsr1")
+    (ft0,) = ruleset_flowtables(plain.nft.text)
+    p0 = resolve_path(plain, plain.fib.lookup(dst), dst, ft0, get_profile("linux-7.2"))
+    assert not any("flags offload" in w for w in p0.warnings)

@@ -380,6 +380,12 @@ def _info_bridge(ns, info: _Info, i: int, e: PathEntry, profile: Profile) -> Non
     info.xmit_type = XmitType.DIRECT
 
 
+# `flags offload` asks nf_flow_offload_add to push each flow to the NIC (nf_flow_table_offload.c, the
+# driver's ndo_setup_tc TC_SETUP_FT).  No driver is modelled: the flow still lives in the software table
+# and its packets take the software fast path, which is what flowsim shows.
+HW_OFFLOAD_WARNING = ("flowtable {ft} has 'flags offload': hardware offload (nf_flow_offload_add -> the "
+                      "driver's ndo_setup_tc TC_SETUP_FT) is not modelled; flowsim shows the software fast path")
+
 _L2_TYPES = (DevPathType.ETHERNET, DevPathType.DSA, DevPathType.VLAN, DevPathType.PPPOE, DevPathType.TUN)
 
 
@@ -438,8 +444,11 @@ def resolve_path(ns, route: Route, daddr: IPAddress, ft: FlowtableRef, profile: 
     if error is None and not ft.find_dev(info.indev):
         error = PathError(-errno.ENOENT, info.indev, "nft_dev_forward_path",  # nft_flowtable_find_dev failed
                           f"{info.indev} is not a device of flowtable {ft.name}")
+    warnings = info.notes
+    if ft.hw_offload:
+        warnings = (*warnings, HW_OFFLOAD_WARNING.format(ft=ft.name))
     return DirPath(dir, route, daddr, fill.nexthop, fill.ha, fill.neigh_state, stack, info=info, error=error,
-                   warnings=info.notes)
+                   warnings=warnings)
 
 
 # ---------------------------------------------------------------------- forward path and flow route
