@@ -9,6 +9,13 @@ shows per flowtable the fast-path and slow-path packets with the reasons,
 per traffic direction the packets sent and delivered and how many took
 the fast path, the conntrack entries and the nft named counters.
 
+``--replay NETNS:DEV=CAPTURE`` (repeatable) injects the frames of a pcap or
+pcapng at that device as received from its wire, merged by timestamp with
+the other captures (or paced by ``--replay-rate``), next to the traffic
+tables (``--no-traffic``: the captures alone); frames the device sent are
+skipped.  The report lists per frame the flowtable verdicts and its fate,
+and per capture the counts (see ``flowsim.sim.replay``).
+
 Exit status: 0 after a run, 2 on bad input (one line on stderr), 3 on an
 internal error (a flowsim bug: ``flowsim --debug run …`` shows its traceback).
 """
@@ -19,7 +26,7 @@ import argparse
 import json
 
 import flowsim.cli
-from flowsim.commands._args import headlen_type, seconds_type
+from flowsim.commands._args import headlen_type, number_type, seconds_type
 from flowsim.config.topology import load_topology
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
@@ -32,6 +39,7 @@ __all__ = ["register", "run"]
 
 _seconds = seconds_type("--duration")
 _headlen = headlen_type("--headlen")
+_rate = number_type(float, "--replay-rate", "packets per second, e.g. 1000", 1e-300, "a rate > 0")
 
 
 def register(subparsers) -> None:
@@ -55,6 +63,13 @@ def register(subparsers) -> None:
                    help="bytes of each received frame in the skb's linear area (default: all)")
     p.add_argument("--no-flowtables", action="store_true",
                    help="skip the flowtable hooks and `flow add` (the pure slow path)")
+    p.add_argument("--replay", action="append", default=[], metavar="NETNS:DEV=CAPTURE",
+                   help="inject the frames of the pcap/pcapng CAPTURE at device DEV of namespace NETNS as received "
+                        "from its wire (frames DEV sent are skipped); repeatable: captures merge by timestamp")
+    p.add_argument("--replay-rate", type=_rate, metavar="PPS",
+                   help="pace the replayed frames evenly at PPS frames per second instead of their timestamps")
+    p.add_argument("--no-traffic", action="store_true",
+                   help="leave out the topology's [[traffic]] tables (with --replay: the captures alone)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     flowsim.cli.add_profile_args(p)
@@ -64,11 +79,23 @@ def register(subparsers) -> None:
 def run(args) -> int:
     profile = profile_from_cli(args.profile, args.settings)
     topo = load_topology(args.topology)
-    if not topo.traffic:
-        raise ConfigError(f"{args.topology}: no [[traffic]] tables", value=args.topology,
-                          expected="a topology with at least one [[traffic]] table")
+    replays = getattr(args, "replay", None) or []
+    no_traffic = getattr(args, "no_traffic", False)
+    if getattr(args, "replay_rate", None) is not None and not replays:
+        raise ConfigError("--replay-rate without --replay", expected="--replay NETNS:DEV=CAPTURE")
+    if not replays:
+        if no_traffic:
+            raise ConfigError("--no-traffic without --replay: nothing to run", expected="--replay NETNS:DEV=CAPTURE")
+        if not topo.traffic:
+            raise ConfigError(f"{args.topology}: no [[traffic]] tables", value=args.topology,
+                              expected="a topology with at least one [[traffic]] table, or --replay")
+    replay = None
+    if replays:
+        from flowsim.sim.replay import Replay, load_replay
+
+        replay = Replay(load_replay(replays, topo, args.replay_rate), args.replay_rate)
     sim = Simulation(topo, profile, flowtables=not args.no_flowtables, headlen=args.headlen,
-                     pcap_dir=args.pcap_dir, pcapng=args.pcapng)
+                     pcap_dir=args.pcap_dir, pcapng=args.pcapng, traffic=[] if no_traffic else None, replay=replay)
     recorder = None
     if args.html:
         from flowsim.sim.html import PathRecorder

@@ -106,11 +106,18 @@ def run_schema() -> dict:
     ct = obj({"id": I, "proto": S, "original": S, "reply": S, "state": S, "status": arr(S), "timeout": NUM,
               "mark": I, "counters": obj({"original": pk, "reply": pk})})
     origin = obj({"injected": I, "delivered": I})
+    # --replay (flowsim.sim.replay): one entry per frame of the captures, one summary per option
+    hook_verdict = obj({"hook": nullable(S), "verdict": enum("fastpath", "slowpath", "drop"), "reason": nullable(REASON)})
+    replay_frame = obj({"file": S, "index": I, "time": NUM, "device": S, "verdicts": arr(hook_verdict),
+                        "fate": enum("forwarded", "delivered", "dropped", "in-flight", "skipped"),
+                        "reason": nullable(S), "where": nullable(S), "out": arr(S)})
+    replay_source = obj({"option": S, "netns": S, "device": S, "file": S, "frames": I, "injected": I,
+                         "verdicts": counts(), "fates": counts()})
     return obj({
         "schema": const_schema("run"), "topology": S, "description": S, "profile": S, "kernel": S,
         "flowtables_enabled": B, "time": NUM, "duration": nullable(NUM),
         "packets": obj({"injected": I, "delivered": I, "dropped": I, "in_flight": I,
-                        "by_origin": obj({"host": origin, "stack": origin})}),
+                        "by_origin": obj({"host": origin, "stack": origin, "replay": origin}, optional=("replay",))}),
         "drops": counts(REASON),
         "drop_samples": arr(obj({"time": NUM, "packet": S, "reason": REASON, "where": S})),
         "flowtables": arr(flowtable),
@@ -121,7 +128,8 @@ def run_schema() -> dict:
         "conntrack": {"type": "object", "additionalProperties": arr(ct)},
         "counters": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": pk}},
         "events": arr(obj({"at": NUM, "netns": S, "command": S})),
-    })
+        "replay": arr(replay_frame), "replay_sources": arr(replay_source),
+    }, optional=("replay", "replay_sources"))
 
 
 def explain_schema() -> dict:

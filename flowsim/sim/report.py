@@ -27,7 +27,16 @@ returns plain data (``json.dumps`` works on it as is):
     flags (IPS_* names, OFFLOAD included), both tuples, mark, per-direction
     packet/byte counters, seconds left;
 ``counters``
-    netns → nft named counters (``family table name`` → packets, bytes).
+    netns → nft named counters (``family table name`` → packets, bytes);
+``replay``, ``replay_sources`` (only in a run with ``--replay``)
+    one entry per frame of the replayed captures: file, index, time, device,
+    the verdict at each flowtable hook it met (``hook`` NETNS/DEV,
+    ``verdict``, ``reason``), its ``fate`` (``forwarded`` out of a replayed
+    port ``where``, ``delivered``, ``dropped`` with ``reason`` and ``where``,
+    ``in-flight``, ``skipped`` ``sent by DEV``) and the devices it went
+    ``out`` of; per ``--replay`` option the counts of frames, injected
+    ones, verdicts and fates (:mod:`flowsim.sim.replay`).  ``packets.by_origin``
+    then has a ``replay`` entry too.
 
 :func:`format_report` prints the same as aligned tables.
 """
@@ -38,6 +47,7 @@ import collections
 
 from flowsim.kernel import conntrack as ctmod
 from flowsim.kernel.stack.core import ORIGIN_HOST, ORIGIN_STACK
+from flowsim.sim.replay import ORIGIN_REPLAY
 from flowsim.schemas import schema_id
 
 __all__ = ["build_report", "format_report", "ct_status_names", "STATUS_BITS"]
@@ -92,7 +102,7 @@ def build_report(sim) -> dict:
     totals = ledger.totals()
     by_origin = {
         origin: {"injected": ledger.injected[origin], "delivered": ledger.delivered[origin]}
-        for origin in (ORIGIN_HOST, ORIGIN_STACK)
+        for origin in (ORIGIN_HOST, ORIGIN_STACK) + ((ORIGIN_REPLAY,) if getattr(sim, "replay", None) is not None else ())
     }
     per = ledger.per_traffic
     traffic = []
@@ -123,7 +133,7 @@ def build_report(sim) -> dict:
         if st.nft is not None and st.nft.named_counters:
             counters[st.name] = {f"{f} {t} {n}": {"packets": c.packets, "bytes": c.bytes}
                                  for (f, t, n), c in st.nft.named_counters.items()}
-    return {
+    report = {
         "schema": schema_id("run"), "topology": sim.topo.file, "description": sim.topo.description,
         "profile": k.profile.name, "kernel": k.profile.kernel, "flowtables_enabled": k.flowtables_enabled,
         "time": round(sim.end, 9), "duration": sim.duration,
@@ -134,6 +144,9 @@ def build_report(sim) -> dict:
         "flowtables": flowtables, "traffic": traffic, "conntrack": conntrack, "counters": counters,
         "events": [{"at": e.at, "netns": e.netns, "command": e.command.text} for e in sim.events_run],
     }
+    if getattr(sim, "replay", None) is not None:  # only then: the report of a run without --replay keeps its keys
+        report["replay"], report["replay_sources"] = sim.replay.report()
+    return report
 
 
 # ----------------------------------------------------------------- text
@@ -161,6 +174,9 @@ _LEGEND = {
     "conntrack": "  connections at the end; pkts orig/reply: packets conntrack counted per direction (fast-path "
                  "packets bypass it unless the flowtable has the `counter` flag)",
     "counters": "  nft named counters at the end: packets and bytes that matched their rule",
+    "replay": "  frames of each --replay capture: injected at the device's receive path, skipped when the device "
+              "sent them; verdicts: one per flowtable hook met; forwarded: left through a replayed port (absorbed "
+              "on its wire, counted delivered)",
 }
 
 
@@ -174,17 +190,20 @@ def format_report(r: dict) -> str:
         f"  packets: injected {p['injected']} (hosts {p['by_origin']['host']['injected']}, "
         f"ICMP errors {p['by_origin']['stack']['injected']}), delivered {p['delivered']}, dropped {p['dropped']}, "
         f"in flight {p['in_flight']}",
-        "",
-        "traffic",
     ]
+    if "replay" in p["by_origin"]:
+        lines[2] = lines[2].replace("), delivered", f", replayed {p['by_origin']['replay']['injected']}), delivered")
     rows = []
     for t in r["traffic"]:
         for d in _DIRS:
             x = t["directions"][d]
             rows.append([t["name"] if d == "original" else "", d, x["sent"], x["delivered"], x["dropped"],
                          x["in_flight"], x["fastpath"], x["slowpath"]])
-    lines += _table(["name", "direction", "sent", "delivered", "dropped", "in flight", "fastpath", "slowpath"], rows)
-    lines.append(_LEGEND["traffic"])
+    if r["traffic"] or not r.get("replay_sources"):  # a replay alone (--no-traffic) has no traffic table
+        lines += ["", "traffic"]
+        lines += _table(["name", "direction", "sent", "delivered", "dropped", "in flight", "fastpath", "slowpath"],
+                        rows)
+        lines.append(_LEGEND["traffic"])
     if r["flowtables"]:
         lines += ["", "flowtables"]
         rows = [[f["netns"], f["name"], f["fastpath"], f["slowpath"], f.get("drops", 0), len(f.get("flows", [])),
@@ -216,4 +235,14 @@ def format_report(r: dict) -> str:
         lines += ["", f"nft counters ({netns})"]
         lines += _table(["counter", "packets", "bytes"], [[k, v["packets"], v["bytes"]] for k, v in cs.items()])
         lines.append(_LEGEND["counters"])
+    if r.get("replay_sources"):
+        lines += ["", "replay"]
+        rows = []
+        for s in r["replay_sources"]:
+            first = [s["option"], s["frames"], s["injected"]]
+            counts = [("verdict", k, v) for k, v in s["verdicts"].items()] + [("fate", k, v) for k, v in s["fates"].items()]
+            for n, (what, k, v) in enumerate(counts or [("-", "-", "")]):
+                rows.append((first if n == 0 else ["", "", ""]) + [what, k, v])
+        lines += _table(["replay", "frames", "injected", "what", "verdict / fate", "packets"], rows)
+        lines.append(_LEGEND["replay"])
     return "\n".join(lines) + "\n"

@@ -44,6 +44,9 @@ With ``pcapng`` every device's frames go into one pcapng file
 per device with its libpcap link type, the direction, the packet's id
 (one per simulated packet) and, on each frame a flowtable hook saw, its
 verdict as a comment: ``fastpath``, ``slowpath REASON`` or ``drop REASON``.
+With ``replay`` (:class:`flowsim.sim.replay.Replay`) the frames of captures
+are injected at their devices' receive path on the same clock, next to the
+traffic (``traffic=[]`` plays them alone), and the replay hears the taps.
 
     >>> from flowsim.config.topology import load_topology        # doctest: +SKIP
     >>> sim = Simulation(load_topology("topologies/selftest.toml"), flowtables=False).run()  # doctest: +SKIP
@@ -153,7 +156,7 @@ class Simulation:
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  pcap_dir: str | Path | None = None, tracing: bool = False, pcapng: str | Path | None = None,
                  traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY,
-                 coalesce_gc: bool = True):
+                 coalesce_gc: bool = True, replay=None):
         link_delay = check_time("link_delay", link_delay, positive=True)
         self.coalesce_gc = coalesce_gc  # False: run every idle GC tick (the reference the jumps are tested against)
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
@@ -192,6 +195,23 @@ class Simulation:
             self.pcapng = PcapngWriter(pcapng)
             self.kernel.packet_tap = self._capture_ng
             self.kernel.verdict = self._verdict
+        # frames of captures injected at devices (flowsim.sim.replay.Replay): its taps run before the pcapng's
+        self.replay = replay
+        if replay is not None:
+            replay.attach(self.kernel)
+            self._ng_tap, self._ng_verdict = self.kernel.packet_tap, self.kernel.verdict
+            self.kernel.packet_tap = self._replay_tap
+            self.kernel.verdict = self._replay_verdict
+
+    def _replay_tap(self, netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
+        self.replay.tap(netns, dev, frame, skb, outbound)
+        if self._ng_tap is not None:
+            self._ng_tap(netns, dev, frame, skb, outbound)
+
+    def _replay_verdict(self, skb, text: str) -> None:
+        self.replay.verdict(skb, text)
+        if self._ng_verdict is not None:
+            self._ng_verdict(skb, text)
 
     @property
     def profile(self):
@@ -310,6 +330,8 @@ class Simulation:
             self.at(conv.spec.start, conv.start, k)
         for event in self.topo.events:
             self.at(event.at, self._event, event)
+        if self.replay is not None:
+            self.replay.schedule(self)
         self._next_gc = GC_INTERVAL
         q = self.queue
         events = 0
