@@ -54,7 +54,7 @@ from pathlib import Path, PurePosixPath
 
 import attrs
 
-from flowsim.conform.debian import machine_debian_source
+from flowsim.conform.debian import APT_ETC, machine_debian_source
 from flowsim.conform.kernel import (
     ConformSetupError, KernelKit, Timer, _apt, _download, _is_root, _run, cache_dir, find_tool, private_apt,
 )
@@ -524,6 +524,8 @@ def build_root(kit: KernelKit, timer: Timer) -> Path:
         with timer.step("headers"):
             if extra:
                 (root / "etc/apt/sources.list.d/flowsim-extra.list").write_text(f"deb {src.uri} {extra} main\n")
+            if kit.spec.suite is None:  # the machine's own suites: its -updates/-security pockets hold the headers
+                _copy_machine_sources(root)
             if Path("/etc/resolv.conf").exists():
                 (root / "etc/resolv.conf").unlink(missing_ok=True)
                 shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
@@ -535,6 +537,16 @@ def build_root(kit: KernelKit, timer: Timer) -> Path:
                         f"apt-get install {_headers_package(kit)} in the {suite} build root")
         marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
     return root
+
+
+def _copy_machine_sources(root: Path) -> None:
+    """The machine's apt source files, copied into the build root (read, never changed on the machine)."""
+    files = [APT_ETC / "sources.list", *sorted((APT_ETC / "sources.list.d").glob("*.sources")),
+             *sorted((APT_ETC / "sources.list.d").glob("*.list"))]
+    for f in files:
+        if f.is_file():
+            name = "machine-sources.list" if f.name == "sources.list" else f"machine-{f.name}"
+            shutil.copyfile(f, root / "etc/apt/sources.list.d" / name)
 
 
 def _vermagic(ko: Path) -> str:
