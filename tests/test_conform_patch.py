@@ -281,3 +281,19 @@ def test_cli_has_patch_profile_and_set():
                                       "--profile", "linux-7.2", "--set", "tunnel_push_dst=this"])
     assert args.patch == ["a.patch", "dir"] and args.profile == "linux-7.2"
     assert args.settings == ["tunnel_push_dst=this"]
+
+
+def test_patched_result_json_and_text_name_the_series():
+    import jsonschema
+
+    from flowsim.conform.harness import ConformResult
+    from flowsim.schemas import load
+
+    info = PatchInfo(("ipv6-hook-accept.patch",), ("ipv6-hook-accept.patch: x",), "d",
+                     ("net/netfilter/nf_flow_table.ko",), (), "7.2.13+deb14-amd64")
+    r = ConformResult("debian-sid", "linux-image-7.2.13+deb14-amd64", "7.2.13-1", "7.2.13+deb14-amd64",
+                      "linux-7.2 --set tunnel_push_dst=this", "2026-12-01", {}, [], patch=info.to_json())
+    data = r.to_json()
+    jsonschema.Draft202012Validator(load("conform")).validate(data)
+    assert data["kernel"]["label"] == "7.2.13+deb14-amd64 + ipv6-hook-accept.patch (1 module rebuilt)"
+    assert r.kernel_label == data["kernel"]["label"]

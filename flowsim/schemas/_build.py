@@ -305,7 +305,10 @@ def conform_schema() -> dict:
                     "skipped": S}, optional=("adjustments", "skipped"))
     result = obj({
         "schema": const_schema("conform"),
-        "kernel": obj({"name": S, "package": S, "version": S, "release": S}),
+        # --patch: "label" is "RELEASE + SERIES (N modules rebuilt)", "patch" the series and what it rebuilt
+        "kernel": obj({"name": S, "package": S, "version": S, "release": S, "label": S,
+                       "patch": obj({"series": arr(S), "patches": arr(S), "digest": S, "modules": arr(S),
+                                     "ignored": arr(S), "label": S})}, optional=("label", "patch")),
         "profile": S, "date": S, "timings": {"type": "object", "additionalProperties": NUM},
         "status": enum(0, 1, 2),
         "summary": obj(dict.fromkeys(FACT_STATUSES, I)),
