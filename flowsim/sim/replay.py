@@ -18,7 +18,12 @@ itself *sent* is not injected (the router made it; replaying it as received
 would be a different packet): the direction the capture records decides
 (pcapng ``epb_flags`` inbound/outbound, a Linux cooked header's
 ``PACKET_OUTGOING``), else — classic pcap of Ethernet — a frame whose source
-MAC is the device's own MAC was sent by it.  Skipped frames are listed with
+MAC is the device's own MAC, or that of another device of its namespace (the
+bridge it is a port of, a VLAN or macvlan on it: what the kernel transmits
+with) was sent by it.  A classic pcap cannot tell the frames a bridge
+*forwarded* out of a port (their source MAC is the remote host's) from those
+it received: capture such ports in one direction (``tcpdump -Q in``) or in a
+pcapng that records it (``epb_flags``).  Skipped frames are listed with
 fate ``skipped`` and reason ``sent by DEV``.  A pcapng with several named
 interfaces (``flowsim run --pcapng`` writes one per device) contributes the
 frames of the interface named ``NETNS/DEV`` or ``DEV`` only.
@@ -37,7 +42,11 @@ Time.  Frames play on the run's virtual clock at their capture timestamps
 relative to the first frame of all replayed captures (so the captures of a
 router's WAN and LAN ports merge into the order the router saw, and
 connections reach ESTABLISHED as they did); ties keep the order of the
-``--replay`` options, then the capture's.  ``--replay-rate PPS`` paces the
+``--replay`` options naming the files, then each file's own order.  Frames of
+two files stamped in the same tick (microseconds in a classic pcap) cannot be
+ordered truly: a router that forwards in both directions within a tick is
+best captured into one pcapng (``run --pcapng``, ``dumpcap -i a -i b``), whose
+order is kept when several options name it.  ``--replay-rate PPS`` paces the
 merged injected frames evenly instead: frame *i* at *i*/PPS seconds.
 
 Where they end.  A replayed packet the kernel transmits out of a port that
@@ -160,6 +169,8 @@ def load_replay(texts: list[str], topo, rate: float | None = None) -> list[Repla
                                   f"{src.netns}/{src.dev} or {src.dev}", "a capture of this device")
             frames = [f for f in frames if f.interface in wanted]
         own = mac_aton(dev.mac)
+        # what the namespace transmits with: a port's own MAC, its bridge's, its VLANs' and macvlans'
+        ours = {mac_aton(d.mac) for d in ns.devices.values() if d.link_type == "ether" and d.mac} | {own}
         peer = topo.peer(dev)
         peer_mac = mac_aton(peer.mac) if peer is not None and peer.link_type == "ether" else bytes(6)
         for f in frames:
@@ -167,7 +178,7 @@ def load_replay(texts: list[str], topo, rate: float | None = None) -> list[Repla
             if f.linktype != LINKTYPE_ETHERNET:  # tcprewrite --dlt=enet --enet-dmac=DEV --enet-smac=PEER
                 data = own + peer_mac + data[12:]
             r = ReplayFrame(src, f, data)
-            if f.direction == OUTBOUND or (f.direction != INBOUND and data[6:12] == own):
+            if f.direction == OUTBOUND or (f.direction != INBOUND and data[6:12] in ours):
                 r.skipped = f"sent by {src.dev}"
             r.order = order
             out.append(r)
