@@ -154,7 +154,10 @@ MODULE_ROOTS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "ne
                 "net/ipv6/esp6.ko", "net/ipv4/esp4_offload.ko", "net/ipv6/esp6_offload.ko", "crypto/gcm.ko",
                 "crypto/ghash-generic.ko", "crypto/ctr.ko", "crypto/seqiv.ko", "crypto/echainiv.ko",
                 "crypto/authenc.ko", "crypto/authencesn.ko", "crypto/cbc.ko", "crypto/geniv.ko",
-                "crypto/aes_generic.ko", "arch/x86/crypto/aesni-intel.ko")
+                "crypto/aes_generic.ko", "arch/x86/crypto/aesni-intel.ko",
+                # textsearch algorithms the conntrack helpers ask for by name (nf_conntrack_amanda's
+                # textsearch_prepare("kmp") -> request_module("ts_kmp")): no modules.dep edge leads there
+                "lib/ts_kmp.ko", "lib/ts_bm.ko", "lib/ts_fsm.ko")
 MODULE_EXCLUDE = ("br_netfilter",)
 
 _MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
