@@ -305,3 +305,26 @@ def test_link_type_is_kept_in_frames(original):
     frames = list(read_capture(original / "caps" / "r-veth0.pcap"))
     assert {f.linktype for f in frames} == {LINKTYPE_ETHERNET} and {f.direction for f in frames} == {None}
     assert frames[0].ts == pytest.approx(20e-6)
+
+
+def test_capture_times_and_lenient_options(tmp_path):
+    """Timestamps: pcap nanoseconds, pcapng if_tsresol; an epb option that does not fit is ignored, not an error."""
+    ns = tmp_path / "ns.pcap"
+    with open(ns, "wb") as fh:
+        fh.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, LINKTYPE_ETHERNET))
+        fh.write(struct.pack("<IIII", 3, 5, 14, 14) + bytes(14))
+    assert [f.ts for f in read_capture(ns)] == [pytest.approx(3.000000005)]
+
+    def block(btype, body):
+        body += bytes(-len(body) % 4)
+        return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+
+    shb = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = block(1, struct.pack("<HHI", LINKTYPE_ETHERNET, 0, 0) + struct.pack("<HHB3x", 9, 1, 3) + bytes(4))
+    frame = bytes(14)
+    bad_option = struct.pack("<HH", 2, 200) + bytes(4)  # epb_flags claiming 200 bytes
+    epb = block(6, struct.pack("<IIIII", 0, 0, 1500, 14, 14) + frame + bytes(2) + bad_option)
+    ng = tmp_path / "ms.pcapng"
+    ng.write_bytes(shb + idb + epb)
+    (f,) = read_capture(ng)
+    assert f.ts == pytest.approx(1.5) and f.direction is None and f.interface is None
