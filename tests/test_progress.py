@@ -167,3 +167,57 @@ def test_terminal_gets_a_bar_stdout_stays_json(command, quiet):
     out, err = _run_with_terminal_stderr(*command, *(["--quiet"] if quiet else []))
     json.loads(out)
     assert ("%|" in err) is not quiet
+
+
+def _big_topology(directory: Path, pairs: int = 600) -> Path:
+    """A generated topology of 1 + 2 × *pairs* command lines (above LOAD_MIN_COMMANDS for 600 pairs)."""
+    lines = ["ip link set lo up", *(f"ip link add v{i} type veth peer name p{i}" for i in range(pairs)),
+             *(f"ip link set v{i} up" for i in range(pairs))]
+    path = directory / "big.toml"
+    path.write_text("[netns.big]\ncommands = '''\n" + "\n".join(lines) + "\n'''\n")
+    return path
+
+
+def test_load_topology_reports_each_command_line(tmp_path):
+    """load_topology(progress=…) is called once per replayed command line with (done, total), done counting
+    up to total; the topology is the same as without the callback."""
+    path = _big_topology(tmp_path, 10)
+    seen: list[tuple[int, int]] = []
+    topo = load_topology(path, progress=lambda done, total: seen.append((done, total)))
+    assert [d for d, _ in seen] == list(range(1, 22)) and {t for _, t in seen} == {21}
+    assert sorted(topo.graph.nodes) == sorted(load_topology(path).graph.nodes)
+
+
+def test_load_progress_draws_only_for_a_large_topology():
+    """LoadProgress draws nothing below its minimum of command lines, nor when disabled; above it, a bar."""
+    from flowsim.sim.progress import LOAD_MIN_COMMANDS, LoadProgress
+
+    for total, on, drawn in ((LOAD_MIN_COMMANDS - 1, True, False), (LOAD_MIN_COMMANDS, False, False),
+                             (LOAD_MIN_COMMANDS, True, True)):
+        stream = Terminal()
+        with LoadProgress(enabled=on, stream=stream) as bar:
+            for done in range(1, total + 1):
+                bar(done, total)
+        assert bool(stream.getvalue()) is drawn, (total, on)
+        assert bar.n == total
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_terminal_gets_a_load_bar_for_a_large_topology(tmp_path, quiet):
+    """flowsim graph on a generated topology of 1201 command lines with stderr on a terminal: a
+    "loading topology" bar there (none with --quiet); stdout is the Mermaid text and nothing else."""
+    out, err = _run_with_terminal_stderr("graph", str(_big_topology(tmp_path)), "--format", "mermaid",
+                                         *(["--quiet"] if quiet else []))
+    assert out.startswith("flowchart LR\n") and "%|" not in out and "loading" not in out
+    assert ("loading topology" in err and "%|" in err) is not quiet
+    assert ("loading topology" in err) is not quiet
+
+
+def test_load_bar_not_on_a_pipe_nor_for_a_small_topology(tmp_path, capsys):
+    """stderr not a terminal (a test): nothing on stderr even for a large file; a shipped topology on a
+    terminal: no load bar (it has far fewer command lines)."""
+    assert main(["graph", str(_big_topology(tmp_path)), "--format", "mermaid"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and out.out.startswith("flowchart LR\n")
+    _out, err = _run_with_terminal_stderr("graph", str(TOPO), "--format", "mermaid")
+    assert "loading topology" not in err

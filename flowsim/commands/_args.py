@@ -6,6 +6,9 @@ ready-made ones below): its text must convert, be finite (``nan`` and
 a bad value is argparse's usage error, exit status 2, naming the option.
 Every file option is opened or checked before the work starts
 (:func:`readable_file`, :func:`writable_file`), so a typo costs no run.
+The commands load their topology with :func:`load_topology_cli`: a bar on
+stderr while a large file's command lines replay (a terminal only, not with
+``--quiet``; :class:`flowsim.sim.progress.LoadProgress`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import math
 import os
 import re
 
+from flowsim.config.topology import Topology, load_topology
 from flowsim.errors import ConfigError
+from flowsim.sim.progress import LoadProgress, progress_enabled
 
 __all__ = ["plain", "plain_parser", "int_in_range", "number_type", "seconds_type", "headlen_type", "count_type", "readable_file",
-           "writable_file", "IFINDEX_MAX"]
+           "writable_file", "load_topology_cli", "QUIET_HELP", "IFINDEX_MAX"]
 
+QUIET_HELP = "no progress bar (it is drawn on stderr only when stderr is a terminal)"
 IFINDEX_MAX = 2**31 - 1  # dev->ifindex is an int; dev_index_reserve hands out 1..INT_MAX
 
 
@@ -48,6 +54,13 @@ def plain_parser(parser: argparse.ArgumentParser) -> None:
                 choice.help = plain(choice.help)
             for sub in action.choices.values():
                 plain_parser(sub)
+
+
+def load_topology_cli(path: str, quiet: bool = False) -> Topology:
+    """:func:`~flowsim.config.topology.load_topology` with a progress bar over the command lines (stderr,
+    a terminal only, none when *quiet* or for a small file)."""
+    with LoadProgress(enabled=progress_enabled(quiet)) as bar:
+        return load_topology(path, progress=bar)
 
 
 def int_in_range(name: str, text: str, lo: int, hi: int) -> int:

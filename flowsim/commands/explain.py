@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.commands._args import seconds_type
-from flowsim.config.topology import load_topology
+from flowsim.commands._args import load_topology_cli, seconds_type
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.explain import explain
 from flowsim.schemas import schema_id
@@ -33,7 +32,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    topo = load_topology(args.topology)
+    topo = load_topology_cli(args.topology, args.quiet)
     sim = Simulation(topo, profile_from_cli(args.profile, args.settings))
     with SimProgress.for_simulation(sim, args.duration, enabled=progress_enabled(args.quiet)) as bar:
         sim.run(args.duration, progress=bar)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import flowsim.cli
-from flowsim.config.topology import load_topology
+from flowsim.commands._args import QUIET_HELP, load_topology_cli
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.graph import path_for, to_dot, to_mermaid, topology_drawing
@@ -38,6 +38,7 @@ def register(subparsers) -> None:
     p.add_argument("--path", metavar="NETNS:DST",
                    help="highlight the device path a flow to DST resolves in NETNS, as flowsim path shows it")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     flowsim.cli.add_profile_args(p)
     p.set_defaults(func=run)
 
@@ -56,7 +57,7 @@ def render_svg(dot_text: str) -> str:
 
 def run(args) -> int:
     profile = profile_from_cli(args.profile, args.settings)
-    topo = load_topology(args.topology)
+    topo = load_topology_cli(args.topology, args.quiet)
     path = netns = None
     if args.path is not None:
         netns, sep, dst = args.path.partition(":")

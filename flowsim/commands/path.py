@@ -19,7 +19,7 @@ import ipaddress
 import json
 
 import flowsim.cli
-from flowsim.config.topology import load_topology
+from flowsim.commands._args import QUIET_HELP, load_topology_cli
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import (
     CtTuple, DirPath, FlowRoute, FlowtableRef, PathInfo, nft_flow_route, resolve_path, ruleset_flowtables,
@@ -40,6 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--src", help="source address: resolve both directions with nft_flow_route")
     p.add_argument("--flowtable", help="flowtable name (default: the first one in the namespace's ruleset)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     flowsim.cli.add_profile_args(p)
     p.set_defaults(func=run)
 
@@ -64,7 +65,7 @@ def _flowtable(ns, name: str | None) -> FlowtableRef:
 
 def run(args) -> int:
     profile = profile_from_cli(args.profile, args.settings)
-    topo = load_topology(args.topology)
+    topo = load_topology_cli(args.topology, args.quiet)
     ns = topo.netns(args.netns)
     dst = _addr(args.dst, "--dst")
     ft = _flowtable(ns, args.flowtable)

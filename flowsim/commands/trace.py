@@ -21,8 +21,7 @@ import json
 
 import attrs
 
-from flowsim.commands._args import count_type, headlen_type
-from flowsim.config.topology import load_topology
+from flowsim.commands._args import count_type, headlen_type, load_topology_cli
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.schemas import schema_id
@@ -87,7 +86,7 @@ def select(sim, *, traffic: str | None = None, packet: int | None = None, match:
 
 
 def run(args) -> int:
-    topo = load_topology(args.topology)
+    topo = load_topology_cli(args.topology, args.quiet)
     sim = Simulation(topo, profile_from_cli(args.profile, args.settings), tracing=True, headlen=args.headlen)
     with SimProgress.for_simulation(sim, enabled=progress_enabled(args.quiet)) as bar:
         sim.run(progress=bar)

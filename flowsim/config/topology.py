@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from flowsim.config import iproute
@@ -84,19 +85,26 @@ __all__ = ["Topology", "Namespace", "NftText", "Traffic", "Event", "LinkRequest"
            "load_topology", "load_topology_text"]
 
 
+#: ``progress(done, total)``: called after each replayed command line, *total* being the command lines
+#: of the whole file (counted before the replay: a non-empty line, continuations and comments
+#: included, so *done* may end below it).  flowsim.sim.progress.LoadProgress is one.
+LoadProgress = Callable[[int, int], None]
+
 _TOP_KEYS = {"description", "source", "netns", "traffic", "event"}
 _NETNS_KEYS = {"commands", "sysctls", "nft"}
 
 
-def load_topology(path: str | Path) -> Topology:
-    """Load a topology file; every error is a :class:`TopologyError` naming file and line."""
+def load_topology(path: str | Path, progress: LoadProgress | None = None) -> Topology:
+    """Load a topology file; every error is a :class:`TopologyError` naming file and line.
+
+    *progress*, when given, is called as the command lines are replayed (see :data:`LoadProgress`)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise TopologyError(f"cannot read topology: {exc.strerror}", file=str(path), value=str(path),
                             expected="a readable TOML file") from None
-    return load_topology_text(_decode(data, str(path)), file=str(path))
+    return load_topology_text(_decode(data, str(path)), file=str(path), progress=progress)
 
 
 def _decode(data: bytes, file: str) -> str:
@@ -139,8 +147,9 @@ def _deepest_line(text: str) -> int:
     return where
 
 
-def load_topology_text(text: str, file: str = "<topology>") -> Topology:
-    """Load a topology from TOML *text* (``file`` is used in error messages), frozen (a description)."""
+def load_topology_text(text: str, file: str = "<topology>", progress: LoadProgress | None = None) -> Topology:
+    """Load a topology from TOML *text* (``file`` is used in error messages), frozen (a description);
+    *progress* as for :func:`load_topology`."""
     data = _parse_toml(text, file)
     raw = RawToml(text)
     topo = Topology(file)
@@ -160,6 +169,8 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
             raise TopologyError(why, file=file, line=raw.line_of(f"netns.{name}"), value=name,
                                 expected=NETNS_NAME_EXPECTED)
         topo.add_netns(name)
+    total = _command_lines(netns) if progress is not None else 0
+    done = 0
     for name, table in netns.items():
         header = f"netns.{name}"
         if not isinstance(table, dict):
@@ -170,6 +181,9 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
         ns.commands = tuple(_commands(table.get("commands", []), name, raw, header, file))
         for cmd in ns.commands:
             _run(topo, cmd)
+            if progress is not None:
+                done += 1
+                progress(done, max(total, done))
         ns.sysctls.update(_sysctls(table.get("sysctls", {}), raw, header, file))
         if "nft" in table:
             if not isinstance(table["nft"], str):
@@ -180,6 +194,19 @@ def load_topology_text(text: str, file: str = "<topology>") -> Topology:
     topo.traffic = read_traffic(data.get("traffic", []), topo, raw, file)
     topo.events = read_events(data.get("event", []), topo, raw, file)
     return topo.freeze()
+
+
+def _command_lines(netns: dict) -> int:
+    """An upper bound of the command lines of all namespaces, cheap (no parsing): the non-blank lines
+    of each ``commands`` string, the items of each array."""
+    total = 0
+    for table in netns.values():
+        value = table.get("commands", []) if isinstance(table, dict) else []
+        if isinstance(value, str):
+            total += sum(1 for line in value.splitlines() if line.strip())
+        elif isinstance(value, list):
+            total += len(value)
+    return total
 
 
 def _run(topo: Topology, cmd: Command) -> None:

@@ -8,7 +8,7 @@ drawn when it is not switched off (``--quiet``) *and* stderr is a terminal
 (:func:`progress_enabled`).  Piped, redirected or captured by a test or a
 notebook, stderr is not a terminal and nothing is drawn.
 
-Two bars, both context managers that close themselves:
+Three bars, all context managers that close themselves:
 
 :class:`SimProgress`
     one :class:`~flowsim.sim.simulation.Simulation` run, measured in seconds of
@@ -21,6 +21,12 @@ Two bars, both context managers that close themselves:
     handshake, teardown and link delays add a little).
 :func:`count_bar`
     runs of a sweep, counted as their results come back.
+:class:`LoadProgress`
+    a topology's command lines as :func:`~flowsim.config.topology.load_topology`
+    replays them (its ``progress`` callback: config does not import sim, it
+    only calls what it is given).  Small files load in an instant, so the
+    bar appears only for a file of at least :data:`LOAD_MIN_COMMANDS`
+    command lines (thousands of generated ``ip`` lines).
 
     >>> with SimProgress(10.0, enabled=False) as hook:
     ...     hook(2.5)
@@ -36,8 +42,10 @@ from typing import IO
 
 from tqdm import tqdm
 
-__all__ = ["progress_enabled", "expected_end", "SimProgress", "count_bar", "VIRTUAL_FORMAT"]
+__all__ = ["progress_enabled", "expected_end", "SimProgress", "count_bar", "LoadProgress", "VIRTUAL_FORMAT",
+           "LOAD_MIN_COMMANDS"]
 
+LOAD_MIN_COMMANDS = 1000  # fewer command lines load in well under a second: no bar
 VIRTUAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.3f}/{total:.3f} s virtual [{elapsed}<{remaining}]"
 
 
@@ -99,3 +107,45 @@ def count_bar(total: int, *, desc: str = "runs", enabled: bool | None = None, st
     on = progress_enabled(stream=stream) if enabled is None else enabled
     return tqdm(total=total, file=stream, disable=not on, leave=False, desc=desc, unit="run",
                 dynamic_ncols=True)
+
+
+class LoadProgress:
+    """A bar over the command lines of a topology; call it with ``(done, total)`` (``load_topology``'s
+    ``progress``).  Created lazily: nothing is drawn for fewer than *minimum* command lines.
+
+    >>> with LoadProgress(enabled=False) as hook:
+    ...     hook(3, 5000)
+    ...     hook.n
+    3
+    """
+
+    def __init__(self, *, enabled: bool | None = None, stream: IO | None = None, desc: str = "loading topology",
+                 minimum: int = LOAD_MIN_COMMANDS):
+        self.stream = sys.stderr if stream is None else stream
+        self.on = progress_enabled(stream=self.stream) if enabled is None else enabled
+        self.desc, self.minimum = desc, minimum
+        self.bar: tqdm | None = None
+        self.n = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if not self.on or total < self.minimum:
+                self.n = done
+                return
+            self.bar = tqdm(total=total, file=self.stream, leave=False, desc=self.desc, unit="cmd",
+                            dynamic_ncols=True)
+        if total != self.bar.total:
+            self.bar.total = total
+        if done > self.n:
+            self.bar.update(done - self.n)
+        self.n = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self) -> LoadProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
