@@ -48,7 +48,8 @@ from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
 __all__ = [
     "PktInfo", "parse_ip", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
-    "ip_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header", "fix_l4_checksum", "ICMP_DEST_UNREACH",
+    "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header",
+    "fix_l4_checksum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
@@ -343,13 +344,15 @@ def ipv6_change_dsfield(buf: bytearray, off: int, dscp: int) -> None:
 
 # ----------------------------------------------------------------- fragmentation
 
-def ip_fragment(pkt: bytes, mtu: int) -> list[bytes]:
-    """``ip_do_fragment`` (slow path): split an IPv4 packet into fragments of at most *mtu* bytes.
+def ip_fragment(pkt: bytes, mtu: int, df: bool = False) -> list[bytes]:
+    """``ip_do_fragment`` (slow path: ``ip_frag_init`` + ``ip_frag_next``): split an IPv4 packet into fragments
+    of at most *mtu* bytes.
 
     Data per fragment is a multiple of 8; every fragment gets the header
     (no options are used by the simulator), its offset, MF on all but the
-    last (kept on the last when the packet was itself a non-last fragment)
-    and a fresh header checksum.
+    last (kept on the last when the packet was itself a non-last fragment),
+    DF when *df* (``IPSKB_FRAG_PMTU``: a reassembled packet whose largest
+    fragment had DF) and a fresh header checksum.
     """
     ihl = (pkt[0] & 0x0F) * 4
     hdr, data = pkt[:ihl], pkt[ihl:]
@@ -361,7 +364,7 @@ def ip_fragment(pkt: bytes, mtu: int) -> list[bytes]:
         chunk = data[start:start + step]
         last = start + step >= len(data)
         h = bytearray(hdr)
-        fo = (base + start // 8) | (IP_MF if (not last or more) else 0)
+        fo = (base + start // 8) | (IP_MF if (not last or more) else 0) | (IP_DF if df else 0)
         struct.pack_into("!HHH", h, 2, ihl + len(chunk), int.from_bytes(hdr[4:6], "big"), fo)
         h[10:12] = b"\0\0"
         struct.pack_into("!H", h, 10, internet_checksum(h))
@@ -369,10 +372,51 @@ def ip_fragment(pkt: bytes, mtu: int) -> list[bytes]:
     return out
 
 
-class FragQueue:
-    """``struct ipq``: the fragments of one IPv4 datagram (``ip_defrag``), keyed by (src, dst, id, protocol)."""
+def ip_fraglist_fits(pkt: bytes, sizes: tuple[int, ...], mtu: int) -> bool:
+    """The geometry check of ``ip_do_fragment``'s fast path: the reassembled skb's frag_list (*sizes*: the data
+    bytes of each original fragment, in offset order) can be sent as it is through *mtu*.
 
-    __slots__ = ("header", "parts", "total", "created", "skbs")
+    The first piece and every one but the last must be a multiple of 8 and at most ``mtu - hlen`` data bytes,
+    and the packet must not itself be a fragment (``ip_is_fragment``).
+    """
+    ihl = (pkt[0] & 0x0F) * 4
+    room = mtu - ihl
+    if len(sizes) < 2 or sum(sizes) != len(pkt) - ihl or int.from_bytes(pkt[6:8], "big") & (IP_MF | IP_OFFSET):
+        return False
+    return all(n <= room and (n % 8 == 0 or i == len(sizes) - 1) for i, n in enumerate(sizes))
+
+
+def ip_fraglist_fragment(pkt: bytes, sizes: tuple[int, ...]) -> list[bytes]:
+    """``ip_do_fragment``'s fast path (``ip_fraglist_init`` + ``ip_fraglist_prepare``): the original fragments
+    of a reassembled packet go out again with the header of the whole one.
+
+    The first gets ``frag_off = IP_MF`` and the others their offset and MF but the last: DF is not kept on
+    this path (``ip_fraglist_init`` overwrites ``frag_off``).
+    """
+    ihl = (pkt[0] & 0x0F) * 4
+    hdr = pkt[:ihl]
+    out, pos = [], ihl
+    for i, n in enumerate(sizes):
+        h = bytearray(hdr)
+        fo = (pos - ihl) // 8 | (IP_MF if i < len(sizes) - 1 else 0)
+        struct.pack_into("!HHH", h, 2, ihl + n, int.from_bytes(hdr[4:6], "big"), fo)
+        h[10:12] = b"\0\0"
+        struct.pack_into("!H", h, 10, internet_checksum(h))
+        out.append(bytes(h) + pkt[pos:pos + n])
+        pos += n
+    return out
+
+
+class FragQueue:
+    """``struct ipq``: the fragments of one IPv4 datagram (``ip_defrag``), keyed by (src, dst, id, protocol).
+
+    ``ip_frag_queue`` keeps the largest fragment seen (``q.max_size``) and the largest with DF
+    (``max_df_size``); ``ip_frag_reasm`` turns them into ``IPCB(skb)->frag_max_size`` and the DF bit
+    of the whole packet (:attr:`frag_max_size`, :attr:`frag_pmtu`).  :attr:`sizes` is the head's
+    ``frag_list``: the data bytes of each fragment in offset order.
+    """
+
+    __slots__ = ("header", "parts", "total", "created", "skbs", "max_size", "max_df_size")
 
     def __init__(self, created: float):
         self.header: bytes | None = None
@@ -380,6 +424,22 @@ class FragQueue:
         self.total: int | None = None
         self.created = created
         self.skbs: list = []
+        self.max_size = 0  # q.max_size: the largest fragment (IP header + data)
+        self.max_df_size = 0  # the largest fragment with DF
+
+    @property
+    def frag_max_size(self) -> int:
+        """``ip_frag_reasm``: ``IPCB(skb)->frag_max_size = max(qp->max_df_size, qp->q.max_size)``."""
+        return max(self.max_df_size, self.max_size)
+
+    @property
+    def frag_pmtu(self) -> bool:
+        """``ip_frag_reasm``: DF (and ``IPSKB_FRAG_PMTU``) only when the largest fragment had DF."""
+        return self.max_df_size == self.max_size
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(len(self.parts[off]) for off in sorted(self.parts))
 
     def add(self, pkt: bytes, info: PktInfo) -> bytes | None:
         """``ip_frag_queue`` + ``ip_frag_reasm``: the whole datagram once every byte is here."""
@@ -390,6 +450,10 @@ class FragQueue:
         if not info.mf:
             self.total = start + len(data)
         self.parts[start] = data
+        fragsize = info.tot_len  # skb->len + ihl
+        self.max_size = max(self.max_size, fragsize)
+        if info.df:
+            self.max_df_size = max(self.max_df_size, fragsize)
         if self.header is None or self.total is None:
             return None
         have, body = 0, bytearray()
@@ -403,7 +467,7 @@ class FragQueue:
         h = bytearray(self.header)
         ihl = len(h)
         struct.pack_into("!HH", h, 2, ihl + self.total, int.from_bytes(h[4:6], "big"))
-        struct.pack_into("!H", h, 6, int.from_bytes(h[6:8], "big") & IP_DF)
+        struct.pack_into("!H", h, 6, IP_DF if self.frag_pmtu else 0)
         h[10:12] = b"\0\0"
         struct.pack_into("!H", h, 10, internet_checksum(h))
         return bytes(h) + bytes(body[:self.total])

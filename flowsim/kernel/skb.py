@@ -94,6 +94,11 @@ class SkBuff:
     tag: SkbTag | None = None  # the simulator's label: which traffic, direction and packet this is
     drop_reason: str | None = None  # reason id when a hook returned NF_DROP
     sec_path: tuple = ()  # skb_sec_path: the xfrm states that decrypted it, outermost first
+    # What ip_frag_reasm / nf_ct_ipv4_gather_frags leave on a reassembled IPv4 packet (0 / False / () otherwise):
+    frag_max_size: int = 0  # IPCB(skb)->frag_max_size: the largest fragment received (IP header + data)
+    frag_pmtu: bool = False  # IPCB(skb)->flags & IPSKB_FRAG_PMTU: that largest fragment had DF
+    ignore_df: bool = False  # skb->ignore_df: set by nf_defrag_ipv4 after reassembly
+    frag_list: tuple[int, ...] = ()  # skb_shinfo(skb)->frag_list: data bytes of each original fragment
     # Cost counters kept as plain fields: one object less per packet.
     copies: int = 0
     reallocs: int = 0

@@ -65,7 +65,8 @@ from flowsim.kernel.headers import (
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
     ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
-    IPV6_MIN_MTU, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fragment,
+    IPV6_MIN_MTU, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fraglist_fits,
+    ip_fraglist_fragment, ip_fragment,
     ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, reparse_ip,
 )
 from flowsim.kernel.skb import SkBuff
@@ -106,9 +107,10 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
         return
     skb.may_pull(info.hlen if info.version == 4 else 40)
     skb.network_header, skb.transport_header = skb.data, info.l4off
+    skb.frag_max_size, skb.frag_pmtu = 0, False  # ip_rcv_core: memset(IPCB(skb), 0, ...)
     nfc = NfCtx()
     if info.version == 4 and info.frag and st.ct_active:
-        skb, info = ip_defrag(kernel, st, skb, info)
+        skb, info = ip_defrag(kernel, st, skb, info, conntrack=True)
         if skb is None:
             return
     info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
@@ -154,7 +156,7 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
     out_dev = st.ns.devices[rt.dev]
     mtu = st.ns.fib.dst_mtu_maybe_forward(rt)
     if v4:
-        if info.tot_len > mtu and info.df and not _gso_fits(skb, info, mtu):  # ip_exceeds_mtu
+        if _ip_exceeds_mtu(skb, info, mtu):
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, nfc=nfc)
             kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
             return
@@ -197,6 +199,18 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
     _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop, nfc, in_dev)
 
 
+def _ip_exceeds_mtu(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
+    """``ip_exceeds_mtu`` (net/ipv4/ip_forward.c): longer than *mtu* with DF, unless the skb ignores DF (a packet
+    ``nf_defrag_ipv4`` reassembled) or is GSO with segments that fit; a reassembled one whose largest original
+    fragment (``IPCB(skb)->frag_max_size``) was longer than *mtu* exceeds it all the same.
+    """
+    if info.tot_len <= mtu or not info.df:
+        return False
+    if skb.frag_max_size > mtu:
+        return True
+    return not skb.ignore_df and not _gso_fits(skb, info, mtu)
+
+
 def _gso_fits(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
     """``skb_is_gso(skb) && skb_gso_validate_network_len(skb, mtu)``: every segment will fit *mtu*.
 
@@ -217,14 +231,16 @@ def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev,
     """``ip_finish_output`` / ``__ip6_finish_output`` for a non-GSO skb: fragment (or refuse) what is longer than
     the route's MTU (``dst_mtu``).
 
-    Refusing is ``ip_fragment`` with DF / ``ip6_fragment`` of an skb without ``ignore_df``: a forwarded packet
-    (*in_dev*) gets the ICMP error there.  IPv6 reaches it when ``ip6_forward`` checked the device's MTU but the
-    route has a smaller one that is not locked (:func:`dst_mtu_maybe_forward`); a local sender that ignores
-    the path MTU only gets EMSGSIZE.
+    ``__ip_finish_output`` also sends every packet ``ip_defrag`` reassembled (``IPCB(skb)->frag_max_size``)
+    through ``ip_fragment``, whatever its length: it leaves as fragments no longer than the largest one received.
+    Refusing is ``ip_fragment`` with DF / ``ip6_fragment`` of an skb without ``ignore_df`` (or with DF and a
+    ``frag_max_size`` above *mtu*): a forwarded packet (*in_dev*) gets the ICMP error there.  IPv6 reaches it
+    when ``ip6_forward`` checked the device's MTU but the route has a smaller one that is not locked
+    (:func:`dst_mtu_maybe_forward`); a local sender that ignores the path MTU only gets EMSGSIZE.
     """
-    if info.tot_len > mtu and out_dev.link_type != "loopback":
-        v4 = info.version == 4
-        if v4 and not info.df:
+    v4 = info.version == 4
+    if (info.tot_len > mtu or (v4 and skb.frag_max_size)) and out_dev.link_type != "loopback":
+        if v4 and (not info.df or (skb.ignore_df and not skb.frag_max_size > mtu)):  # ip_fragment
             _fragment_and_send(kernel, st, skb, info, mtu, out_dev, nexthop)
             return
         if in_dev is not None:
@@ -236,8 +252,19 @@ def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev,
 
 
 def _fragment_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> None:
-    """``ip_fragment``: each fragment is a piece of the same packet."""
-    frags = ip_fragment(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), mtu)
+    """``ip_do_fragment``: each fragment is a piece of the same packet.
+
+    A reassembled packet is cut to its ``frag_max_size`` when that is below *mtu*; its ``frag_list`` (the
+    original fragments) goes out as it is when every piece fits (the fast path, :func:`ip_fraglist_fragment`),
+    else the slow path copies pieces, with DF when the largest original fragment had it (``IPSKB_FRAG_PMTU``).
+    """
+    pkt = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
+    if skb.frag_max_size and skb.frag_max_size < mtu:
+        mtu = skb.frag_max_size
+    if skb.frag_list and ip_fraglist_fits(pkt, skb.frag_list, mtu):
+        frags = ip_fraglist_fragment(pkt, skb.frag_list)
+    else:
+        frags = ip_fragment(pkt, mtu, df=skb.frag_pmtu)
     kernel.add_pieces(skb, len(frags) - 1)
     kernel.trace(skb, f"{st.name} output", f"fragmented into {len(frags)}", mtu=mtu)
     for f in frags:
@@ -380,6 +407,7 @@ def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx | None = No
     skb.protocol = _TUNNEL_KINDS[info.l4proto]
     skb.mac_header = skb.network_header = skb.transport_header = skb.data
     skb.vlan_hwaccel_clear_tag()
+    skb.ignore_df, skb.frag_list = False, ()  # skb_scrub_packet; ip_rcv clears the IPCB
     kernel.trace(skb, f"{st.name} {tun.name}", "decapsulated", outer_src=info.src, outer_dst=info.dst)
     stack_l2.netif_receive_skb(kernel, tun, skb)
 
@@ -547,8 +575,13 @@ def _icmp_push_reply(kernel, st, skb: SkBuff, nfc: NfCtx) -> None:
 
 # ----------------------------------------------------------------- reassembly
 
-def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo):
-    """``ip_defrag``: queue a fragment; (whole skb, its info) once complete, else (None, None)."""
+def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
+    """``ip_defrag``: queue a fragment; (whole skb, its info) once complete, else (None, None).
+
+    ``ip_frag_reasm`` leaves ``IPCB(skb)->frag_max_size`` (and ``IPSKB_FRAG_PMTU``) and the fragments as the
+    head's ``frag_list``; for conntrack (*conntrack*: ``nf_ct_ipv4_gather_frags``) the whole packet also gets
+    ``skb->ignore_df``.  Output then re-fragments it (:func:`_fragment_and_send`).
+    """
     key = (info.src, info.dst, info.ident, info.l4proto)
     q = st.frags.get(key)
     if q is None:
@@ -562,6 +595,8 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo):
         kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
     out = new_skb(whole, skb.tag, skb.mark)
     out.iif = skb.iif
+    out.frag_max_size, out.frag_pmtu, out.frag_list = q.frag_max_size, q.frag_pmtu, q.sizes
+    out.ignore_df = conntrack
     kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
     return out, parse_ip(out.buf, out.data)
 
