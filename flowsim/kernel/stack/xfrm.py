@@ -22,7 +22,8 @@ tunnel gets the XFRM xmit type (:func:`flowsim.kernel.flowtable.path.nft_flow_ro
 Output (``xfrm4_output``): POSTROUTING on the inner packet, then
 ``xfrm_output``: the inner packet becomes the ESP payload of a new outer
 IPv4 header (``xfrm4_tunnel_encap_add`` + ``esp_output``, one sequence
-number per packet and state), and the outer packet leaves through OUTPUT,
+number per packet and state; the inner DF is copied and, as there is no
+socket, a DF outer header gets ID 0 from ``ip_select_ident_segs``), and the outer packet leaves through OUTPUT,
 POSTROUTING and the underlay route (``xfrm_output_resume`` → ``dst_output``).
 The fast path's XFRM branch (``nf_flow_xmit_xfrm``) calls the same output (:meth:`Kernel.xfrm_output`).
 
@@ -269,8 +270,10 @@ def xfrm_output(kernel, st, skb, info, rt: XfrmRoute) -> None:
     body = esp.esp_output_tail(sa.esp_state, seq, inner, IPPROTO_IPIP)
     tos = inner[1] & 0xFC  # xfrm4_tunnel_encap_add: DSCP copied, ECN by INET_ECN_encapsulate
     ecn = inner[1] & 0x03
-    outer = build_ipv4(sa.src, sa.dst, IPPROTO_ESP, body, tos=tos | (ecn if ecn != 3 else 2),
-                       ident=st.next_ident(), df=info.df)
+    # xfrm4_tunnel_encap_add → ip_select_ident(net, skb, NULL) → ip_select_ident_segs: no socket, so DF without
+    # skb->ignore_df gets ID 0; otherwise __ip_select_ident (a per-namespace counter here)
+    ident = 0 if info.df and not skb.ignore_df else st.next_ident()
+    outer = build_ipv4(sa.src, sa.dst, IPPROTO_ESP, body, tos=tos | (ecn if ecn != 3 else 2), ident=ident, df=info.df)
     if kernel.tracing:
         kernel.trace(skb, where, "esp encapsulated", spi=hex(sa.spi), seq=seq, src=sa.src, dst=sa.dst)
     _AFINFO[AF_INET].local_out(kernel, st, new_skb(outer, skb.tag, skb.mark), route=rt.route)
