@@ -483,3 +483,14 @@ def test_frames_simulation_carries_one_packet_at_a_time():
     fp = simulate_frames(topo, plan, "linux-6.12", 3)
     got = [f.verdict.split()[0] for f in fp.frames if f.verdict and (f.netns, f.dev) == ("nsr1", "veth1")]
     assert got == ["slowpath", "fastpath", "fastpath", "fastpath", "slowpath"]
+
+
+def test_l3_bytes_of_a_cooked_frame_is_its_packet():
+    """A Linux cooked (SLL) capture — ip6tnl, ppp, gre — carries 16 bytes before the packet; the slow-path log
+    (nflog) holds the packet alone, so a cooked frame must be paired by what follows the header."""
+    from flowsim.conform.frames import l3_bytes
+    from flowsim.kernel.capture import LINKTYPE_LINUX_SLL
+
+    packet = bytes.fromhex("6000000000083b40") + bytes(32)
+    sll = bytes.fromhex("0000030100000000000000000000") + b"\x86\xdd"    # host, ARPHRD_TUNNEL6, no address
+    assert l3_bytes(sll + packet, LINKTYPE_LINUX_SLL) == packet

@@ -392,7 +392,10 @@ dump() {
 # ---------------------------------------------------------------------- kernel side
 
 def l3_bytes(data: bytes, linktype: int) -> bytes:
-    """The L3 packet of a captured frame: after the Ethernet header, any VLAN tags and a PPPoE session header."""
+    """The L3 packet of a captured frame: after the Ethernet header, any VLAN tags and a PPPoE session header;
+    after a Linux cooked (SLL) header's 16 bytes; a raw-IP frame is its packet."""
+    if linktype == LINKTYPE_LINUX_SLL:
+        return data[16:]
     if linktype != LINKTYPE_ETHERNET:
         return data
     off, proto = 12, None

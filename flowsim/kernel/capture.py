@@ -388,14 +388,15 @@ def write_pcap(path: str | Path, frames: Iterable[bytes], start: int = 1_800_000
     return n
 
 
-# libpcap's map_arphrd_to_dlt (pcap-linux.c) for the simulator's device link types: Ethernet-like
-# devices (veth, bridge, vlan, macvlan, dummy, loopback) capture as Ethernet; IP tunnels
-# (ARPHRD_TUNNEL ipip, ARPHRD_TUNNEL6 ip6tnl) and ARPHRD_NONE (tun, wireguard) as raw IP;
-# PPP and GRE devices in Linux cooked mode, libpcap's choice for them and for the types it
-# does not map.
-_DEVICE_LINKTYPES = {"tunnel": LINKTYPE_RAW, "tunnel6": LINKTYPE_RAW, "none": LINKTYPE_RAW,
+# libpcap's map_arphrd_to_dlt (pcap-linux.c) for the simulator's device link types, as tcpdump
+# recorded them in the conformance guest (Debian 12's libpcap, Linux 7.2.13): Ethernet-like
+# devices (veth, bridge, vlan, macvlan, dummy, loopback) capture as Ethernet; ARPHRD_TUNNEL
+# (ipip) and ARPHRD_NONE (tun, wireguard) as raw IP; ARPHRD_TUNNEL6 (ip6tnl), PPP and GRE
+# devices in Linux cooked mode (SLL: packet type, ARPHRD, no link-layer address, protocol),
+# libpcap's choice for the types it does not map to a link type of their own.
+_DEVICE_LINKTYPES = {"tunnel": LINKTYPE_RAW, "tunnel6": LINKTYPE_LINUX_SLL, "none": LINKTYPE_RAW,
                      "ppp": LINKTYPE_LINUX_SLL, "ipgre": LINKTYPE_LINUX_SLL}
-_ARPHRD = {"ppp": 512, "ipgre": 778}  # the hardware type field of a cooked header
+_ARPHRD = {"tunnel6": 769, "ppp": 512, "ipgre": 778}  # the hardware type field of a cooked header
 _SLL_HOST, _SLL_OUTGOING = 0, 4
 
 
