@@ -131,9 +131,9 @@ def test_instantiate_is_a_live_independent_copy():
     topo = load("selftest.toml")
     one, two = topo.instantiate(), topo.instantiate()
     iproute.run(one, Command("ip route add 10.9.0.0/16 via 192.168.10.2", "nsr1", "t", 1))
-    iproute.run(one, Command("ip link set veth1 down", "nsr1", "t", 2))
+    iproute.run(one, Command("ip link set veth0 down", "nsr1", "t", 2))   # no static route through veth0
     one.netns("nsr1").sysctls["net.ipv4.ip_forward"] = "0"
-    assert not one.device("nsr1", "veth1").up and topo.device("nsr1", "veth1").up and two.device("nsr1", "veth1").up
+    assert not one.device("nsr1", "veth0").up and topo.device("nsr1", "veth0").up and two.device("nsr1", "veth0").up
     assert len(one.netns("nsr1").fib.static) == len(topo.netns("nsr1").fib.static) + 1
     assert "net.ipv4.ip_forward" not in topo.netns("nsr1").sysctls
     assert one.peer(one.device("nsr1", "veth1")) is one.device("nsr2", "veth0")  # the graph holds the copies

@@ -290,6 +290,17 @@ command = "ip link set veth1 down"
 at = 0.001
 netns = "nsr1"
 command = "ip link set veth1 up"
+
+# NETDEV_DOWN deleted the default routes through veth1 (fib_sync_down_dev, rt6_sync_down_dev): added again
+[[event]]
+at = 0.001
+netns = "nsr1"
+command = "ip route add default via 192.168.10.2"
+
+[[event]]
+at = 0.001
+netns = "nsr1"
+command = "ip -6 route add default via fee1:2::2"
 '''
 
 

@@ -445,7 +445,8 @@ def debian_config(kit: KernelKit, timer: Timer) -> dict[str, str]:
 def _build_suite(kit: KernelKit) -> tuple[str, str | None]:
     """(suite to debootstrap, extra suite for the headers): experimental is a partial suite on top of sid."""
     if kit.spec.suite == "experimental":
-        return "sid", "experimental"
+        base, extra = "sid", "experimental"   # experimental holds only the packages newer than sid's
+        return base, extra
     if kit.spec.suite:
         return kit.spec.suite, None
     src = machine_debian_source()

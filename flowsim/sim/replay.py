@@ -81,6 +81,8 @@ from flowsim.kernel.stack.core import ORIGIN_STACK
 
 __all__ = ["ORIGIN_REPLAY", "ReplaySource", "Replay", "parse_replay", "load_replay"]
 
+IN_FLIGHT = "in-flight"   # a replayed frame's fate while the run still carries it (not a reason id)
+
 #: the packet ledger's origin of replayed frames
 ORIGIN_REPLAY = "replay"
 OPTION = "--replay"
@@ -311,7 +313,7 @@ class Replay:
             return "delivered", None, r.last_rx
         if state == "dropped":
             return "dropped", getattr(tag, "reason", None), getattr(tag, "where", None)
-        return "in-flight", None, None
+        return IN_FLIGHT, None, None
 
     def report(self) -> tuple[list[dict], list[dict]]:
         """(one entry per frame, one summary per source) for the run report."""
