@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.commands._args import headlen_type, seconds_type
+from flowsim.commands._args import headlen_type, load_topology_cli, seconds_type
 from flowsim.errors import ConfigError
 from flowsim.sim.compare import compare
 from flowsim.sim.progress import progress_enabled
@@ -42,7 +42,8 @@ def run(args) -> int:
         profiles.append(profiles[0])
     if len(profiles) != 2:
         raise ConfigError(f"compare takes two profiles, got {len(profiles)}", value=profiles)
-    cmp = compare(args.topology, profiles[0], profiles[1], settings_a=args.settings + args.set_a,
+    topo = load_topology_cli(args.topology, args.quiet)   # loaded once, with its own progress bar
+    cmp = compare(topo, profiles[0], profiles[1], settings_a=args.settings + args.set_a,
                   settings_b=args.settings + args.set_b, headlen=args.headlen, duration=args.duration,
                   progress=progress_enabled(args.quiet))
     print(json.dumps(cmp.to_dict(), indent=2) if args.json else cmp.text(), end="" if not args.json else "\n")

@@ -26,8 +26,7 @@ import argparse
 import json
 
 import flowsim.cli
-from flowsim.commands._args import headlen_type, number_type, seconds_type
-from flowsim.config.topology import load_topology
+from flowsim.commands._args import headlen_type, load_topology_cli, number_type, seconds_type
 from flowsim.errors import ConfigError
 from flowsim.profiles import profile_from_cli
 from flowsim.sim.progress import SimProgress, progress_enabled
@@ -78,7 +77,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     profile = profile_from_cli(args.profile, args.settings)
-    topo = load_topology(args.topology)
+    topo = load_topology_cli(args.topology, getattr(args, "quiet", False))
     replays = getattr(args, "replay", None) or []
     no_traffic = getattr(args, "no_traffic", False)
     if getattr(args, "replay_rate", None) is not None and not replays:
