@@ -272,6 +272,14 @@ def _version_key(name: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"\d+", name))
 
 
+def source_package(kit: KernelKit) -> str:
+    """``linux-source-MAJOR.MINOR``: Debian's source of exactly the kernel in *kit* (same version)."""
+    line = upstream_version(kit.version)
+    if line is None:
+        raise ConformSetupError(f"{kit.package} {kit.version}: cannot tell the kernel line of this version")
+    return f"linux-source-{line[0]}.{line[1]}"
+
+
 def private_apt(spec: KernelSpec) -> PrivateApt | None:
     """The private apt folder of *spec*'s suite (None for the machine's own suites)."""
     if spec.suite is None:

@@ -57,6 +57,7 @@ import attrs
 from flowsim.conform.debian import APT_ETC, machine_debian_source
 from flowsim.conform.kernel import (
     ConformSetupError, KernelKit, Timer, _apt, _download, _is_root, _run, cache_dir, find_tool, private_apt,
+    source_package,
 )
 from flowsim.errors import ConfigError
 
@@ -367,15 +368,9 @@ def apply_series(patches: list[Patch], tree: Path, what: str = "the kernel sourc
 
 # ---------------------------------------------------------------------- sources and config
 
-def _source_package(kit: KernelKit) -> str:
-    from flowsim.conform.selftest import source_package
-
-    return source_package(kit)
-
-
 def kernel_source(kit: KernelKit, dirs: list[str], timer: Timer) -> Path:
     """A tree holding *dirs* (recursively) of Debian's source of exactly *kit*'s kernel, cached."""
-    pkg = _source_package(kit)
+    pkg = source_package(kit)
     dest = cache_dir() / "sources" / f"{pkg}_{kit.version.replace(':', '%')}"
     have = set((dest / "dirs").read_text().split()) if (dest / "dirs").exists() else set()
     missing = sorted(d for d in dirs if d not in have)
@@ -618,7 +613,7 @@ def patched_kit(kit: KernelKit, series: list[str] | tuple[str, ...], patches: li
     for d in dirs:
         shutil.copytree(src / d, tree / d, symlinks=True)
     with timer.step("patch"):
-        apply_series(patches, tree, f"{_source_package(kit)} {kit.version}")
+        apply_series(patches, tree, f"{source_package(kit)} {kit.version}")
     plan: dict[str, list[str]] = {}
     for d in dirs:
         c_files = [f for f in use if str(PurePosixPath(f).parent) == d and f.endswith(".c")]

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import attrs
 
 from flowsim.conform.kernel import (
-    GNU_DIR, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt, upstream_version,
+    GNU_DIR, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt, source_package,
 )
 
 __all__ = ["SelftestLine", "SelftestRun", "read_results", "PAIRING", "fetch_selftest", "selftest_files",
@@ -130,14 +130,6 @@ def pair_rows(lines: list[SelftestLine] | tuple[SelftestLine, ...]) -> list[tupl
                 break
         out.append((line, row))
     return out
-
-
-def source_package(kit: KernelKit) -> str:
-    """``linux-source-MAJOR.MINOR``: Debian's source of exactly the kernel in *kit* (same version)."""
-    line = upstream_version(kit.version)
-    if line is None:
-        raise ConformSetupError(f"{kit.package} {kit.version}: cannot tell the kernel line of this version")
-    return f"linux-source-{line[0]}.{line[1]}"
 
 
 def _wanted(name: str) -> str | None:
