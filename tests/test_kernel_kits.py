@@ -176,3 +176,12 @@ def test_cached_kits_do_not_mix_suites(tmp_path, monkeypatch):
     assert [p.name.split("_")[0] for p in kk._cached_kits(kk.KERNELS["debian-sid"])] == ["linux-image-7.2.13+deb14-amd64"]
     assert [p.name.split("_")[0] for p in kk._cached_kits(kk.KERNELS["debian-6.12"])] == ["linux-image-6.12.57+deb13-amd64"]
     assert kk._cached_kits(kk.KERNELS["debian-experimental"]) == []
+
+
+def test_parse_depends_keeps_the_first_alternative_without_versions():
+    from flowsim.conform.debian import parse_depends
+
+    show = ("Package: linux-image-7.2.13+deb14-amd64\nVersion: 7.2.13-1\nDepends: dracut | initramfs-tools (>= 0.120), "
+            "linux-binary-7.2.13+deb14-amd64 (= 7.2.13-1), linux-modules-7.2.13+deb14-amd64 (= 7.2.13-1)\n")
+    assert parse_depends(show) == ["dracut", "linux-binary-7.2.13+deb14-amd64", "linux-modules-7.2.13+deb14-amd64"]
+    assert parse_depends("Package: x\n") == []

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["AptSource", "PrivateApt", "machine_debian_source", "parse_sources", "APT_ETC"]
+__all__ = ["AptSource", "PrivateApt", "machine_debian_source", "parse_sources", "parse_depends", "APT_ETC"]
 
 APT_ETC = Path("/etc/apt")
 
@@ -178,15 +178,13 @@ class PrivateApt:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         return subprocess.run([program, *self.options(), *args], capture_output=True, text=True, env=env, **kw)
 
-    def package_version(self, package: str) -> str | None:
-        res = self.run("apt-cache", ["show", "--no-all-versions", package])
-        m = re.search(r"^Version:\s*(\S+)", res.stdout, re.M) if res.returncode == 0 else None
-        return m.group(1) if m else None
-
     def depends(self, package: str) -> list[str]:
         """The package names of *package*'s Depends (first alternative of each)."""
         res = self.run("apt-cache", ["show", "--no-all-versions", package])
-        m = re.search(r"^Depends:\s*(.+)$", res.stdout, re.M) if res.returncode == 0 else None
-        if not m:
-            return []
-        return [alt.split("|")[0].split("(")[0].strip() for alt in m.group(1).split(",")]
+        return parse_depends(res.stdout) if res.returncode == 0 else []
+
+
+def parse_depends(show: str) -> list[str]:
+    """The package names of the ``Depends:`` field in ``apt-cache show`` output (first alternative of each)."""
+    m = re.search(r"^Depends:\s*(.+)$", show, re.M)
+    return [alt.split("|")[0].split("(")[0].strip() for alt in m.group(1).split(",")] if m else []

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import attrs
 
-from flowsim.conform.debian import PrivateApt, machine_debian_source
+from flowsim.conform.debian import PrivateApt, machine_debian_source, parse_depends
 from flowsim.errors import FlowsimError
 from flowsim.profiles import PROFILES
 
@@ -329,15 +329,15 @@ def kernel_packages(package: str, apt: PrivateApt | None) -> list[str]:
     ``linux-binary-REL`` (``usr/lib/modules/REL/vmlinuz``) and ``linux-modules-REL``.
     """
     rel = package[len("linux-image-"):]
-    deps = apt.depends(package) if apt is not None else _system_depends(package)
+    deps = package_depends(package, apt)
     parts = [d for d in deps if d in (f"linux-binary-{rel}", f"linux-modules-{rel}")]
     return parts if parts else [package]
 
 
-def _system_depends(package: str) -> list[str]:
-    res = subprocess.run(["apt-cache", "show", "--no-all-versions", package], capture_output=True, text=True)
-    m = re.search(r"^Depends:\s*(.+)$", res.stdout, re.M) if res.returncode == 0 else None
-    return [alt.split("|")[0].split("(")[0].strip() for alt in m.group(1).split(",")] if m else []
+def package_depends(package: str, apt: PrivateApt | None = None) -> list[str]:
+    """*package*'s Depends as apt (the machine's, or a private suite's) knows it; [] when apt does not."""
+    res = _apt_query(apt, ["show", "--no-all-versions", package])
+    return parse_depends(res.stdout) if res.returncode == 0 else []
 
 
 def _kit_suite(root: Path) -> str:

@@ -56,8 +56,8 @@ import attrs
 
 from flowsim.conform.debian import APT_ETC, machine_debian_source
 from flowsim.conform.kernel import (
-    ConformSetupError, KernelKit, Timer, _apt, _download, _is_root, _run, cache_dir, find_tool, private_apt,
-    source_package,
+    ConformSetupError, KernelKit, Timer, _apt, _download, _is_root, _run, cache_dir, find_tool, package_depends,
+    private_apt, source_package,
 )
 from flowsim.errors import ConfigError
 
@@ -450,13 +450,7 @@ def _build_suite(kit: KernelKit) -> tuple[str, str | None]:
 
 def _compiler(kit: KernelKit) -> str:
     """``gcc-NN``, the kernel's own compiler: ``linux-headers-REL`` depends on ``gcc-NN-for-host``."""
-    apt = private_apt(kit.spec)
-    if apt is not None:
-        deps = apt.depends(_headers_package(kit))
-    else:
-        from flowsim.conform.kernel import _system_depends
-
-        deps = _system_depends(_headers_package(kit))
+    deps = package_depends(_headers_package(kit), private_apt(kit.spec))
     for d in deps:
         m = re.fullmatch(r"(gcc-\d+)(-for-host)?", d)
         if m:
