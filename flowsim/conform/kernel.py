@@ -155,6 +155,9 @@ MODULE_ROOTS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "ne
                 "crypto/ghash-generic.ko", "crypto/ctr.ko", "crypto/seqiv.ko", "crypto/echainiv.ko",
                 "crypto/authenc.ko", "crypto/authencesn.ko", "crypto/cbc.ko", "crypto/geniv.ko",
                 "crypto/aes_generic.ko", "arch/x86/crypto/aesni-intel.ko",
+                # seqiv's IV generator asks for the default RNG ("stdrng": drbg, seeded by jitterentropy);
+                # Debian 6.1 builds them as modules, later kernels in
+                "crypto/drbg.ko", "crypto/jitterentropy_rng.ko",
                 # textsearch algorithms the conntrack helpers ask for by name (nf_conntrack_amanda's
                 # textsearch_prepare("kmp") -> request_module("ts_kmp")): no modules.dep edge leads there
                 "lib/ts_kmp.ko", "lib/ts_bm.ko", "lib/ts_fsm.ko")
