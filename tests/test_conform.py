@@ -431,3 +431,16 @@ def test_nft_json_after_a_warning():
     rule = {"rule": {"family": "inet", "table": "t", "chain": "input", "handle": 2, "expr": [
         {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, "goto {\n\tip dscp cs3 accept\n}"]}}
     assert parse_nft_json(json.dumps({"nftables": [rule]})).error is None
+
+
+def test_a_flow_torn_down_by_fin_still_counts_as_created_on_the_kernel_side():
+    """Debian 6.12 (saved boot of openwrt-fw4 and conform-fin): a short TCP connection's flow is gone by the
+    mid-run conntrack snapshot (FIN tears it down: flow_offload_teardown before 6.14), so [OFFLOAD] is never
+    seen, but the packets the flowtable stole prove the flow existed — as flowsim's side counts it."""
+    paths = [str(ROOT / "topologies" / n) for n in ("openwrt-fw4.toml", "conform-fin.toml")]
+    result = run_conformance(paths, "debian-6.12", results=str(DATA / "results-openwrt-fw4-debian-6.12.log.gz"))
+    made = {(f.scenario, f.subject): (f.kernel, f.sim, f.status) for f in result.facts
+            if f.fact.endswith("offloaded (flow created)")}
+    assert made[("openwrt-fw4", "tcp-download")] == (True, True, "agrees")
+    assert made[("openwrt-fw4", "udp-upload")] == (True, True, "agrees")
+    assert all(status == "agrees" for _, _, status in made.values()), made
