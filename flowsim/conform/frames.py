@@ -88,9 +88,7 @@ import attrs
 from flowsim.config.topology import Topology
 from flowsim.conform import pppoe
 from flowsim.conform.compare import Fact
-from flowsim.conform.guest import (
-    IP, ScenarioPlan, _write_sysctl, live_sysctls, render_command, scenario_files, topology_commands,
-)
+from flowsim.conform.guest import IP, ScenarioPlan, scenario_files, setup_lines
 from flowsim.conform.known import KERNEL_RANDOM
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
@@ -297,18 +295,9 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
     q = shlex.quote
     s = plan.index
     base = f"/conform/s{s}"
-    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
-    for ns in plan.namespaces:
-        out.append(f"  run - {IP} netns add {q(ns)}")
-        out.append(f"  NS {q(ns)} sh -c {q(_QUIET_SCRIPT)} sh {' '.join(_QUIET_V6)}")
-    for cmds in topology_commands(topo).values():
-        for cmd in cmds:
-            out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
-    for name in topo.namespaces:
-        for key, value in live_sysctls(topo, name):
-            out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
-    for ns in plan.namespaces:
-        out.append(f"  harness_settings {q(ns)}")
+    quiet = f"sh -c {q(_QUIET_SCRIPT)} sh {' '.join(_QUIET_V6)}"   # no IPv6 noise, before any device exists
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}",
+           *setup_lines(topo, plan, lambda ns: [f"  NS {q(ns)} {quiet}"])]
     # a PPPoE session's Ethernet devices got flowsim's MACs before the session started (flowsim.conform.pppoe);
     # setting one again, even to the same address, ends the session (pppoe_device_event -> pppoe_flush_dev)
     sessions = pppoe.lower_devices(topo)

@@ -58,6 +58,7 @@ import shlex
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -484,13 +485,14 @@ def _traffic_files(t: TrafficPlan) -> list[str]:
 
 # ---------------------------------------------------------------------- scenario
 
-def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
-    """The shell function ``scenario_N`` for the guest (see the module docstring for its steps)."""
+def setup_lines(topo: Topology, plan: ScenarioPlan, per_netns: Callable[[str], list[str]] | None = None) -> list[str]:
+    """A scenario's set-up in the guest, the same in both modes: its namespaces (*per_netns* adds lines right
+    after each is created), the topology's own commands and sysctls, then the harness settings."""
     q = shlex.quote
-    s = plan.index
-    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}"]
+    out = []
     for ns in plan.namespaces:
         out.append(f"  run - {IP} netns add {q(ns)}")
+        out.extend(per_netns(ns) if per_netns else ())
     for cmds in topology_commands(topo).values():
         for cmd in cmds:
             out.append(f"  run {q(f'{cmd.file}:{cmd.line}')} {render_command(cmd)} || return")
@@ -499,6 +501,14 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
             out.append(f"  run {q(f'{topo.file}: sysctl {key}')} {_write_sysctl(name, key, value)} || return")
     for ns in plan.namespaces:
         out.append(f"  harness_settings {q(ns)}")
+    return out
+
+
+def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
+    """The shell function ``scenario_N`` for the guest (see the module docstring for its steps)."""
+    q = shlex.quote
+    s = plan.index
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}", *setup_lines(topo, plan)]
     for name, ns in topo.namespaces.items():
         pings = [f"{e.dev}:{e.addr}" for e in ns.neigh if str(e.addr) and getattr(e, "origin", "") == "discovered"]
         if pings:
