@@ -67,6 +67,10 @@ def register(subparsers) -> None:
                         "mbox of several, or a folder of .patch files; repeat for more, applied in order): the "
                         "touched .c files' modules are rebuilt from Debian's source of exactly that kernel in a "
                         "cached build root (root needed); headers and built-in code are refused")
+    p.add_argument("--compare-stock", action="store_true",
+                   help="with --patch: boot the patched and then the stock kernel with the same scenarios and "
+                        "print the facts side by side, those the patch changes first (--set applies to the "
+                        "patched side's simulation only)")
     p.add_argument("--profile", metavar="P", default=None,
                    help="simulate under profile P instead of the one modelling the kernel (the report names it)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
@@ -121,6 +125,27 @@ def run_selftests(args) -> int:
     return 1 if failed else 0
 
 
+def run_compare_stock(args, kernels: list[str]) -> int:
+    """``--patch SERIES --compare-stock``: per kernel, the patched and the stock boot side by side."""
+    from flowsim.conform.ab import run_compare_stock as compare_stock
+
+    if not args.patch:
+        raise ConfigError("--compare-stock needs --patch SERIES (it compares the patched kernel with the stock one)",
+                          expected="flowsim conform TOPOLOGY --kernel K --patch SERIES --compare-stock")
+    if args.results is not None or args.update_doc:
+        raise ConfigError("--compare-stock boots both kernels; it takes neither --results nor --update-doc",
+                          expected="flowsim conform TOPOLOGY --kernel K --patch SERIES --compare-stock")
+    runs = [compare_stock(args.topology, k, patches=args.patch, install=not args.no_install, frames=args.frames,
+                          max_packets=args.max_packets, profile_name=args.profile, settings=args.settings)
+            for k in kernels]
+    if args.json:
+        data = [r.to_json() for r in runs]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str))
+    else:
+        print("\n".join(r.text(all_facts=not args.problems) for r in runs), end="")
+    return max(r.status for r in runs)
+
+
 def run(args) -> int:
     if args.selftest:
         return run_selftests(args)
@@ -132,6 +157,8 @@ def run(args) -> int:
     if args.update_doc:
         writable_file("--update-doc", args.update_doc)
     kernels = args.kernel or ["debian-6.12"]
+    if args.compare_stock:
+        return run_compare_stock(args, kernels)
     results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install,
                                frames=args.frames, max_packets=args.max_packets, patches=args.patch,
                                profile_name=args.profile, settings=args.settings)

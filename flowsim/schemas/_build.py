@@ -239,6 +239,7 @@ METRICS = ("injected", "delivered", "dropped", "in_flight", "fastpath", "slowpat
            "flows_created", "flow_add_failures", "max_flows", "mean_flows",
            "skb_copies", "skb_reallocs", "skb_bytes_copied", "skb_pull_bugs", "kernel_bugs", "time")
 FACT_STATUSES = ("agrees", "differs", "known", "n/a", "error")
+AB_CHANGES = ("verdict", "value", "same")   # flowsim.conform.ab.CHANGES
 
 
 def trace_schema() -> dict:
@@ -318,8 +319,19 @@ def conform_schema() -> dict:
         # the packet cap per traffic direction: --max-packets, the mode's default, the tables capped
         "cap": obj({"max_packets": nullable(I), "default": I, "capped": arr(S)}),
     }, optional=("frames", "cap"))
-    return {"description": "one kernel: one object; several kernels (--kernel repeated): a list of them",
-            "oneOf": [result, {"type": "array", "items": result, "minItems": 2}]}
+    # --patch --compare-stock: both results and their facts paired (flowsim.conform.ab.ABRow)
+    side = enum(*FACT_STATUSES, "-")
+    row = obj({"scenario": S, "subject": S, "fact": S, "stock": {}, "patched": {}, "sim_stock": {},
+               "sim_patched": {}, "tolerance": S, "status_stock": side, "status_patched": side,
+               "change": enum(*AB_CHANGES)})
+    ab = obj({"schema": const_schema("conform"), "status": enum(0, 1, 2),
+              "compare_stock": obj({"stock": S, "patched": S, "summary": obj(dict.fromkeys(AB_CHANGES, I)),
+                                    "rows": arr(row)}),
+              "stock": result, "patched": result})
+    return {"description": "one kernel: one object; several kernels (--kernel repeated): a list of them; "
+                           "--compare-stock: the stock and the patched result and their facts side by side",
+            "oneOf": [result, {"type": "array", "items": result, "minItems": 2}, ab,
+                      {"type": "array", "items": ab, "minItems": 2}]}
 
 
 def profiles_schema() -> dict:

@@ -1,0 +1,138 @@
+"""``flowsim conform --patch SERIES --compare-stock``: the stock and the patched kernel side by side.
+
+The pairing and rendering are checked on hand-made facts and on two saved results channels of a real
+run (Debian sid 7.2.13, ip6ip6-rx --max-packets 100, stock and with tests/data/patches/ipv6-hook-accept.patch);
+no qemu.  The real two-boot run is tests/test_conform_patch.py's ``slow`` ipv6-hook-accept test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from flowsim.conform.ab import CHANGES, StockComparison, pair_rows
+from flowsim.conform.compare import Fact
+from flowsim.conform.harness import ConformResult
+from flowsim.schemas import load
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "conform"
+PATCHES = ROOT / "tests" / "data" / "patches"
+PATCH = {"series": ["ipv6-hook-accept.patch"], "patches": ["ipv6-hook-accept.patch: x"], "digest": "d",
+         "modules": ["net/netfilter/nf_flow_table.ko"], "ignored": [],
+         "label": "7.2.13+deb14-amd64 + ipv6-hook-accept.patch (1 module rebuilt)"}
+
+
+def _fact(fact: str, kernel, sim, status: str, subject: str = "tcp") -> Fact:
+    return Fact("ip6ip6-rx", subject, fact, kernel, sim, "exact", status)
+
+
+class _Result(ConformResult):
+    """A conformance result holding given facts (no scenario plan needed)."""
+
+    @property
+    def facts(self) -> list[Fact]:
+        return self.given
+
+
+def _result(facts: list[Fact], patch: dict | None = None, profile: str = "linux-7.2") -> ConformResult:
+    r = _Result("debian-sid", "linux-image-7.2.13+deb14-amd64", "7.2.13-1", "7.2.13+deb14-amd64",
+                profile, "2026-12-01", {"guest": 50.0}, [], patch=patch)
+    r.given = facts
+    return r
+
+
+STOCK = [_fact("fast path original", 98, 98, "agrees"), _fact("slow path original", 4, 4, "agrees"),
+         _fact("delivered original", 103, 102, "agrees"), _fact("offloaded (flow created)", True, True, "agrees")]
+PATCHED = [_fact("fast path original", 0, 98, "differs"), _fact("slow path original", 102, 4, "differs"),
+           _fact("delivered original", 104, 102, "agrees"), _fact("offloaded (flow created)", True, True, "agrees"),
+           _fact("packets", 3, 3, "agrees", "router rule flow add")]
+
+
+def test_rows_pair_by_fact_and_put_differences_first():
+    rows = pair_rows(STOCK, PATCHED)
+    assert [(r.fact, r.change) for r in rows] == [
+        ("fast path original", "verdict"), ("slow path original", "verdict"),
+        ("packets", "verdict"),                     # on the patched side only
+        ("delivered original", "value"), ("offloaded (flow created)", "same")]
+    first = rows[0]
+    assert (first.stock, first.patched, first.sim_stock, first.sim_patched) == (98, 0, 98, 98)
+    assert (first.status_stock, first.status_patched) == ("agrees", "differs")
+    assert rows[2].stock is None and rows[2].status_stock == "-"
+    assert tuple(CHANGES) == ("verdict", "value", "same")
+
+
+def test_text_side_by_side_and_problems_only():
+    cmp = StockComparison(_result(STOCK), _result(PATCHED, PATCH))
+    text = cmp.text()
+    lines = text.splitlines()
+    assert lines[0].startswith("stock   7.2.13+deb14-amd64 (linux-image-7.2.13+deb14-amd64 7.2.13-1) vs flowsim")
+    assert lines[1] == ("patched 7.2.13+deb14-amd64 + ipv6-hook-accept.patch (1 module rebuilt) "
+                        "vs flowsim profile linux-7.2")
+    header = next(ln for ln in lines if ln.startswith("scenario"))
+    assert header.split() == ["scenario", "subject", "fact", "stock", "patched", "flowsim", "tolerance", "verdicts"]
+    row = next(ln for ln in lines if "fast path original" in ln)
+    assert "** agrees -> differs" in row and row.split()[5:8] == ["98", "0", "98"]
+    assert lines[-1] == ("3 facts change their verdict with the patch (**), 1 change only their value (*), "
+                         "1 are the same on both kernels")
+    # --problems: the rows the patch changes only
+    short = cmp.text(all_facts=False)
+    assert "offloaded (flow created)" not in short and "*  agrees" in short
+    assert cmp.status == 1
+    assert cmp.summary() == {"verdict": 3, "value": 1, "same": 1}
+
+
+def test_two_flowsim_columns_when_set_changes_the_patched_side():
+    cmp = StockComparison(_result(STOCK), _result(PATCHED, PATCH, "linux-7.2 --set tunnel_push_dst=opposite"))
+    header = next(ln for ln in cmp.text().splitlines() if ln.startswith("scenario"))
+    assert "flowsim stock" in header and "flowsim patched" in header
+
+
+def test_json_validates_and_holds_both_results():
+    cmp = StockComparison(_result(STOCK), _result(PATCHED, PATCH))
+    data = json.loads(json.dumps(cmp.to_json(), default=str))
+    jsonschema.Draft202012Validator(load("conform")).validate(data)
+    assert data["compare_stock"]["summary"] == {"verdict": 3, "value": 1, "same": 1}
+    assert data["patched"]["kernel"]["label"] == PATCH["label"]
+    assert data["compare_stock"]["rows"][0]["change"] == "verdict"
+    jsonschema.Draft202012Validator(load("conform")).validate([data, data])
+
+
+def _saved(name: str) -> ConformResult:
+    from flowsim.conform.harness import run_conformance
+
+    return run_conformance([str(ROOT / "topologies" / "ip6ip6-rx.toml")], "debian-sid", max_packets=100,
+                           results=str(DATA / name))
+
+
+def test_saved_sid_runs_side_by_side():
+    """Two boots of Debian sid 7.2.13 saved from ``--compare-stock`` with ipv6-hook-accept.patch: every fast-path
+    fact agrees with flowsim on the stock kernel and is 0 on the patched one, and these rows come first."""
+    stock = _saved("ab-ip6ip6-rx-stock-debian-sid.log.gz")
+    patched = _saved("ab-ip6ip6-rx-hook-accept-debian-sid.log.gz")
+    cmp = StockComparison(stock, patched)
+    rows = cmp.rows
+    fast = [r for r in rows if r.fact.startswith("fast path")]
+    assert len(fast) == 4 and all(r.patched == 0 for r in fast)
+    forward = [r for r in fast if r.fact == "fast path original"]   # both connections' data direction
+    assert len(forward) == 2 and all(r.change == "verdict" and r.status_stock == "agrees"
+                                     and r.status_patched == "differs" and r.stock > 90 for r in forward)
+    ranks = [CHANGES.index(r.change) for r in rows]
+    assert ranks == sorted(ranks) and ranks[0] == 0
+    assert any(r.change == "same" and r.fact.endswith("offloaded (flow created)") for r in rows)
+    text = cmp.text(all_facts=False)
+    assert "offloaded (flow created)" not in text and text.count("**") >= 3
+
+
+def test_cli_refuses_compare_stock_without_patch(capsys):
+    from flowsim.cli import main
+
+    assert main(["conform", str(ROOT / "topologies" / "ip6ip6-rx.toml"), "--kernel", "debian-sid",
+                 "--compare-stock"]) == 2
+    assert "--compare-stock needs --patch SERIES" in capsys.readouterr().err
+    assert main(["conform", str(ROOT / "topologies" / "ip6ip6-rx.toml"), "--kernel", "debian-sid",
+                 "--compare-stock", "--patch", str(PATCHES / "comment-only.patch"),
+                 "--results", str(DATA / "results-debian-6.12.log.gz")]) == 2
+    assert "takes neither --results nor --update-doc" in capsys.readouterr().err
