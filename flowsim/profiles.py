@@ -122,6 +122,13 @@ class Profile:
     ip6tnl_requires_encaplimit_none: bool = _switch(
         "ip6_tnl_fill_forward_path refuses tunnels without 'encaplimit none' (7.1.5)",
         kernel="June-2026 IP6IP6 fixes, 7.1.5")
+    ip6tnl_resolver_lookup: str = _switch(
+        "the route lookup of ip6_tnl_fill_forward_path, which picks the device the path continues on "
+        "(ctx->dev): the tunnel's 'remote' address only (fl6.daddr, <= 7.2.13) or the 'tunnel-flow': also its "
+        "local address, its link as oif and its TClass/flow label, as ipxip6_tnl_xmit looks up (flowsim's "
+        "routes do not depend on the flow label)", ("remote", "tunnel-flow"),
+        kernel="'net: ip6_tunnel: use tunnel parameters for fill_forward_path route lookup' (Lorenzo Bianconi, "
+               "net-next, 8 Jul 2026, not in 7.2.13); 7.3 copies the tunnel's flow t->fl.u.ip6")
     tunnel_resolver_family_check: bool = _switch(
         "ipip_fill_forward_path / ip6_tnl_fill_forward_path refuse (-EOPNOTSUPP) a flow whose packets are "
         "not the tunnel's inner family (ctx->ether_type, 7.3): no flow for IPv4 over ip6tnl",
@@ -220,7 +227,7 @@ _LINUX_6_18 = Profile(
     ip6ip6_tx_encap_limit=False,
     encap_push_order="legacy", pppoe_direct_xmit=False, tunnel_push_dst="opposite", direct_tunnel_dst=False,
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
-    tunnel_resolver_family_check=False, tunnel_route="update-route",
+    ip6tnl_resolver_lookup="remote", tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
     flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", gc_dst_check=False,
 )
@@ -259,7 +266,7 @@ _LINUX_7_2 = attrs.evolve(
 _LINUX_7_3 = attrs.evolve(
     _LINUX_7_2, name="linux-7.3", kernel="7.3-rc7",
     tuple_encap_pppoe_proto="mapped", hook_ether_type_check=True, tunnel_resolver_family_check=True,
-    tunnel_route="resolver", gc_dst_check=True,
+    ip6tnl_resolver_lookup="tunnel-flow", tunnel_route="resolver", gc_dst_check=True,
 )
 
 # Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).

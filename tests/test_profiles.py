@@ -40,7 +40,8 @@ def test_7_2_evolves_7_1_5_and_7_3_evolves_7_2():
         return {k for k in sa if sa[k] != sb[k]}
     assert diff("linux-7.1.5", "linux-7.2") == {"tunnel_push_dst", "direct_tunnel_dst"}
     assert diff("linux-7.2", "linux-7.3") == {"tuple_encap_pppoe_proto", "hook_ether_type_check",
-                                            "tunnel_resolver_family_check", "tunnel_route", "gc_dst_check"}
+                                            "tunnel_resolver_family_check", "ip6tnl_resolver_lookup",
+                                            "tunnel_route", "gc_dst_check"}
 
 
 def test_derive_overrides_by_text_and_renames():

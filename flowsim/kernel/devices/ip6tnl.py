@@ -108,8 +108,11 @@ def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
         return ctx.fail(-errno.EOPNOTSUPP, func, "tunnel without 'encaplimit none' (7.1.5)")
     remote = tun.remote or ipaddress.IPv6Address(0)
     keep = ctx.profile.tunnel_route == "resolver"
-    # 7.3 looks up the tunnel's own flow (t->fl.u.ip6: saddr, link; fwmark); ≤ 7.2 only the remote
-    route = ctx.ns.fib.lookup(remote, saddr=tun.local, oif=tun.lower) if keep else ctx.ns.fib.lookup(remote)
+    # 7.3 looks up the tunnel's own flow (t->fl.u.ip6: saddr, link; fwmark), as does 7.2 with the net-next
+    # patch 'use tunnel parameters for fill_forward_path route lookup' (switch ip6tnl_resolver_lookup);
+    # ≤ 7.2.13 only the remote
+    flow = keep or ctx.profile.ip6tnl_resolver_lookup == "tunnel-flow"
+    route = ctx.ns.fib.lookup(remote, saddr=tun.local, oif=tun.lower) if flow else ctx.ns.fib.lookup(remote)
     if route.error:
         return ctx.fail(route.error, func, f"no route to tunnel remote {remote}")
     entry = PathEntry(DevPathType.TUN, tun.name, tun.ifindex,

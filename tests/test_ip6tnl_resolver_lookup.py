@@ -1,0 +1,55 @@
+"""Switch ``ip6tnl_resolver_lookup``: the route lookup of ip6_tnl_fill_forward_path (net/ipv6/ip6_tunnel.c).
+
+7.2.13 looks up ``fl6 = { .daddr = t->parms.raddr }`` only; Lorenzo Bianconi's net-next patch "net: ip6_tunnel:
+use tunnel parameters for fill_forward_path route lookup" (8 Jul 2026, tests/data/patches/
+ip6-tunnel-fill-forward-path-lookup.patch) adds the tunnel's local address, its link as oif and its
+TClass/flow label, as ipxip6_tnl_xmit does; 7.3 copies the tunnel's whole flow (t->fl.u.ip6).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from flowsim.config.topology import load_topology_text
+from flowsim.kernel.fib import Fib
+from flowsim.kernel.flowtable.path import FlowtableRef, resolve_path
+from flowsim.profiles import get_profile, profile_from_cli
+
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+
+
+def test_profiles():
+    assert get_profile("linux-7.2").ip6tnl_resolver_lookup == "remote"
+    assert get_profile("linux-7.1.5").ip6tnl_resolver_lookup == "remote"
+    assert get_profile("linux-7.3").ip6tnl_resolver_lookup == "tunnel-flow"
+
+
+@pytest.mark.parametrize("value,expected", [("remote", {}), ("tunnel-flow", {"saddr": "2001:db8:2::1",
+                                                                               "oif": "eth1"})])
+def test_lookup_keys(monkeypatch, value, expected):
+    """ip6ip6-rx's tun0 bound to its underlay (dev eth1): the keys the resolver's lookup of the remote gets."""
+    text = (TOPOLOGIES / "ip6ip6-rx.toml").read_text()
+    old = "remote 2001:db8:2::2 encaplimit none"
+    assert old in text
+    topo = load_topology_text(text.replace(old, old + " dev eth1", 1), "ip6ip6-rx.toml")
+    ns = topo.netns("router")
+    tun = ns.devices["tun0"]
+    calls = []
+    real = Fib.lookup
+
+    def spy(self, daddr, **kw):
+        if daddr == tun.remote:
+            calls.append({k: str(v) for k, v in kw.items() if v is not None and k in ("saddr", "oif")})
+        return real(self, daddr, **kw)
+
+    monkeypatch.setattr(Fib, "lookup", spy)
+    server = ipaddress.IPv6Address("2001:db8:3::2")   # behind the tunnel
+    dst = ns.fib.lookup(server)
+    calls.clear()
+    p = resolve_path(ns, dst, server, FlowtableRef("ft", {"eth0", "eth1"}),
+                     profile_from_cli("linux-7.2", [f"ip6tnl_resolver_lookup={value}"]))
+    assert p.stack and p.stack[0].type.name == "TUN" and p.stack[-1].dev == "eth1"
+    assert calls and calls[0] == expected
