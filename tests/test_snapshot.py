@@ -169,7 +169,7 @@ def test_missing_files_mean_nothing_of_that_kind(tmp_path):
 
 
 def test_what_cannot_be_represented_warns(tmp_path):
-    """Policy rules, other tables, xfrm states, a wireguard device and a JSON-only ruleset: each a located warning
+    """Policy rules, other tables, an xfrm state without AEAD, a wireguard device and a JSON-only ruleset: each a located warning
     on stderr and a comment in the output, and the output still loads."""
     rules = json.dumps([{"priority": 0, "src": "all", "table": "local"},
                         {"priority": 100, "src": "10.0.0.0/8", "table": "100"}])
@@ -186,7 +186,7 @@ def test_what_cannot_be_represented_warns(tmp_path):
                 f"{r / 'route4.json'}: route default table 100: flowsim models the main table only",
                 f"{r / 'rule4.json'}: rule priority 100 table 100: flowsim has no policy routing",
                 f"{r / 'ruleset.json'}: the ruleset: flowsim import reads the text form only",
-                f"{r / 'xfrm-state.txt'}: 1 xfrm state entries: not imported"]
+                f"{r / 'xfrm-state.txt'}: xfrm state src 1.1.1.1 dst 2.2.2.2: no aead algorithm"]
     for want in expected:
         assert any(line.startswith("flowsim: warning: " + want) for line in lines), (want, lines)
     text = out.read_text()

@@ -71,6 +71,11 @@ def register(subparsers) -> None:
                    help="with --patch: boot the patched and then the stock kernel with the same scenarios and "
                         "print the facts side by side, those the patch changes first (--set applies to the "
                         "patched side's simulation only)")
+    p.add_argument("--snapshot", metavar="DIR", default=None,
+                   help="instead of traffic: build each topology in the guest, save it with the script of flowsim "
+                        "snapshot --script, bring the snapshot back as DIR/NAME/, import it with the topology's "
+                        "traffic as DIR/NAME.toml and compare its flowsim run figures with the topology's "
+                        "(exit 1 when a round trip differs)")
     p.add_argument("--profile", metavar="P", default=None,
                    help="simulate under profile P instead of the one modelling the kernel (the report names it)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="K=V",
@@ -146,6 +151,29 @@ def run_compare_stock(args, kernels: list[str]) -> int:
     return max(r.status for r in runs)
 
 
+def run_snapshot(args, kernels: list[str]) -> int:
+    """``--snapshot DIR``: the round trip topology -> guest -> snapshot script -> import, per topology."""
+    from flowsim.conform.roundtrip import run_snapshots
+
+    others = [flag for flag, on in (("--frames", args.frames), ("--patch", args.patch), ("--update-doc", args.update_doc),
+                                    ("--compare-stock", args.compare_stock), ("--max-packets", args.max_packets),
+                                    ("--profile", args.profile), ("--set", args.settings), ("--problems", args.problems))
+              if on]
+    if len(kernels) > 1:
+        others.append("a second --kernel")
+    if others:
+        raise ConfigError("--snapshot builds the topologies without traffic on one kernel: it does not take "
+                          + ", ".join(others),
+                          expected="flowsim conform TOPOLOGY... --snapshot DIR [--kernel K] [--results FILE] [--json]")
+    result = run_snapshots(args.topology, args.snapshot, kernels[0], install=not args.no_install,
+                           results=args.results)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, default=str))
+    else:
+        print(result.text(), end="")
+    return result.status
+
+
 def run(args) -> int:
     if args.selftest:
         return run_selftests(args)
@@ -157,6 +185,8 @@ def run(args) -> int:
     if args.update_doc:
         writable_file("--update-doc", args.update_doc)
     kernels = args.kernel or ["debian-6.12"]
+    if args.snapshot is not None:
+        return run_snapshot(args, kernels)
     if args.compare_stock:
         return run_compare_stock(args, kernels)
     results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install,

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapshot, SnapshotError,
                                      check_dev_name, check_netns_name)
+from flowsim.config.import_xfrm import xfrm_policies, xfrm_states
 from flowsim.config.topology import load_topology_text
 from flowsim.errors import FlowsimError
 
@@ -55,6 +56,9 @@ SYSCTL_KEEP = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.(for
 _SYSCTL_KEY = re.compile(r"[A-Za-z0-9_./@+-]+")
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 _STACKED = ("vlan", "macvlan", "ipip", "ip6tnl", "gre", "gretap", "vxlan")
+# the fallback device each tunnel module adds to every namespace (ipip_init_net, ip6_tnl_init_net, …), by kind
+_FALLBACK = {"tunl0": "ipip", "sit0": "sit", "ip6tnl0": "ip6tnl", "gre0": "gre", "gretap0": "gretap",
+             "erspan0": "erspan", "ip6gre0": "ip6gre", "ip_vti0": "vti", "ip6_vti0": "vti6"}
 _UNSUPPORTED = {
     "wireguard": "flowsim's wireguard device has no keys or peers to import; add it by hand",
     "ppp": "ip output lacks the PPPoE session id and peer MAC; write `ip link add NAME type pppoe dev ETH "
@@ -287,6 +291,10 @@ class _Importer:
                     if dev.up:
                         out.setup.append(f"ip link set {q(dev.name)} up")
                     continue
+                if kind is not None and _FALLBACK.get(dev.name) == kind and all(dev.data.get(k, "any") == "any"
+                                                           for k in ("local", "remote")):
+                    self.fallback(dev)
+                    continue
                 if kind == "veth":
                     if (dev.ns, dev.name) in paired:
                         self.set_up(dev)
@@ -336,6 +344,21 @@ class _Importer:
                     else:
                         out.masters.append(f"ip link set {q(dev.name)} master {q(master)}")
 
+    def fallback(self, dev: Dev) -> None:
+        """A tunnel module's fallback device (tunl0, ip6tnl0, …): the kernel adds one to every namespace when
+        the module loads, flowsim has none.  Left out; one that was set up or addressed is a warning."""
+        self.skipped[dev.ns].add(dev.name)
+        out = self.out[dev.ns]
+        note = "left out, the kernel creates them when their module loads: fallback tunnel devices "
+        if out.comments and out.comments[-1].startswith(note):
+            out.comments[-1] += f", {dev.name}"
+        else:
+            out.comments.append(note + dev.name)
+        if dev.up:
+            self.warn(dev.ns, "link.json", f"fallback tunnel device {dev.name} is up",
+                      "flowsim does not model a tunnel module's fallback device (the receiver of packets no "
+                      "configured tunnel matches)")
+
     def set_up(self, dev: Dev) -> None:
         if dev.up:
             self.out[dev.ns].setup.append(f"ip link set {q(dev.name)} up")
@@ -349,14 +372,23 @@ class _Importer:
             opts += " vlan_filtering 1"
             if d.get("vlan_protocol") in ("802.1Q", "802.1ad"):
                 opts += f" vlan_protocol {d['vlan_protocol']}"
-            if self.snap_ns(dev.ns).has("bridge-vlan.json"):
-                # the VLANs come from bridge -j vlan show, exactly: none added behind our back
-                opts += " vlan_default_pvid 0"
-                pvid = d.get("vlan_default_pvid", 1)
-                if isinstance(pvid, int) and pvid:
-                    out.pvid.append(f"ip link set {q(dev.name)} type bridge vlan_default_pvid {pvid}")
-            elif isinstance(d.get("vlan_default_pvid"), int):
-                opts += f" vlan_default_pvid {d['vlan_default_pvid']}"
+            nss = self.snap_ns(dev.ns)
+            if not nss.has("bridge-vlan.json"):
+                # a VLAN-filtering bridge always has VLANs in `bridge vlan show` (at least its default PVID's):
+                # a missing file is a snapshot made without a `bridge` that speaks JSON, not "no VLANs"
+                text = nss.has("bridge-vlan.txt")
+                raise SnapshotError(
+                    f"VLAN-filtering bridge {dev.name}: its VLANs are "
+                    + ("the text output of bridge without -j, which flowsim import does not read" if text else
+                       "the output of `bridge -j vlan show`, and the file is missing"),
+                    file=nss.file("bridge-vlan.txt" if text else "bridge-vlan.json"),
+                    expected="bridge-vlan.json: install iproute2's bridge (OpenWrt: opkg install ip-bridge) and "
+                             "run the snapshot script again")
+            # the VLANs come from bridge -j vlan show, exactly: none added behind our back
+            opts += " vlan_default_pvid 0"
+            pvid = d.get("vlan_default_pvid", 1)
+            if isinstance(pvid, int) and pvid:
+                out.pvid.append(f"ip link set {q(dev.name)} type bridge vlan_default_pvid {pvid}")
         out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type bridge{opts}")
         self.set_up(dev)
 
@@ -686,6 +718,7 @@ class _Importer:
         if text is None:
             return
         out = self.out[nss.name]
+        absent: set[str] = set()
         for no, line in enumerate(text.split("\n"), 1):
             key, sep, value = line.partition("=")
             key, value = key.strip(), value.strip()
@@ -694,24 +727,47 @@ class _Importer:
             if not _SYSCTL_KEY.fullmatch(key) or not re.fullmatch(r"-?[0-9]+", value):
                 self.warn(nss.name, "sysctl.txt", f"line {no}: {key[:60]!r}", "not a KEY = INTEGER line")
                 continue
+            parts = key.split(".")
+            if parts[2:3] == ["conf"] and parts[3] not in ("all", "default"):
+                dev = parts[3].replace("/", ".")   # sysctl writes eth0.10 as eth0/10
+                if dev not in self.by_name[nss.name] or dev in self.skipped[nss.name]:
+                    absent.add(dev)
+                    continue
             out.sysctls[key] = value
+        if absent:
+            out.comments.append("left out: the sysctls of devices left out (" + ", ".join(sorted(absent)) + ")")
 
     def leftovers(self, nss: NetnsSnapshot) -> None:
-        for file in ("xfrm-state.txt", "xfrm-policy.txt"):
+        for file, convert in (("xfrm-state.txt", xfrm_states), ("xfrm-policy.txt", xfrm_policies)):
             text = nss.text(file)
-            if text and text.strip():
-                count = sum(1 for line in text.split("\n") if line.startswith("src "))
-                self.warn(nss.name, file, f"{count} xfrm {file[5:-4]} entries",
-                          "not imported: write them as `ip xfrm state add` / `ip xfrm policy add` lines")
+            if not text or not text.strip():
+                continue
+            lines, skips = convert(text)
+            for skip in skips:
+                self.warn(nss.name, file, skip.what, skip.why + "; left out")
+            for line in lines:
+                why = _xfrm_refused(line)
+                if why is None:
+                    self.out[nss.name].late.append(line)
+                else:
+                    self.warn(nss.name, file, line.removeprefix("ip ").replace(" add ", " ", 1)[:90],
+                              f"flowsim refuses it ({why}); left out")
         errors = nss.text("errors.txt")
-        if errors and errors.strip():
-            first = errors.strip().split("\n")[0][:120]
-            self.warn(nss.name, "errors.txt", "the snapshot script saw errors", first)
+        # sysctl cannot read net.ipv6.conf.*.stable_secret until one is set (EIO): every snapshot has those lines
+        lines = [line for line in (errors or "").split("\n") if line.strip() and "stable_secret" not in line]
+        if lines:
+            self.warn(nss.name, "errors.txt", "the snapshot script saw errors", lines[0][:120])
         for name in TEXT_FILES:
             json_name = name[:-4] + ".json"
             if nss.has(name) and not nss.has(json_name) and name != "link.txt":
-                self.warn(nss.name, name, "text output of ip without -j", "not read: install ip-full (opkg install "
-                          "ip-full) and run the snapshot script again")
+                tool, package = ("bridge", "ip-bridge") if name.startswith("bridge-") else ("ip", "ip-full")
+                self.warn(nss.name, name, f"text output of {tool} without -j", f"not read: install {package} "
+                          f"(opkg install {package}) and run the snapshot script again")
+        bridges = sorted(d.name for d in self.by_name[nss.name].values() if d.kind == "bridge")
+        if bridges and not nss.has("bridge-fdb.json") and not nss.has("bridge-fdb.txt"):
+            self.warn(nss.name, "bridge-fdb.json", f"the static FDB entries of {', '.join(bridges)}",
+                      "missing (no `bridge` on the machine?): none imported; install iproute2's bridge "
+                      "(OpenWrt: opkg install ip-bridge) and run the snapshot script again")
 
     # -- the whole
 
@@ -764,6 +820,15 @@ class _Importer:
                 lines.append("nft = " + toml_string(ns.nft))
             lines.append("")
         return "\n".join(lines)
+
+
+def _xfrm_refused(line: str) -> str | None:
+    """None if flowsim's own ``ip xfrm`` parser takes *line* (alone in a namespace), else its complaint."""
+    try:
+        load_topology_text(f"[netns.x]\ncommands = {toml_string(line)}\n", file="<xfrm>")
+    except FlowsimError as exc:
+        return re.sub(r" in `[^`]*`", "", re.sub(r"^<xfrm>(:\d+)?: ", "", str(exc)))
+    return None
 
 
 def _gre_key(value) -> int | None:

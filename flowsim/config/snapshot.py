@@ -96,7 +96,8 @@ def check_dev_name(name, file: str | Path) -> str:
     return name
 
 
-_JSON_COMMANDS = [f for f in FILES if f.endswith(".json")]
+_JSON_COMMANDS = [f for f in FILES if f.endswith(".json") and not f.startswith("bridge-")]
+_BRIDGE_JSON = [f for f in FILES if f.endswith(".json") and f.startswith("bridge-")]
 _ALWAYS = ["ruleset.nft", "xfrm-state.txt", "xfrm-policy.txt"]
 _TOOLS = {"ip": "$IP", "bridge": "$BRIDGE", "nft": "$NFT", "sysctl": "$SYSCTL"}
 
@@ -110,7 +111,11 @@ def _tool(command: str) -> str:
 def script() -> str:
     """The POSIX sh script that writes a snapshot of every namespace (busybox ash runs it)."""
     json_lines = "\n".join(f"\t\tsave {name} {_tool(FILES[name])}" for name in _JSON_COMMANDS)
-    text_lines = "\n".join(f"\t\tsave {name} {_tool(cmd)}" for name, cmd in TEXT_FILES.items())
+    text_lines = "\n".join(f"\t\tsave {name} {_tool(cmd)}" for name, cmd in TEXT_FILES.items()
+                           if not name.startswith("bridge-"))
+    bridge_json = "\n".join(f"\t\tsave {name} {_tool(FILES[name])}" for name in _BRIDGE_JSON)
+    bridge_text = "\n".join(f"\t\tsave {name} {_tool(cmd)}" for name, cmd in TEXT_FILES.items()
+                            if name.startswith("bridge-"))
     always = "\n".join(f"\tsave {name} {_tool(FILES[name])}" for name in _ALWAYS)
     return f"""#!/bin/sh
 # flowsim snapshot: writes DIR (default ./flowsim-snapshot) with one folder per network
@@ -118,7 +123,8 @@ def script() -> str:
 # for `flowsim import DIR -o TOPOLOGY.toml`.  The file names are in flowsim's docs/snapshot.md.
 # Run as root: sh snapshot.sh [DIR].  Uses only ip, bridge, nft, sysctl and mkdir (and shell
 # builtins); busybox ash runs it.  Without `ip -j` (OpenWrt's ip-tiny) it saves the text
-# output instead; install ip-full (opkg install ip-full) for a snapshot import reads whole.
+# output instead, which flowsim import does not read: install ip-full (opkg install ip-full),
+# and ip-bridge (opkg install ip-bridge) where `bridge` is missing.
 out=${{1:-flowsim-snapshot}}
 NS=
 
@@ -141,6 +147,7 @@ BRIDGE=$(tool bridge)
 NFT=$(tool nft)
 SYSCTL=$(tool sysctl)
 if "$IP" -j link show lo >/dev/null 2>&1; then JSON=1; else JSON=0; fi
+if "$BRIDGE" -j vlan show >/dev/null 2>&1; then BJSON=1; else BJSON=0; fi
 
 # run a command in namespace $NS (empty: the initial one)
 inns() {{
@@ -167,15 +174,26 @@ snap() {{
 	else
 {text_lines}
 	fi
+	if [ "$BJSON" = 1 ]; then
+{bridge_json}
+	else
+{bridge_text}
+	fi
 {always}
 	inns {_tool(FILES["sysctl.txt"])} >"$dir/sysctl.txt" 2>>"$dir/errors.txt"
 }}
 
 mkdir -p "$out" || exit 1
 snap "" {INIT}
-for path in /var/run/netns/*; do
+# `ip netns` keeps its names in /run/netns or /var/run/netns, as it was built (usually the same folder)
+nl='
+'
+seen=$nl
+for path in /run/netns/* /var/run/netns/*; do
 	[ -e "$path" ] || continue
 	name=${{path##*/}}
+	case $seen in *"$nl$name$nl"*) continue ;; esac
+	seen=$seen$name$nl
 	if [ "$name" = {INIT} ]; then
 		echo "flowsim snapshot: a namespace is named {INIT}, the folder of the initial one; rename it" >&2
 		exit 1
