@@ -26,6 +26,7 @@ class NsState:
     ns: object
     conntrack: ConntrackTable
     flowtables: dict
+    gen: int = 0  # flowsim.kernel.api.NetnsState.gen: no run events here
 
 
 @attrs.define

@@ -123,6 +123,13 @@ class NetnsState(Protocol):
     @property
     def conntrack(self) -> ConntrackTable: ...
 
+    @property
+    def gen(self) -> int:
+        """Bumped by every change of the namespace's configuration during a run (a run event: devices,
+        addresses, routes, neighbours): what the flowtable remembers of path resolution is kept while the
+        namespace's generations (this, the FIB's and the neighbour table's version) are unchanged."""
+        ...
+
 
 class Kernel(Protocol):
     """Services of the simulated stack the flowtable uses."""

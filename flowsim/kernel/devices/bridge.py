@@ -41,9 +41,25 @@ from flowsim.kernel.devices.base import (
 from flowsim.kernel.devices.vlan import VLAN_PROTOCOLS
 
 __all__ = ["BridgeDevice", "BridgeVlan", "FdbEntry", "KINDS", "parse_args", "create", "change",
-           "fill_forward_path", "br_vlan_fill_forward_path_pvid", "br_vlan_fill_forward_path_mode"]
+           "fill_forward_path", "br_vlan_fill_forward_path_pvid", "br_vlan_fill_forward_path_mode",
+           "fdb_generation"]
 
 KINDS = ("bridge",)
+
+# Bumped by every change of any bridge's FDB (learnt, moved, added, deleted entries): a reader that remembers
+# what br_fill_forward_path answered (the flowtable's memo of failed path resolutions) keeps it while this is
+# unchanged.  One counter for all bridges: a change anywhere only costs a re-resolution.
+_fdb_generation = 0
+
+
+def fdb_generation() -> int:
+    """The FDB generation: changes whenever any bridge's FDB changed."""
+    return _fdb_generation
+
+
+def _fdb_changed() -> None:
+    global _fdb_generation
+    _fdb_generation += 1
 
 
 @attrs.frozen
@@ -149,6 +165,7 @@ class BridgeDevice(NetDevice):
         """``__br_fdb_add``: a user-added entry (static unless ``dynamic``)."""
         entry = FdbEntry(mac, vid, port, static=static)
         self.fdb[(mac, vid)] = entry
+        _fdb_changed()
         return entry
 
     def fdb_learn(self, mac: str, vid: int, port: str) -> FdbEntry | None:
@@ -156,10 +173,11 @@ class BridgeDevice(NetDevice):
         if mac == self.mac or mac in self.port_macs.values():
             return None
         old = self.fdb.get((mac, vid))
-        if old is not None and old.static:
-            return old
+        if old is not None and (old.static or old.port == port):
+            return old  # static: never moves; a dynamic entry on the same port is only refreshed (no ageing here)
         entry = FdbEntry(mac, vid, port)
         self.fdb[(mac, vid)] = entry
+        _fdb_changed()
         return entry
 
     def fdb_delete_by_port(self, port: str, vid: int | None = None, *, do_all: bool = False) -> None:
@@ -167,6 +185,7 @@ class BridgeDevice(NetDevice):
         for key, entry in list(self.fdb.items()):
             if entry.port == port and (vid is None or entry.vid == vid) and (do_all or not entry.static):
                 del self.fdb[key]
+                _fdb_changed()
 
     # --- ports
     def add_port(self, port: NetDevice, *, switchdev: bool) -> None:

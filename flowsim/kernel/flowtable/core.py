@@ -40,6 +40,7 @@ from flowsim.kernel.conntrack import (
     IPS_OFFLOAD, IPS_SEQ_ADJUST, IPS_SRC_NAT, NF_CT_DAY, TCP_FIN, TCP_RST, CtEntry, flow_offload_ct_tcp,
     nf_conntrack_tcp_established,
 )
+from flowsim.kernel.devices.bridge import fdb_generation
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.path import FlowtableRef, XmitType, nft_flow_route
 from flowsim.kernel.flowtable.tuple import Encap, FlowTuple, Tunnel
@@ -252,6 +253,8 @@ class Flowtable:
     # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
     # through one next hop while the table is unchanged
     neigh_cache: dict = attrs.Factory(dict)
+    # nft_flow_route question -> (generations, route, detail) of a resolution that failed (_path_failure)
+    path_failures: dict = attrs.Factory(dict)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
     _ip_ident: int = 0
@@ -425,6 +428,49 @@ def _addr_key(key: FlowTuple) -> tuple:
     return (key.src, key.dst, key.sport, key.dport, key.l3proto, key.l4proto)
 
 
+# --- memo of failed path resolutions ----------------------------------------------------
+
+#: at most this many remembered failures per flowtable (a new one past it starts the memo afresh)
+PATH_FAILURES_MAX = 4096
+
+
+def _path_gen(ns_state) -> tuple[int, int, int, int]:
+    """Everything ``nft_flow_route`` reads that can change during a run, as generations: the namespace's run
+    events (devices, addresses), the FIB (routes, ``rt_genid`` / fib6 serials), the neighbour table and the
+    bridges' FDBs (``br_fill_forward_path``)."""
+    ns = ns_state.ns
+    return (ns_state.gen, ns.fib.version, ns.neigh.version, fdb_generation())
+
+
+def _path_key(ct: CtEntry, ctdir: int, in_dev, route, mark: int) -> tuple:
+    """What one ``nft_flow_route`` call is asked: both directions' addresses after NAT, the packet's direction,
+    ingress device, route (``this_dst``: the route object the stack's cache holds) and mark."""
+    t0, t1 = ct.tuplehash[0], ct.tuplehash[1]
+    return (t0.src, t0.dst, t1.src, t1.dst, ctdir, in_dev.name, id(route), mark)
+
+
+def _path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_dev, route, mark: int) -> str | None:
+    """The detail of a failed ``nft_flow_route`` with the same question under the same generations, or None.
+
+    In the kernel every packet of a connection whose ``flow add`` fails re-runs ``nft_flow_route`` (route
+    back, neighbour, ``dev_fill_forward_path``) and fails again the same way while nothing changed; the
+    simulator answers from the memo, and the caller counts the failure per packet as the kernel's refusal is.
+    """
+    hit = ft.path_failures.get(_path_key(ct, ctdir, in_dev, route, mark))
+    if hit is None or hit[0] != _path_gen(ns_state):
+        return None
+    return hit[2]
+
+
+def _remember_path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_dev, route, mark: int,
+                           detail: str) -> None:
+    memo = ft.path_failures
+    if len(memo) >= PATH_FAILURES_MAX:
+        memo.clear()
+    # the route object is kept with the entry: its id() in the key stays its own
+    memo[_path_key(ct, ctdir, in_dev, route, mark)] = (_path_gen(ns_state), route, detail)
+
+
 # --- nft_flow_offload.c ------------------------------------------------------------
 
 def _ipv4_has_options(skb) -> bool:
@@ -479,11 +525,18 @@ def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry |
     ct.status |= IPS_OFFLOAD
     ns = ns_state.ns
     assert ctdir is not None  # nf_ct_get gives the direction with the ct
+    failed = _path_failure(ns_state, ft, ct, ctdir, in_dev, route, skb.mark)
+    if failed is not None:  # the same resolution failed before and nothing it reads has changed since
+        ct.status &= ~IPS_OFFLOAD
+        ft.record_failure(ct, "flow-add-path", failed)
+        return False
     fr = nft_flow_route(kernel.topo, ns_state.name, (ct.tuplehash[0], ct.tuplehash[1]), ctdir, in_dev,
                         ft.ref, kernel.profile, this_dst=route, mark=skb.mark)
     if fr.error is not None:
         ct.status &= ~IPS_OFFLOAD
-        ft.record_failure(ct, "flow-add-path", str(fr.error))
+        detail = str(fr.error)
+        _remember_path_failure(ns_state, ft, ct, ctdir, in_dev, route, skb.mark, detail)
+        ft.record_failure(ct, "flow-add-path", detail)
         return False
     flow = flow_offload_alloc(ct)
     if flow is None:

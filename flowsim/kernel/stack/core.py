@@ -225,6 +225,7 @@ class NetnsState:
     sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
     ip_ident: int = 0
     hook_cache: dict = attrs.Factory(dict)  # (hook, nfproto) -> merged hook steps (flowsim.kernel.stack.nf)
+    gen: int = 0  # bumped by every run event that changed this namespace (netdev_changes, netdev_register)
 
     def route(self, daddr, oif: str | None = None):
         """``ip_route_output_key`` / ``fib_lookup`` through a cache."""
@@ -402,6 +403,7 @@ class Kernel:
         """
         st = self.netns[netns]
         st.routes.clear()
+        st.gen += 1
         up: list[str] = []
         down: list[str] = []
         mtu: list[str] = []
@@ -444,6 +446,7 @@ class Kernel:
         self._vlan_uppers.clear()
         st.hook_cache.clear()
         st.routes.clear()
+        st.gen += 1
         if self.tracing:
             what = f"NETDEV_REGISTER ({why})" + (f": flowtable {', '.join(bound)} hooked" if bound else "")
             self.traces.append(TraceRecord(self.now, "-", f"{st.name} {dev.name}", what, ()))
