@@ -57,3 +57,23 @@ def test_tour_blocks_are_found():
     """Both commands are in the tour section (not elsewhere only)."""
     assert "flowsim graph topologies/ip6ip6-rx.toml --format mermaid" in TOUR
     assert "--html report.html" in TOUR
+
+
+def test_openwrt_explain_output_is_the_one_shown(capsys, monkeypatch):
+    """The OpenWrt router (firewall4's ruleset) of the tour: explain's answer exactly as shown."""
+    argv, text = shown("flowsim explain topologies/openwrt-fw4.toml --traffic tcp-download")
+    assert run(argv, capsys, monkeypatch, ROOT) == text
+
+
+def test_replay_output_is_the_one_shown(capsys, monkeypatch, tmp_path):
+    """The tour's replay: its captures written by the first command, the second's stdout starts with the shown
+    head and ends with the shown replay table (the part after '…')."""
+    (tmp_path / "topologies").symlink_to(ROOT / "topologies")
+    m = re.search(r"```sh\n(flowsim run topologies/conform-forward.toml --pcap-dir caps) > /dev/null\n```\n", TOUR)
+    assert m, "README's tour no longer writes the captures it replays"
+    run(shlex.split(m.group(1))[1:], capsys, monkeypatch, tmp_path)
+    argv, text = shown("flowsim run topologies/conform-forward.toml --no-traffic "
+                       "--replay r:veth0=caps/r-veth0.pcap --replay r:veth1=caps/r-veth1.pcap")
+    head, tail = text.split("…\n")
+    out = run(argv, capsys, monkeypatch, tmp_path)
+    assert out.startswith(head) and out.endswith(tail) and tail.startswith("replay\n")
