@@ -53,14 +53,16 @@ bench: $(STAMP)
 
 # The real-kernel matrix (qemu, TCG): every shipped topology on Debian's 6.1 and 6.12 and on
 # sid's 7.2 and experimental's 7.3, in socat mode (updates docs/conformance.md) and frame by
-# frame, then the kernel's own nft_flowtable.sh on 7.2 and 7.3. Runs every step, fails at the
-# end if one of them did.
+# frame, then the kernel's own nft_flowtable.sh on 7.2 and 7.3, then the snapshot round trip of every
+# conform-* topology on 6.12 (built in the guest, saved by `flowsim snapshot --script`, imported into
+# build/conform-snapshots/, run figures compared). Runs every step, fails at the end if one of them did.
 CONFORM_KERNELS = --kernel debian-6.1 --kernel debian-6.12 --kernel debian-sid --kernel debian-experimental
 conform: $(STAMP)
 	@rc=0; \
 	$(BIN)/flowsim conform topologies/*.toml $(CONFORM_KERNELS) --problems --update-doc docs/conformance.md || rc=1; \
 	$(BIN)/flowsim conform topologies/*.toml $(CONFORM_KERNELS) --frames --problems || rc=1; \
 	$(BIN)/flowsim conform --selftest --kernel debian-sid --kernel debian-experimental || rc=1; \
+	$(BIN)/flowsim conform topologies/conform-*.toml --kernel debian-6.12 --snapshot build/conform-snapshots || rc=1; \
 	exit $$rc
 
 # Every switch of every profile flipped in turn; fails if a flip leaves the focused tests green
