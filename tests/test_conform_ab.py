@@ -2,15 +2,19 @@
 
 The pairing and rendering are checked on hand-made facts and on two saved results channels of a real
 run (Debian sid 7.2.13, ip6ip6-rx --max-packets 100, stock and with tests/data/patches/ipv6-hook-accept.patch);
-no qemu.  The real two-boot run is tests/test_conform_patch.py's ``slow`` ipv6-hook-accept test.
+no qemu.  The real two-boot run is ``slow`` and heavy (two guests): it runs under ``make conform``
+(FLOWSIM_CONFORM_HEAVY=1) and is skipped with that reason elsewhere.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from flowsim.conform.ab import CHANGES, StockComparison, pair_rows
 from flowsim.conform.compare import Fact
@@ -136,3 +140,40 @@ def test_cli_refuses_compare_stock_without_patch(capsys):
                  "--compare-stock", "--patch", str(PATCHES / "comment-only.patch"),
                  "--results", str(DATA / "results-debian-6.12.log.gz")]) == 2
     assert "takes neither --results nor --update-doc" in capsys.readouterr().err
+
+
+def test_notes_of_changed_rows_under_the_table():
+    """--frames: the first differing frame's note (hexdumps) of a row whose verdict changed is printed below."""
+    stock = [Fact("s", "r/veth1 out", "bytes", "24 frames identical", "24 frames identical", "exact", "agrees")]
+    patched = [Fact("s", "r/veth1 out", "bytes", "frame 3: Ether / IP / IP / TCP", "frame 3: Ether / IP / IP / TCP",
+                    "exact", "differs", "first difference: frame 3, byte 22\nkernel: Ether / IP\n0010  03 fc <")]
+    cmp = StockComparison(_result(stock), _result(patched, PATCH))
+    text = cmp.text()
+    assert "s r/veth1 out bytes, patched kernel:\n  first difference: frame 3, byte 22\n  kernel: Ether / IP\n" in text
+    assert cmp.rows[0].note_patched.startswith("first difference") and cmp.rows[0].note_stock == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FLOWSIM_CONFORM_HEAVY") != "1",
+                    reason="two guests (patched and stock): run by make conform (FLOWSIM_CONFORM_HEAVY=1)")
+def test_compare_stock_on_sid_shows_the_disabled_fast_path_first():
+    """Debian sid 7.2.13, ip6ip6-rx, ipv6-hook-accept.patch then stock: both data directions' fast-path rows
+    change their verdict (agree on stock, 0 on the patched kernel) and come first."""
+    from flowsim.conform.ab import run_compare_stock
+    from flowsim.conform.harness import ConformSetupError
+
+    if os.geteuid() != 0 and os.environ.get("CI") != "true":
+        pytest.skip("--patch builds modules in a debootstrap build root: needs root")
+    try:
+        cmp = run_compare_stock([str(ROOT / "topologies" / "ip6ip6-rx.toml")], "debian-sid", max_packets=100,
+                                patches=[str(PATCHES / "ipv6-hook-accept.patch")])
+    except ConformSetupError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"conformance set-up failed in CI: {exc}")
+        pytest.skip(f"conformance set-up not possible here: {exc}")
+    except subprocess.SubprocessError as exc:  # pragma: no cover - a tool vanished mid-run
+        pytest.fail(str(exc))
+    forward = [r for r in cmp.rows if r.fact == "fast path original"]
+    assert len(forward) == 2, cmp.text()
+    assert all(r.change == "verdict" and r.patched == 0 and r.status_stock == "agrees" for r in forward), cmp.text()
+    assert cmp.rows[0].change == "verdict"

@@ -24,7 +24,9 @@ fact) and sorts them, differences first:
 
 :class:`StockComparison` renders the rows as text (:meth:`~StockComparison.text`)
 and JSON (:meth:`~StockComparison.to_json`: both results as ``flowsim conform
---json`` prints them, plus the rows).  Its status is the conform exit status
+--json`` prints them, plus the rows); under the text table the notes of the
+first rows whose verdict changed (with ``--frames``, the first differing
+frame with both hexdumps).  Its status is the conform exit status
 of the worse side (2 when a scenario could not run on either kernel, 1 when
 the patched kernel differs from flowsim, or the stock one does).
 """
@@ -45,6 +47,7 @@ from flowsim.schemas import schema_id
 __all__ = ["ABRow", "StockComparison", "pair_rows", "run_compare_stock", "CHANGES"]
 
 CHANGES = ("verdict", "value", "same")
+NOTES_SHOWN = 4   # notes (e.g. --frames hexdumps) of the first rows whose verdict changed, under the table
 
 
 @attrs.frozen
@@ -62,6 +65,8 @@ class ABRow:
     status_stock: str        # the stock side's verdict against flowsim, "-" when the side has no such fact
     status_patched: str
     change: str              # one of CHANGES
+    note_stock: str = ""     # each side's note (known difference, --frames: the first differing frame's hexdumps)
+    note_patched: str = ""
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -89,7 +94,8 @@ def pair_rows(stock: list[Fact], patched: list[Fact]) -> list[ABRow]:
         assert ref is not None
         rows.append(ABRow(k[0], k[1], k[2], fa.kernel if fa else None, fb.kernel if fb else None,
                           fa.sim if fa else None, fb.sim if fb else None, ref.tolerance,
-                          fa.status if fa else "-", fb.status if fb else "-", change))
+                          fa.status if fa else "-", fb.status if fb else "-", change,
+                          fa.note if fa else "", fb.note if fb else ""))
     rank = {c: i for i, c in enumerate(CHANGES)}
     return sorted(rows, key=lambda r: rank[r.change])   # sorted() is stable: scenario order within a class
 
@@ -148,6 +154,14 @@ class StockComparison:
         widths = [max(len(row[i]) for row in table) for i in range(len(cols) - 1)]
         body = "".join(("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]).rstrip() + "\n"
                        for row in table) if shown else ""
+        notes = [r for r in shown if r.change == "verdict" and (r.note_patched or r.note_stock)]
+        for r in notes[:NOTES_SHOWN]:
+            for side, note in (("stock", r.note_stock), ("patched", r.note_patched)):
+                if note:
+                    body += f"{r.scenario} {r.subject} {r.fact}, {side} kernel:\n" + "".join(
+                        f"  {line}\n" for line in note.splitlines())
+        if len(notes) > NOTES_SHOWN:
+            body += f"({len(notes) - NOTES_SHOWN} more rows with notes: --json has them all)\n"
         tail = (f"{s['verdict']} facts change their verdict with the patch (**), {s['value']} change only "
                 f"their value (*), {s['same']} are the same on both kernels\n")
         return head + body + tail

@@ -104,7 +104,7 @@ __all__ = ["SimFrame", "FramePlan", "simulate_frames", "render_frames_scenario",
            "compare_frames", "hexdump", "summary", "l3_bytes", "NFLOG_GROUP", "FRAMES_TABLE", "SETTLE",
            "render_frames_init", "kernel_frames", "FRAMES_LINK_DELAY", "KernelFrames", "scenario_id", "error_facts",
            "nflog_payload",
-           "kernel_random_fields", "cooked_to_packet"]
+           "kernel_random_fields", "cooked_to_packet", "random_field_offsets", "first_real_difference"]
 
 NFLOG_GROUP = 7
 FRAMES_TABLE = "flowsim_frames"
@@ -566,6 +566,42 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
     return tuple(dict.fromkeys(fields)) if fields and k == s else None
 
 
+def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
+    """The byte offsets of the tunnel headers' kernel-random fields (:func:`kernel_random_fields`' walk, without
+    its checks): outer IPv4 ID and header checksum, outer IPv6 flow label, from the outermost header inwards.
+
+    A frame that differs elsewhere too is reported at its first differing byte outside these: a changed
+    outer TTL then points at the TTL, not at the random ID before it (and the checksum it changes).
+    """
+    out: set[int] = set()
+    off = _l3_offset(sim, linktype)
+    while off + 20 <= min(len(kernel), len(sim)) and kernel[off] >> 4 == sim[off] >> 4:
+        if kernel[off] >> 4 == 4:
+            ihl = (kernel[off] & 15) * 4
+            if kernel[off + 9] not in (4, 41) or kernel[off + 9] != sim[off + 9] or ihl < 20:
+                break
+            out.update((off + 4, off + 5, off + 10, off + 11))
+            off += ihl
+        elif kernel[off] >> 4 == 6 and off + 40 <= min(len(kernel), len(sim)):
+            nh, nxt = kernel[off + 6], off + 40
+            if nh == 60 and nxt + 8 <= len(kernel):
+                nh, nxt = kernel[nxt], nxt + (kernel[nxt + 1] + 1) * 8
+            if nh not in (4, 41):
+                break
+            out.update((off + 1, off + 2, off + 3))
+            off = nxt
+        else:
+            break
+    return out
+
+
+def first_real_difference(kernel: bytes, sim: bytes, linktype: int) -> int:
+    """The first byte where the frames differ, kernel-random tunnel fields skipped (unless only they differ)."""
+    skip = random_field_offsets(kernel, sim, linktype)
+    return next((i for i, (x, y) in enumerate(zip(kernel, sim)) if x != y and i not in skip),
+                first_difference(kernel, sim))
+
+
 def _log_key(l3: bytes) -> bytes:
     """A packet as the log chain and a capture are paired: DSCP/ECN (and so the IPv4 header checksum) left out.
 
@@ -631,8 +667,10 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             else:
                 k = got[diff] if diff < len(got) else None
                 s = wanted[diff] if diff < len(wanted) else None
-                at = first_difference(k, s) if k is not None and s is not None else None
-                note = [f"first difference: frame {diff}" + (f", byte {at}" if at is not None else "")]
+                at = first_real_difference(k, s, linktype) if k is not None and s is not None else None
+                skipped = at is not None and k is not None and s is not None and at != first_difference(k, s)
+                note = [f"first difference: frame {diff}" + (f", byte {at}" if at is not None else "")
+                        + (" (kernel-random tunnel fields before it not counted)" if skipped else "")]
                 data: bytes | None
                 for who, data in (("kernel", k), ("flowsim", s)):
                     note.append(f"{who}: " + ("(no frame)" if data is None else summary(data, linktype)))

@@ -323,7 +323,7 @@ def conform_schema() -> dict:
     side = enum(*FACT_STATUSES, "-")
     row = obj({"scenario": S, "subject": S, "fact": S, "stock": {}, "patched": {}, "sim_stock": {},
                "sim_patched": {}, "tolerance": S, "status_stock": side, "status_patched": side,
-               "change": enum(*AB_CHANGES)})
+               "change": enum(*AB_CHANGES), "note_stock": S, "note_patched": S})
     ab = obj({"schema": const_schema("conform"), "status": enum(0, 1, 2),
               "compare_stock": obj({"stock": S, "patched": S, "summary": obj(dict.fromkeys(AB_CHANGES, I)),
                                     "rows": arr(row)}),
