@@ -41,7 +41,8 @@ Example::
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, cast
+from collections.abc import Callable
+from typing import Any, NamedTuple, cast
 
 import attrs
 
@@ -56,10 +57,7 @@ from flowsim.profiles import Profile, get_profile
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
-    "nf_flow_offload_inet_hook", "nf_flow_skb_encap_protocol", "nf_flow_skb_encap_protocol_ether_type",
-    "nf_flow_pppoe_proto",
-    "nf_flow_ip4_tunnel_proto", "nf_flow_ip6_tunnel_proto", "nf_flow_tuple_ip",
-    "nf_flow_tuple_ipv6", "nf_flow_tuple_encap", "flow_tuple_from_skb", "nf_flow_offload_lookup", "HOOKS",
+    "flow_tuple_from_skb", "flow_tuple_from_frame", "nf_flow_offload_lookup", "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
 
@@ -180,324 +178,375 @@ class TupleResult(NamedTuple):
         return self.tuple is not None
 
 
-# --- nf_flow_skb_encap_protocol and the tunnel checks ------------------------
+# --- the hook's parse: one implementation, specialised per profile and family ------------------------
+#
+# nf_flow_offload_inet_hook → nf_flow_offload_ip_hook / nf_flow_offload_ipv6_hook (net/netfilter/
+# nf_flow_table_inet.c, nf_flow_table_ip.c) up to the table lookup, with every check in the kernel's
+# order.  The kernel functions are inlined into one closure per (profile, family): the profile's
+# switches are constants of the closure, so a packet pays for the branches its layout takes and for
+# no call, no context object and no attribute lookup.  The closure reads the skb's bytes at the
+# kernel's offsets; ``lin`` is the end of the linear area, and a read past it goes through
+# ``skb.may_pull`` (``pskb_may_pull``) or ``skb.header_pointer`` (``skb_header_pointer``) exactly
+# where the kernel uses them, so the skb's cost counters are the kernel's.  Without an skb (a whole
+# frame, :func:`flow_tuple_from_frame`) the frame is all linear and a read past its end fails as
+# ``pskb_may_pull`` fails.  tests/test_tuple_fast.py proves it equal to the step-by-step
+# transcription it replaced (tests/tuple_reference.py) on the corpus and on generated stacks.
+#
+# A failure is returned as a (reason id, detail) pair; success as
+# (key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type): the tuple and nf_flowtable_ctx.
 
-def nf_flow_pppoe_proto(skb: SkBuff) -> int | None:
-    """``nf_flow_pppoe_proto``: the mapped ethertype of a PPPoE session frame.
-
-    Pulls ETH_HLEN + PPPOE_SES_HLEN bytes from ``skb->data`` (as the kernel
-    does, although data already points past the Ethernet header); ``None``
-    when that fails.  Unknown PPP protocols map to 0.
-    """
-    need = ETH_HLEN + PPPOE_SES_HLEN
-    if skb.data + need > skb.linear_end and not skb.may_pull(need):
-        return None
-    buf = skb.buf
-    at = skb.mac_header + ETH_HLEN + 6
-    return pppoe_proto_to_ethertype((buf[at] << 8) | buf[at + 1])
+_PPPOE_PULL = ETH_HLEN + PPPOE_SES_HLEN  # nf_flow_pppoe_proto pulls this much from skb->data (kernel quirk)
+_Parse = Callable[[Any, int, int, int, int, int, Any, int, int, Any], tuple]
+_Dispatch = Callable[[Any, int, int, int, int, Any], "int | tuple[str, str]"]
 
 
-def _pppoe_detail(skb: SkBuff) -> str:
-    at = skb.mac_header + ETH_HLEN + 6
-    raw = (skb.buf[at] << 8) | skb.buf[at + 1]
+def _pppoe_detail(buf, m: int) -> str:
+    """Why a PPPoE session frame is not the hook's: its PPP protocol field (at ``m`` + 6, ``m`` = after Ethernet)."""
+    raw = (buf[m + 6] << 8) | buf[m + 7]
     if raw >> 8 in (0x21, 0x57) and raw & 0xFF:
         return f"PPP protocol field {raw:#06x} looks compressed (PFC): only 0x0021/0x0057 map to IPv4/IPv6"
     return f"PPP protocol {raw:#06x} is not the hook's protocol (0x0021 IPv4, 0x0057 IPv6)"
 
 
-def nf_flow_ip4_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[str, str] | None:
-    """``nf_flow_ip4_tunnel_proto``: sanity checks of the (outer) IPv4 header; IPIP → skip it.
-
-    Returns ``None`` when the packet may go on, else ``(reason, detail)``.
-    """
-    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
-        return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
-    buf = skb.buf
-    o = skb.network_header + ctx.offset
-    ihl = buf[o] & 0x0F
-    if profile.ip4_tunnel_ihl_check and ihl < 5:
-        return "ip-ihl-invalid", f"IPv4 IHL {ihl}"
-    size = ihl << 2
-    if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment: MF or offset
-        return "fragment", "IPv4 fragment"
-    if size != IPV4_HLEN:  # ip_has_options
-        return "ip-options", f"IPv4 header length {size}"
-    if buf[o + 8] <= 1:
-        return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
-    if buf[o + 9] == IPPROTO_IPIP:
-        ctx.tun_proto = IPPROTO_IPIP
-        ctx.tun_hdr_size = size
-        ctx.offset += size
-    return None
-
-
-def nf_flow_ip6_tunnel_proto(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[str, str] | None:
-    """``nf_flow_ip6_tunnel_proto``: hop limit and extension headers of the (outer) IPv6 header.
-
-    7.0 reads the header with ``skb_header_pointer``, skips extension
-    headers with ``ipv6_skip_exthdr`` and stores the *absolute* offset it
-    returns as the tunnel header size; 7.1.5 pulls, sends any extension
-    header to the slow path and stores the relative size (profile switches
-    ``ip6_tunnel_header_access``, ``ip6_tunnel_exthdr``, ``ip6_tunnel_hdr_size``).
-    """
-    start = ctx.offset
-    if profile.ip6_tunnel_header_access == "pull":
-        if skb.data + IPV6_HLEN + start > skb.linear_end and not skb.may_pull(IPV6_HLEN + start):
-            return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {skb.len}"
-        o = skb.network_header + start
-        hdr = skb.buf
-    else:
-        hdr = skb.header_pointer(start, IPV6_HLEN)
-        if hdr is None:
-            return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {skb.len}"
-        o = 0
-    hop_limit = hdr[o + 7]
-    if hop_limit <= 1:
-        return "ttl-expired", f"IPv6 hop limit {hop_limit}"
-    nexthdr = hdr[o + 6]
-    if profile.ip6_tunnel_exthdr == "slowpath":
-        if ipv6_ext_hdr(nexthdr):
-            return "ipv6-exthdr", f"extension header {nexthdr} after the IPv6 header"
-        hdrlen = IPV6_HLEN + start
-    else:
-        hdrlen, nexthdr, _ = ipv6_skip_exthdr(skb.header_pointer, IPV6_HLEN + start, nexthdr)
-        if hdrlen < 0:
-            return "ipv6-exthdr-error", "IPv6 extension header chain cannot be walked"
-    if nexthdr == IPPROTO_IPV6:
-        # 7.0 stores the absolute offset (bug when an in-band header precedes).
-        ctx.tun_hdr_size = hdrlen if profile.ip6_tunnel_hdr_size == "absolute" else hdrlen - start
-        ctx.tun_proto = IPPROTO_IPV6
-        ctx.offset += ctx.tun_hdr_size
-    return None
-
-
-_L3PROTO_UNSUPPORTED = ("l3proto-unsupported", "")
-
-
-def nf_flow_skb_encap_protocol_ether_type(ctx: FlowtableCtx, skb: SkBuff,
-                                          profile: Profile) -> tuple[str, str] | None:
-    """``nf_flow_skb_encap_protocol`` of 7.3 (switch ``hook_ether_type_check``): skip one in-band VLAN/PPPoE
-    header whatever it carries, record the protocol under it in ``ctx->ether_type`` (``skb->protocol`` for a
-    plain IPv4/IPv6 packet), then run the tunnel check of that protocol.  The hook compares ``ctx->ether_type``
-    with its own family afterwards (:func:`nf_flow_offload_lookup`)."""
-    inner = skb.protocol
-    if inner == ETH_P_8021Q:
-        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
+def _inet_dispatch(buf, d: int, m: int, lin: int, protocol: int, skb) -> int | tuple[str, str]:
+    """``nf_flow_offload_inet_hook`` (nf_flow_table_inet.c) for an skb whose protocol is not IPv4/IPv6:
+    the protocol under one in-band VLAN or PPPoE header, whose hook runs, or why none does."""
+    proto = protocol
+    if proto == ETH_P_8021Q:
+        if d + VLAN_HLEN > lin and (skb is None or not skb.may_pull(VLAN_HLEN)):
             return "header-truncated", "in-band 802.1Q header truncated"
-        at = skb.mac_header + ETH_HLEN + 2
-        ctx.ether_type = (skb.buf[at] << 8) | skb.buf[at + 1]  # veth->h_vlan_encapsulated_proto
-        ctx.offset += VLAN_HLEN
-        failed: tuple[str, str] | None = None  # ret = true: anything else is the hook's ether_type check
-    elif inner == ETH_P_PPP_SES:
-        mapped = nf_flow_pppoe_proto(skb)
-        if mapped is None:
+        proto = (buf[m + 2] << 8) | buf[m + 3]  # veth->h_vlan_encapsulated_proto
+    elif proto == ETH_P_PPP_SES:
+        if d + _PPPOE_PULL > lin and (skb is None or not skb.may_pull(_PPPOE_PULL)):  # nf_flow_pppoe_proto
             return "header-truncated", "PPPoE session header truncated"
-        ctx.ether_type = mapped  # 0 for a PPP protocol other than IPv4/IPv6
-        ctx.offset += PPPOE_SES_HLEN
-        failed = None
-    elif inner in (ETH_P_IP, ETH_P_IPV6):
-        ctx.ether_type = inner
-        failed = None
-    elif inner == ETH_P_8021AD:
-        return "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
-    else:
-        return "l3proto-unsupported", f"ethertype {inner:#06x}"
-    if ctx.ether_type == ETH_P_IP and profile.ipip_rx:
-        return nf_flow_ip4_tunnel_proto(ctx, skb, profile)
-    if ctx.ether_type == ETH_P_IPV6 and profile.ip6ip6_rx:
-        return nf_flow_ip6_tunnel_proto(ctx, skb, profile)
-    return failed
+        proto = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])
+    if proto in (ETH_P_IP, ETH_P_IPV6):
+        return proto
+    if protocol == ETH_P_PPP_SES:
+        return "encap-unsupported", _pppoe_detail(buf, m)
+    if protocol in (ETH_P_8021Q, ETH_P_8021AD):
+        return "encap-unsupported", f"{protocol:#06x} header carries ethertype {proto:#06x}"
+    return "l3proto-unsupported", f"ethertype {proto:#06x}"
 
 
-def nf_flow_skb_encap_protocol(ctx: FlowtableCtx, skb: SkBuff, proto: int,
-                               profile: Profile) -> tuple[str, str] | None:
-    """``nf_flow_skb_encap_protocol``: skip one in-band VLAN/PPPoE header whose
-    inner protocol is *proto*, then run the tunnel check of the inner protocol."""
-    if profile.hook_ether_type_check:
-        return nf_flow_skb_encap_protocol_ether_type(ctx, skb, profile)
-    inner = skb.protocol
-    failure: tuple[str, str] | None = _L3PROTO_UNSUPPORTED  # its detail is written only when it is returned
-    if inner == ETH_P_8021Q:
-        # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
-        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
-            return "header-truncated", "in-band 802.1Q header truncated"
-        buf = skb.buf
-        at = skb.mac_header + ETH_HLEN + 2
-        encapsulated = (buf[at] << 8) | buf[at + 1]
-        if encapsulated == proto:
-            ctx.offset += VLAN_HLEN
-            inner = proto
-            failure = None
-        else:
-            failure = ("encap-unsupported", f"802.1Q header carries ethertype {encapsulated:#06x}")
-    elif inner == ETH_P_PPP_SES:
-        mapped = nf_flow_pppoe_proto(skb)
-        if mapped is None:
-            failure = ("header-truncated", "PPPoE session header truncated")
-        else:
-            inner = mapped  # set even when it is not *proto* (kernel quirk)
-            if mapped == proto:
-                ctx.offset += PPPOE_SES_HLEN
-                failure = None
+def _make_parser(profile: Profile, family: str) -> _Parse:
+    """The hook's parse under *profile* at a *family* flowtable: one closure, the profile's switches as its constants."""
+    ipip_rx = profile.ipip_rx
+    ip6ip6_rx = profile.ip6ip6_rx
+    ihl_check = profile.ip4_tunnel_ihl_check
+    ip6_pull = profile.ip6_tunnel_header_access == "pull"
+    ip6_exthdr_slowpath = profile.ip6_tunnel_exthdr == "slowpath"
+    ip6_hdr_absolute = profile.ip6_tunnel_hdr_size == "absolute"
+    ether_type_check = profile.hook_ether_type_check
+    pppoe_mapped = profile.tuple_encap_pppoe_proto == "mapped"
+    hdrsizes = L4_HDRSIZE
+    # nf_flowtable_ctx as it stood when the parse failed: written just before each failure past the in-band
+    # header (before it every field is 0), read and zeroed by the caller (:func:`_failed_ctx`)
+    failed_ctx = [0, 0, 0, 0, 0]
+
+    def parse(buf, d: int, nh: int, m: int, lin: int, protocol: int, vlan: Encap | None, iifidx: int,
+              proto: int, skb) -> tuple:
+        """*buf*: the bytes; *d*: skb->data; *nh*: network header; *m*: mac header + ETH_HLEN; *lin*: end of the
+        linear area; *vlan*: the hwaccel tag; *proto*: the hook's protocol (ETH_P_IP / ETH_P_IPV6)."""
+        end = len(buf)
+        offset = hdrsize = tun_hdr_size = tun_proto = ether_type = 0
+
+        # --- nf_flow_skb_encap_protocol: one in-band VLAN / PPPoE header, then the tunnel check
+        if ether_type_check:
+            # 7.3: skip the in-band header whatever it carries; ctx->ether_type is the protocol under it
+            if protocol == ETH_P_8021Q:
+                if d + VLAN_HLEN > lin:
+                    if skb is None or not skb.may_pull(VLAN_HLEN):
+                        return "header-truncated", "in-band 802.1Q header truncated"
+                    lin = skb.linear_end
+                ether_type = (buf[m + 2] << 8) | buf[m + 3]
+                offset = VLAN_HLEN
+            elif protocol == ETH_P_PPP_SES:
+                if d + _PPPOE_PULL > lin:  # nf_flow_pppoe_proto
+                    if skb is None or not skb.may_pull(_PPPOE_PULL):
+                        return "header-truncated", "PPPoE session header truncated"
+                    lin = skb.linear_end
+                ether_type = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])  # 0 for another PPP protocol
+                offset = PPPOE_SES_HLEN
+            elif protocol in (ETH_P_IP, ETH_P_IPV6):
+                ether_type = protocol
+            elif protocol == ETH_P_8021AD:
+                return "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
             else:
-                failure = ("encap-unsupported", _pppoe_detail(skb))
-    elif inner == ETH_P_8021AD:
-        failure = ("encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)")
+                return "l3proto-unsupported", f"ethertype {protocol:#06x}"
+            inner = ether_type
+            tunnel_check = (inner == ETH_P_IP and ipip_rx) or (inner == ETH_P_IPV6 and ip6ip6_rx)
+        else:
+            inner = protocol
+            failure: tuple[str, str] | None = None
+            if inner == ETH_P_8021Q:
+                # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
+                if d + VLAN_HLEN > lin:
+                    if skb is None or not skb.may_pull(VLAN_HLEN):
+                        return "header-truncated", "in-band 802.1Q header truncated"
+                    lin = skb.linear_end
+                encapsulated = (buf[m + 2] << 8) | buf[m + 3]
+                if encapsulated == proto:
+                    offset = VLAN_HLEN
+                    inner = proto
+                else:
+                    failure = "encap-unsupported", f"802.1Q header carries ethertype {encapsulated:#06x}"
+            elif inner == ETH_P_PPP_SES:
+                if d + _PPPOE_PULL > lin and (skb is None or not skb.may_pull(_PPPOE_PULL)):  # nf_flow_pppoe_proto
+                    failure = "header-truncated", "PPPoE session header truncated"
+                else:
+                    if skb is not None:
+                        lin = skb.linear_end
+                    inner = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])  # set even when not *proto*
+                    if inner == proto:
+                        offset = PPPOE_SES_HLEN
+                    else:
+                        failure = "encap-unsupported", _pppoe_detail(buf, m)
+            elif inner == ETH_P_8021AD:
+                failure = "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
+            elif inner != ETH_P_IP and inner != ETH_P_IPV6:
+                failure = "l3proto-unsupported", f"ethertype {protocol:#06x}"
+            if inner == ETH_P_IP:
+                tunnel_check = ipip_rx
+                if not ipip_rx and proto != ETH_P_IP:
+                    return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
+            elif inner == ETH_P_IPV6:
+                tunnel_check = ip6ip6_rx
+                if not ip6ip6_rx and proto != ETH_P_IPV6:
+                    return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
+            else:
+                return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
 
-    if inner == ETH_P_IP:
-        if profile.ipip_rx:
-            return nf_flow_ip4_tunnel_proto(ctx, skb, profile)
+        if tunnel_check:
+            if inner == ETH_P_IP:
+                # nf_flow_ip4_tunnel_proto: sanity checks of the (outer) IPv4 header; IPIP → skip it
+                need = IPV4_HLEN + offset
+                if d + need > lin:
+                    if skb is None or not skb.may_pull(need):
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                        return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
+                    lin = skb.linear_end
+                o = nh + offset
+                ihl = buf[o] & 0x0F
+                if ihl_check and ihl < 5:
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "ip-ihl-invalid", f"IPv4 IHL {ihl}"
+                if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment: MF or offset
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "fragment", "IPv4 fragment"
+                if ihl != 5:  # ip_has_options
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "ip-options", f"IPv4 header length {ihl << 2}"
+                if buf[o + 8] <= 1:
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
+                if buf[o + 9] == IPPROTO_IPIP:
+                    tun_proto = IPPROTO_IPIP
+                    tun_hdr_size = IPV4_HLEN
+                    offset += IPV4_HLEN
+            else:
+                # nf_flow_ip6_tunnel_proto: hop limit and extension headers; IP6IP6 → skip the outer header
+                start = offset
+                if ip6_pull:  # 7.1.5: pskb_may_pull
+                    need = IPV6_HLEN + start
+                    if d + need > lin:
+                        if skb is None or not skb.may_pull(need):
+                            failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                            return "header-truncated", f"IPv6 header needs {need} bytes, packet has {end - d}"
+                        lin = skb.linear_end
+                    hdr = buf
+                    o = nh + start
+                elif skb is not None:  # 7.0: skb_header_pointer, a counted copy past the linear area
+                    hdr = skb.header_pointer(start, IPV6_HLEN)
+                    if hdr is None:
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {end - d}"
+                    o = 0
+                else:
+                    if d + start + IPV6_HLEN > end:
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {end - d}"
+                    hdr = buf
+                    o = d + start
+                hop_limit = hdr[o + 7]
+                if hop_limit <= 1:
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "ttl-expired", f"IPv6 hop limit {hop_limit}"
+                nexthdr = hdr[o + 6]
+                if ip6_exthdr_slowpath:
+                    if ipv6_ext_hdr(nexthdr):
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                        return "ipv6-exthdr", f"extension header {nexthdr} after the IPv6 header"
+                    hdrlen = IPV6_HLEN + start
+                else:  # 7.0: ipv6_skip_exthdr
+                    read = skb.header_pointer if skb is not None else _frame_reader(buf, d)
+                    hdrlen, nexthdr, _ = ipv6_skip_exthdr(read, IPV6_HLEN + start, nexthdr)
+                    if hdrlen < 0:
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                        return "ipv6-exthdr-error", "IPv6 extension header chain cannot be walked"
+                if nexthdr == IPPROTO_IPV6:
+                    # 7.0 stores the absolute offset (bug when an in-band header precedes)
+                    tun_hdr_size = hdrlen if ip6_hdr_absolute else hdrlen - start
+                    tun_proto = IPPROTO_IPV6
+                    offset += tun_hdr_size
+
+        if ether_type_check and ether_type != proto:
+            # 7.3 nf_flow_offload_ip_hook / _ipv6_hook: ctx.ether_type is not the hook's family → NF_ACCEPT
+            if protocol == ether_type:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "l3proto-unsupported", f"ethertype {ether_type:#06x} at the {family} hook"
+            failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+            return "encap-unsupported", (f"{protocol:#06x} header carries ethertype "
+                                         f"{ether_type:#06x}, not the hook's {proto:#06x}")
+
         if proto == ETH_P_IP:
-            return None
-    elif inner == ETH_P_IPV6:
-        if profile.ip6ip6_rx:
-            return nf_flow_ip6_tunnel_proto(ctx, skb, profile)
-        if proto == ETH_P_IPV6:
-            return None
-    if failure is _L3PROTO_UNSUPPORTED:
-        return failure[0], f"ethertype {skb.protocol:#06x}"
-    return failure
+            # --- nf_flow_tuple_ip: checks of the (inner) IPv4 header and the key
+            need = IPV4_HLEN + offset
+            if d + need > lin:
+                if skb is None or not skb.may_pull(need):
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
+                lin = skb.linear_end
+            o = nh + offset
+            thoff = (buf[o] & 0x0F) * 4
+            if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "fragment", "IPv4 fragment"
+            if thoff != IPV4_HLEN:  # ip_has_options
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "ip-options", f"IPv4 header length {thoff}"
+            thoff += offset
+            l4proto = buf[o + 9]
+            size = hdrsizes.get(l4proto)
+            if size is None:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "l4proto-unsupported", f"IP protocol {l4proto}"
+            hdrsize = size  # ctx->hdrsize
+            if buf[o + 8] <= 1:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
+            src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
+            src += _ZERO12
+            dst += _ZERO12
+            l3proto = AF_INET
+        else:
+            # --- nf_flow_tuple_ipv6: checks of the (inner) IPv6 header and the key
+            thoff = IPV6_HLEN + offset
+            if d + thoff > lin:
+                if skb is None or not skb.may_pull(thoff):
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {end - d}"
+                lin = skb.linear_end
+            o = nh + offset
+            l4proto = buf[o + 6]
+            size = hdrsizes.get(l4proto)
+            if size is None:
+                if ipv6_ext_hdr(l4proto):
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                    return "ipv6-exthdr", f"IPv6 extension header {l4proto}"
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "l4proto-unsupported", f"IPv6 next header {l4proto}"
+            hdrsize = size  # ctx->hdrsize
+            if buf[o + 7] <= 1:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "ttl-expired", f"IPv6 hop limit {buf[o + 7]}"
+            src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
+            l3proto = AF_INET6
+        # the L4 header: pskb_may_pull(thoff + ctx->hdrsize), then the ports (or GRE's version)
+        need = thoff + hdrsize
+        if d + need > lin and (skb is None or not skb.may_pull(need)):
+            failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+            return "header-truncated", f"L4 header needs {need} bytes, packet has {end - d}"
+        at = nh + thoff
+        if l4proto == IPPROTO_GRE:
+            if buf[at + 1] & 0x07:  # GRE_VERSION bits of the flags word
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                return "gre-version", f"GRE version {buf[at + 1] & 0x07}"
+            sport = dport = 0
+        else:
+            sport, dport = _UNPACK_PORTS(buf, at)
+
+        # --- nf_flow_tuple_encap: the hwaccel tag (full TCI), one in-band 802.1Q (full TCI) or PPPoE (session
+        # id) header, and the tunnel's outer addresses when the compared protocol is the tunnel's family
+        if vlan is None and protocol != ETH_P_8021Q and protocol != ETH_P_PPP_SES:
+            if not tun_proto:  # the common case
+                return (_new_tuple(FlowTuple, (src, dst, sport, dport, iifidx, l3proto, l4proto, (), None)),
+                        offset, hdrsize, 0, 0, ether_type)
+            encap: tuple[Encap, ...] = ()
+            inner = protocol
+            o = nh
+        else:
+            layers: list[Encap] = [] if vlan is None else [vlan]
+            inner = protocol
+            o = nh
+            if inner == ETH_P_8021Q:
+                layers.append(Encap((buf[m] << 8) | buf[m + 1], ETH_P_8021Q))
+                inner = (buf[m + 2] << 8) | buf[m + 3]
+                o = nh + VLAN_HLEN
+            elif inner == ETH_P_PPP_SES:
+                layers.append(Encap((buf[nh + 2] << 8) | buf[nh + 3], ETH_P_PPP_SES))
+                inner = (buf[nh + 6] << 8) | buf[nh + 7]  # the raw PPP protocol through 7.2.13
+                if pppoe_mapped:
+                    inner = pppoe_proto_to_ethertype(inner)
+                o = nh + PPPOE_SES_HLEN
+            encap = tuple(layers)
+        tun = None
+        if inner == ETH_P_IP and tun_proto == IPPROTO_IPIP:
+            tsrc, tdst = _UNPACK_V4_ADDRS(buf, o + 12)
+            tun = _new_tuple(Tunnel, (tsrc + _ZERO12, tdst + _ZERO12, IPPROTO_IPIP))
+        elif inner == ETH_P_IPV6 and tun_proto == IPPROTO_IPV6:
+            tun = _new_tuple(Tunnel, (*_UNPACK_V6_ADDRS(buf, o + 8), IPPROTO_IPV6))
+        return (_new_tuple(FlowTuple, (src, dst, sport, dport, iifidx, l3proto, l4proto, encap, tun)),
+                offset, hdrsize, tun_hdr_size, tun_proto, ether_type)
+
+    parse.failed_ctx = failed_ctx  # type: ignore[attr-defined]
+    return parse
 
 
-# --- the tuple builders -------------------------------------------------------
-
-def _l4_ports(ctx: FlowtableCtx, skb: SkBuff, ipproto: int, thoff: int) -> tuple[int, int] | tuple[str, str]:
-    """The L4 part shared by ``nf_flow_tuple_ip`` and ``nf_flow_tuple_ipv6``.
-
-    (``pskb_may_pull`` calls are preceded by the linear-area test the kernel
-    inlines, so the common case costs no call.)"""
-    if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.may_pull(thoff + ctx.hdrsize):
-        return "header-truncated", f"L4 header needs {thoff + ctx.hdrsize} bytes, packet has {skb.len}"
-    at = skb.network_header + thoff
-    if ipproto == IPPROTO_GRE:
-        if skb.buf[at + 1] & 0x07:  # GRE_VERSION bits of the flags word
-            return "gre-version", f"GRE version {skb.buf[at + 1] & 0x07}"
-        return 0, 0
-    return _UNPACK_PORTS(skb.buf, at)
+def _failed_ctx(parse: _Parse, iifidx: int) -> FlowtableCtx:
+    """The context of the parse that just failed; leaves the parser's record zeroed for the next failure."""
+    record = parse.failed_ctx  # type: ignore[attr-defined]
+    ctx = FlowtableCtx(iifidx, *record)
+    record[:] = _NO_CTX
+    return ctx
 
 
-def nf_flow_tuple_ip(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
-    """``nf_flow_tuple_ip``: checks of the (inner) IPv4 header and the key."""
-    if skb.data + IPV4_HLEN + ctx.offset > skb.linear_end and not skb.may_pull(IPV4_HLEN + ctx.offset):
-        return "header-truncated", f"IPv4 header needs {IPV4_HLEN + ctx.offset} bytes, packet has {skb.len}"
-    buf = skb.buf
-    o = skb.network_header + ctx.offset
-    thoff = (buf[o] & 0x0F) * 4
-    if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:
-        return "fragment", "IPv4 fragment"
-    if thoff != IPV4_HLEN:
-        return "ip-options", f"IPv4 header length {thoff}"
-    thoff += ctx.offset
-    ipproto = buf[o + 9]
-    hdrsize = L4_HDRSIZE.get(ipproto)
-    if hdrsize is None:
-        return "l4proto-unsupported", f"IP protocol {ipproto}"
-    ctx.hdrsize = hdrsize
-    if buf[o + 8] <= 1:
-        return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
-    ports = _l4_ports(ctx, skb, ipproto, thoff)
-    if isinstance(ports[0], str):
-        return ports
-    buf = skb.buf  # may_pull keeps the buffer, but be explicit after a pull
-    src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
-    encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
-    return _new_tuple(FlowTuple, (src + _ZERO12, dst + _ZERO12, ports[0], ports[1], ctx.in_ifindex,
-                                  AF_INET, ipproto, encap, tun))
+_NO_CTX = (0, 0, 0, 0, 0)
 
 
-def nf_flow_tuple_ipv6(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> FlowTuple | tuple[str, str]:
-    """``nf_flow_tuple_ipv6``: checks of the (inner) IPv6 header and the key."""
-    thoff = IPV6_HLEN + ctx.offset
-    if skb.data + thoff > skb.linear_end and not skb.may_pull(thoff):
-        return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {skb.len}"
-    buf = skb.buf
-    o = skb.network_header + ctx.offset
-    nexthdr = buf[o + 6]
-    hdrsize = L4_HDRSIZE.get(nexthdr)
-    if hdrsize is None:
-        if ipv6_ext_hdr(nexthdr):
-            return "ipv6-exthdr", f"IPv6 extension header {nexthdr}"
-        return "l4proto-unsupported", f"IPv6 next header {nexthdr}"
-    ctx.hdrsize = hdrsize
-    if buf[o + 7] <= 1:
-        return "ttl-expired", f"IPv6 hop limit {buf[o + 7]}"
-    ports = _l4_ports(ctx, skb, nexthdr, thoff)
-    if isinstance(ports[0], str):
-        return ports
-    src, dst = _UNPACK_V6_ADDRS(skb.buf, o + 8)
-    encap, tun = nf_flow_tuple_encap(ctx, skb, profile)
-    return _new_tuple(FlowTuple, (src, dst, ports[0], ports[1], ctx.in_ifindex, AF_INET6, nexthdr, encap, tun))
+def _frame_reader(buf, d: int):
+    """``skb_header_pointer`` on a whole (linear) frame: *length* bytes at *offset* from data, None past the end."""
+    end = len(buf)
+
+    def read(offset: int, length: int):
+        start = d + offset
+        return None if offset < 0 or start + length > end else buf[start:start + length]
+    return read
 
 
-def nf_flow_tuple_encap(ctx: FlowtableCtx, skb: SkBuff, profile: Profile) -> tuple[tuple[Encap, ...], Tunnel | None]:
-    """``nf_flow_tuple_encap``: the encap and tunnel fields of the key (nf_flow_table_ip.c).
+_HOOK_NAME = {ETH_P_IP: "ipv4", ETH_P_IPV6: "ipv6"}
+_PARSERS: dict[tuple[int, str], tuple[Profile, _Parse]] = {}
+_last_parser: tuple[Profile | None, str, _Parse | None] = (None, "", None)  # a run uses one profile and family
 
-    The hwaccel tag comes first with its full TCI (priority bits included);
-    then one in-band 802.1Q (full TCI) or PPPoE (session id) header.  The
-    tunnel fields are filled only when the compared protocol is IPv4/IPv6 —
-    for PPPoE the raw PPP protocol is compared (through 7.2.13), so they stay empty; 7.3 compares
-    ``ctx->ether_type``, the mapped one (switch ``tuple_encap_pppoe_proto``).
-    """
-    inner = skb.protocol
-    offset = 0
-    buf = skb.buf
-    if not skb.vlan_present and inner != ETH_P_8021Q and inner != ETH_P_PPP_SES:
-        if not ctx.tun_proto:
-            return (), None  # the common case, kept cheap
-        encap: tuple[Encap, ...] = ()  # a tunnel without L2 encapsulation: no list to build
-    else:
-        layers: list[Encap] = []
-        if skb.vlan_present:
-            layers.append(Encap(skb.vlan_tci, skb.vlan_proto))
-        if inner == ETH_P_8021Q:
-            at = skb.mac_header + ETH_HLEN
-            layers.append(Encap((buf[at] << 8) | buf[at + 1], ETH_P_8021Q))
-            inner = (buf[at + 2] << 8) | buf[at + 3]
-            offset = VLAN_HLEN
-        elif inner == ETH_P_PPP_SES:
-            at = skb.network_header
-            layers.append(Encap((buf[at + 2] << 8) | buf[at + 3], ETH_P_PPP_SES))
-            inner = (buf[at + 6] << 8) | buf[at + 7]
-            if profile.tuple_encap_pppoe_proto == "mapped":
-                inner = pppoe_proto_to_ethertype(inner)
-            offset = PPPOE_SES_HLEN
-        encap = tuple(layers)
-    tun = None
-    o = skb.network_header + offset
-    if inner == ETH_P_IP and ctx.tun_proto == IPPROTO_IPIP:
-        src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
-        tun = _new_tuple(Tunnel, (src + _ZERO12, dst + _ZERO12, IPPROTO_IPIP))
-    elif inner == ETH_P_IPV6 and ctx.tun_proto == IPPROTO_IPV6:
-        src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
-        tun = _new_tuple(Tunnel, (src, dst, IPPROTO_IPV6))
-    return encap, tun
+
+def _parser(profile: Profile, family: str) -> _Parse:
+    """The parser of *profile* and *family*, built once (keyed by the profile's identity: hashing a profile
+    costs more than the parse; the entry keeps the profile alive, so its id is not reused)."""
+    global _last_parser
+    last_profile, last_family, parse = _last_parser
+    if last_profile is profile and last_family == family and parse is not None:
+        return parse
+    entry = _PARSERS.get((id(profile), family))
+    if entry is None or entry[0] is not profile:
+        entry = _PARSERS[id(profile), family] = (profile, _make_parser(profile, family))
+    _last_parser = (profile, family, entry[1])
+    return entry[1]
 
 
 # --- hook entry points ----------------------------------------------------------
 
-def nf_flow_offload_inet_hook(skb: SkBuff) -> int | tuple[str, str]:
-    """``nf_flow_offload_inet_hook``: the protocol whose hook handles this skb, or why none does."""
-    proto = skb.protocol
-    if proto == ETH_P_8021Q:
-        if skb.data + VLAN_HLEN > skb.linear_end and not skb.may_pull(VLAN_HLEN):
-            return "header-truncated", "in-band 802.1Q header truncated"
-        at = skb.mac_header + ETH_HLEN + 2
-        proto = (skb.buf[at] << 8) | skb.buf[at + 1]
-    elif proto == ETH_P_PPP_SES:
-        mapped = nf_flow_pppoe_proto(skb)
-        if mapped is None:
-            return "header-truncated", "PPPoE session header truncated"
-        proto = mapped
-    if proto in (ETH_P_IP, ETH_P_IPV6):
-        return proto
-    if skb.protocol == ETH_P_PPP_SES:
-        return "encap-unsupported", _pppoe_detail(skb)
-    if skb.protocol in (ETH_P_8021Q, ETH_P_8021AD):
-        return "encap-unsupported", f"{skb.protocol:#06x} header carries ethertype {proto:#06x}"
-    return "l3proto-unsupported", f"ethertype {proto:#06x}"
-
-
 HOOKS = ("inet", "ip", "ip6")
+_HOOK_PROTO = {"ip": ETH_P_IP, "ip6": ETH_P_IPV6, "inet": 0}
 
 
 def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str = "inet",
@@ -517,38 +566,65 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
 
 def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> TupleResult:
     """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup, behind the
-    inet hook's dispatch: :func:`flow_tuple_from_skb` with its arguments checked, once per packet."""
-    ctx = FlowtableCtx(iifidx)
-    if family == "ip":
-        proto = ETH_P_IP
-    elif family == "ip6":
-        proto = ETH_P_IPV6
-    else:
-        proto = skb.protocol
+    inet hook's dispatch: :func:`flow_tuple_from_skb` with its arguments checked, once per packet.
+
+    The result's ctx is the kernel's ``nf_flowtable_ctx`` as the parse left it."""
+    buf = skb.buf
+    d = skb.data
+    m = skb.mac_header + ETH_HLEN
+    lin = skb.linear_end
+    protocol = skb.protocol
+    proto = _HOOK_PROTO[family]
+    if not proto:
+        proto = protocol
         if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
-            dispatched = nf_flow_offload_inet_hook(skb)
-            if isinstance(dispatched, tuple):
-                return TupleResult(None, ctx, dispatched[0], dispatched[1], None)
-            proto = dispatched
-    failed = nf_flow_skb_encap_protocol(ctx, skb, proto, profile)
-    if failed is not None:
-        return TupleResult(None, ctx, failed[0], failed[1], "ipv4" if proto == ETH_P_IP else "ipv6")
-    if profile.hook_ether_type_check and ctx.ether_type != proto:
-        # 7.3 nf_flow_offload_ip_hook / _ipv6_hook: "if (unlikely(ctx.ether_type != htons(ETH_P_IP)))" → NF_ACCEPT
-        # before the lookup: a packet (or in-band payload) of another family never reaches the tuple builder
-        if skb.protocol == ctx.ether_type:
-            reason, detail = "l3proto-unsupported", f"ethertype {ctx.ether_type:#06x} at the {family} hook"
-        else:
-            reason, detail = "encap-unsupported", (f"{skb.protocol:#06x} header carries ethertype "
-                                                   f"{ctx.ether_type:#06x}, not the hook's {proto:#06x}")
-        return TupleResult(None, ctx, reason, detail, "ipv4" if proto == ETH_P_IP else "ipv6")
-    if proto == ETH_P_IP:
-        built = nf_flow_tuple_ip(ctx, skb, profile)
-        hook = "ipv4"
-    else:
-        built = nf_flow_tuple_ipv6(ctx, skb, profile)
-        hook = "ipv6"
-    if type(built) is tuple:  # not isinstance: a FlowTuple is a tuple too
-        reason, detail = cast(tuple[str, str], built)
-        return TupleResult(None, ctx, reason, detail, hook)
-    return _new_tuple(TupleResult, (built, ctx, None, "", hook))
+            dispatched = _inet_dispatch(buf, d, m, lin, protocol, skb)
+            if dispatched.__class__ is tuple:
+                reason, detail = cast(tuple[str, str], dispatched)
+                return TupleResult(None, FlowtableCtx(iifidx), reason, detail, None)
+            proto = cast(int, dispatched)
+            lin = skb.linear_end
+    vlan = Encap(skb.vlan_tci, skb.vlan_proto) if skb.vlan_present else None
+    parse = _parser(profile, family)
+    res = parse(buf, d, skb.network_header, m, lin, protocol, vlan, iifidx, proto, skb)
+    if len(res) == 2:
+        return TupleResult(None, _failed_ctx(parse, iifidx), res[0], res[1], _HOOK_NAME[proto])
+    key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type = res
+    return _new_tuple(TupleResult, (key, FlowtableCtx(iifidx, offset, hdrsize, tun_hdr_size, tun_proto, ether_type),
+                                    None, "", _HOOK_NAME[proto]))
+
+
+def flow_tuple_from_frame(frame: bytes, iifidx: int, family: str, profile: Profile) -> tuple | None:
+    """The hook's parse of a whole received frame, without building an skb: ``eth_type_trans`` and
+    ``__netif_receive_skb_core``'s untag of the outer VLAN tag (:func:`~flowsim.kernel.skb.skb_from_frame`,
+    all of the frame linear), then the same parser as :func:`nf_flow_offload_lookup`.
+
+    Returns None for a runt frame the device drops; ``(reason, detail)`` when the hook accepts the
+    packet to the slow path; else ``(key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type)``.
+    The result does not depend on whether the NIC untags (``skb_vlan_untag`` runs before the hook either way).
+    """
+    n = len(frame)
+    if n < ETH_HLEN:
+        return None
+    protocol = (frame[12] << 8) | frame[13]
+    d = ETH_HLEN
+    vlan = None
+    if protocol in (ETH_P_8021Q, ETH_P_8021AD):  # skb_vlan_untag
+        if n < ETH_HLEN + VLAN_HLEN:
+            return None
+        vlan = _new_tuple(Encap, ((frame[14] << 8) | frame[15], protocol))
+        protocol = (frame[16] << 8) | frame[17]
+        d = ETH_HLEN + VLAN_HLEN
+    proto = _HOOK_PROTO[family]
+    if not proto:
+        proto = protocol
+        if proto != ETH_P_IP and proto != ETH_P_IPV6:
+            dispatched = _inet_dispatch(frame, d, d, n, protocol, None)
+            if dispatched.__class__ is tuple:
+                return cast(tuple, dispatched)
+            proto = cast(int, dispatched)
+    parse = _parser(profile, family)
+    res = parse(frame, d, d, d, n, protocol, vlan, iifidx, proto, None)
+    if len(res) == 2:
+        parse.failed_ctx[:] = _NO_CTX  # type: ignore[attr-defined]
+    return res

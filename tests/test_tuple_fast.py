@@ -1,0 +1,123 @@
+"""The one parser of the flowtable hook (flowsim/kernel/flowtable/tuple.py) against the step-by-step
+transcription it replaced (tests/tuple_reference.py), on every frame of the corpus in tests/data and on
+structured random stacks (VLAN / QinQ / 802.1AD / PPPoE / IPIP / IP6IP6 / 4in6 / 6in4 / extension headers,
+built by tests/frames.py, then cut), under every profile, every flowtable family, with and without
+rx-vlan-offload and at every linear length.
+
+Equal means everything a caller can see: the tuple, the reason id and its detail, the hook, every field of
+nf_flowtable_ctx (also when the parse failed), and what the parse did to the skb (its linear area and the
+cost counters of pskb_may_pull / skb_header_pointer).  The frame entry (``flow_tuple_from_frame``, what
+``flowsim tuple`` runs) must give the skb entry's answer for the whole frame.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from frames import frames
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tuple_reference import reference_tuple_from_skb
+
+from flowsim.kernel.capture import read_capture
+from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_frame, flow_tuple_from_skb
+from flowsim.kernel.skb import skb_from_frame
+from flowsim.profiles import PROFILES
+
+DATA = Path(__file__).parent / "data"
+CORPUS = sorted(DATA.rglob("*.pcap")) + sorted(DATA.rglob("*.pcapng"))
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _skb_state(skb) -> tuple:
+    return skb.data, skb.linear_end, len(skb.buf), skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
+
+
+def _observed(res, skb) -> tuple:
+    return res.tuple, res.reason, res.detail, res.hook, res.ctx, _skb_state(skb)
+
+
+def assert_same(frame: bytes, pname: str, family: str, offload: bool, headlen: int | None) -> None:
+    """The parser and the reference agree on *frame*; so does the frame entry when the whole frame is linear."""
+    profile = PROFILES[pname]
+    fast_skb = skb_from_frame(frame, iif=6, headlen=headlen, rx_vlan_offload=offload)
+    ref_skb = skb_from_frame(frame, iif=6, headlen=headlen, rx_vlan_offload=offload)
+    if fast_skb is None:
+        assert ref_skb is None
+        if headlen is None:
+            assert flow_tuple_from_frame(frame, 6, family, profile) is None
+        return
+    fast = flow_tuple_from_skb(fast_skb, iifidx=6, family=family, profile=profile)
+    ref = reference_tuple_from_skb(ref_skb, iifidx=6, family=family, profile=profile)
+    assert _observed(fast, fast_skb) == _observed(ref, ref_skb), (pname, family, offload, headlen, frame.hex())
+    if headlen is None and offload:
+        got = flow_tuple_from_frame(frame, 6, family, profile)
+        if ref.ok:
+            c = ref.ctx
+            assert got == (ref.tuple, c.offset, c.hdrsize, c.tun_hdr_size, c.tun_proto, c.ether_type)
+        else:
+            assert got == (ref.reason, ref.detail)
+
+
+def _corpus_frames() -> list[tuple[str, int, bytes]]:
+    return [(p.name, f.index, f.data) for p in CORPUS for f in read_capture(p)]
+
+
+def test_the_corpus_is_there():
+    assert len(CORPUS) >= 18 and len(_corpus_frames()) >= 80
+
+
+@pytest.mark.parametrize("pname", sorted(PROFILES))
+def test_every_corpus_frame_every_profile(pname):
+    """Every frame of tests/data, every family, offload on/off, whole and cut linear areas."""
+    for _name, _index, frame in _corpus_frames():
+        for family in HOOKS:
+            for offload in (True, False):
+                for headlen in (None, 14, 18, 30, 38, 54, 62, 78):
+                    assert_same(frame, pname, family, offload, headlen)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(), st.sampled_from(sorted(PROFILES)), st.sampled_from(HOOKS), st.booleans())
+def test_generated_stacks(frame_headlen, pname, family, offload):
+    """Random stacks (tests/frames.py), cut at random lengths, random linear lengths."""
+    frame, headlen = frame_headlen
+    assert_same(frame, pname, family, offload, headlen)
+    assert_same(frame, pname, family, True, None)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(clean=True), st.sampled_from(sorted(PROFILES)), st.sampled_from(HOOKS))
+def test_generated_clean_stacks(frame_headlen, pname, family):
+    """Stacks the fast path takes (tuples, not only reasons), at random linear lengths."""
+    frame, headlen = frame_headlen
+    assert_same(frame, pname, family, True, headlen)
+    assert_same(frame, pname, family, True, None)
+
+
+def test_the_benchmark_capture():
+    """The first frames of benchmarks/mixed_capture.py (one per layout, twice) parse alike, and are what
+    scapy dissects them as (the generator packs headers by hand)."""
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
+    from scapy.layers.ppp import PPPoE
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import mixed_capture
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    expected = {"ipv4": (IP, TCP), "qinq": (Dot1AD, Dot1Q, IP, UDP), "pppoe": (PPPoE, IPv6, TCP),
+                "ipip": (IP, IP, TCP), "ip6ip6": (IPv6, IPv6, UDP), "ip6ip6_vlan": (Dot1Q, IPv6, IPv6, TCP)}
+    for i in range(2 * len(mixed_capture.LAYOUTS)):
+        frame = mixed_capture.frame(i)
+        pkt = Ether(frame)
+        layers = expected[mixed_capture.LAYOUTS[i % len(mixed_capture.LAYOUTS)]]
+        assert all(pkt.haslayer(layer) for layer in layers), (i, pkt.summary())
+        assert pkt[layers[-1]].sport == 1024 + i
+        for pname in PROFILES:
+            assert_same(frame, pname, "inet", True, None)
+
