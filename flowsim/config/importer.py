@@ -106,9 +106,33 @@ class _Ns:
     pvid: list[str] = field(default_factory=list)  # a bridge's default PVID, set after its VLANs
     sysctls: dict[str, str] = field(default_factory=dict)
     nft: str | None = None
+    rank: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)  # create line: ifindex, dev, lower
 
     def commands(self) -> list[str]:
-        return self.create + self.setup + self.stacked + self.masters + self.addrs + self.routes + self.late + self.pvid
+        return (self.ordered_create() + self.setup + self.stacked + self.masters + self.addrs + self.routes + self.late
+                + self.pvid)
+
+    def ordered_create(self) -> list[str]:
+        """The device creations in the snapshot's ifindex order — the order the machine created them, so flowsim
+        numbers them alike (a flow entry's iifidx/ifidx) — each after the lower device it sits on."""
+        names = {r[1] for r in self.rank.values()}
+        order = sorted(range(len(self.create)), key=lambda i: (self.rank.get(self.create[i], (0, "", None))[0], i))
+        out: list[str] = []
+        done: set[str] = set()
+        waiting: list[str] = []
+        for i in order:
+            waiting.append(self.create[i])
+            progress = True
+            while progress:
+                progress = False
+                for line in list(waiting):
+                    _, name, lower = self.rank.get(line, (0, "", None))
+                    if lower is None or lower in done or lower not in names:
+                        waiting.remove(line)
+                        out.append(line)
+                        done.add(name)
+                        progress = True
+        return out + waiting
 
 
 def q(word: str) -> str:
@@ -186,6 +210,7 @@ class _Importer:
         self.devs: dict[str, dict[int, Dev]] = {}
         self.by_name: dict[str, dict[str, Dev]] = {}
         self.skipped: dict[str, set[str]] = {}  # devices not created, per namespace
+        self.nets: dict[tuple[str, str], list] = {}  # (namespace, device) -> the subnets of its addresses
 
     # -- reporting
 
@@ -306,22 +331,26 @@ class _Importer:
                                             f"namespace {stub}")
                         out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type ethernet peer name "
                                           f"{q(dev.name)} netns {q(stub)}")
+                        out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
                         self.stubs[stub].setup.append(f"ip link set {q(dev.name)} up")
                     else:
                         paired.add((peer.ns, peer.name))
                         where = f" netns {q(peer.ns)}" if peer.ns != dev.ns else ""
                         out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type veth peer name "
                                           f"{q(peer.name)}{self.link_opts(peer)}{where}")
+                        out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
                     self.set_up(dev)
                 elif kind is None and dev.raw.get("link_type") == "ether":
                     stub = self.stub(dev.ns, dev.name)
                     out.comments.append(f"{dev.name}: a NIC (no link kind): cabled to stub namespace {stub}")
                     out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type ethernet peer name "
                                       f"{q(dev.name)} netns {q(stub)}")
+                    out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
                     self.stubs[stub].setup.append(f"ip link set {q(dev.name)} up")
                     self.set_up(dev)
                 elif kind == "dummy":
                     out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type dummy")
+                    out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
                     self.set_up(dev)
                 elif kind == "bridge":
                     self.bridge(dev)
@@ -390,6 +419,7 @@ class _Importer:
             if isinstance(pvid, int) and pvid:
                 out.pvid.append(f"ip link set {q(dev.name)} type bridge vlan_default_pvid {pvid}")
         out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type bridge{opts}")
+        out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
         self.set_up(dev)
 
     def snap_ns(self, ns: str) -> NetnsSnapshot:
@@ -410,7 +440,8 @@ class _Importer:
                 if line is None:
                     self.skipped[dev.ns].add(dev.name)
                     continue
-                out.stacked.append(line)
+                out.create.append(line)
+                out.rank[line] = (dev.ifindex, dev.name, lower)
                 made.add(dev.name)
                 if dev.up:
                     out.stacked.append(f"ip link set {q(dev.name)} up")
@@ -533,6 +564,7 @@ class _Importer:
                 if dev is None or name in self.skipped[nss.name]:
                     self.warn(nss.name, "addr.json", f"address {ip} on {name}", "its device was left out")
                     continue
+                self.nets.setdefault((nss.name, name), []).append(ip.network)
                 line = f"ip addr add {ip}"
                 peer = info.get("address")
                 if isinstance(peer, str) and peer != local:
@@ -573,10 +605,26 @@ class _Importer:
                         self.warn(nss.name, file, what, f"its device {dev} was left out")
                         continue
                 line = self.route_line(family, r, rtype, nss.file(file))
+                if self.gateway_off_subnets(nss.name, r):
+                    line += " onlink"
+                    out.comments.append(f"route {dst} via {r['gateway']} dev {dev}: the gateway is on none of "
+                                        f"{dev}'s subnets (the kernel keeps such a route when the address goes): "
+                                        "written with onlink")
                 out.routes.append(line)
         if generated:
             out.comments.append(f"left out, ip addr add recreates them: {generated} proto kernel and local-table "
                                 "routes")
+
+    def gateway_off_subnets(self, ns: str, r: dict) -> bool:
+        """A route whose gateway is in no subnet of its device's addresses (not link-local, not onlink already):
+        ``ip route add`` refuses it without ``onlink``, though the machine had it."""
+        gw, dev = r.get("gateway"), r.get("dev")
+        if not isinstance(gw, str) or not isinstance(dev, str) or "onlink" in (r.get("flags") or []):
+            return False
+        addr = ipaddress.ip_address(gw)
+        if addr.is_link_local:
+            return False
+        return not any(addr in net for net in self.nets.get((ns, dev), []) if net.version == addr.version)
 
     def route_line(self, family: int, r: dict, rtype: str, file: Path) -> str:
         try:

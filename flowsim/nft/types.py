@@ -49,6 +49,12 @@ SYMBOLS: dict[str, dict[str, int]] = {
                     "mld-listener-query": 130, "mld-listener-report": 131, "mld-listener-done": 132,
                     "nd-router-solicit": 133, "nd-router-advert": 134, "nd-neighbor-solicit": 135,
                     "nd-neighbor-advert": 136, "nd-redirect": 137, "mld2-listener-report": 143},
+    # nftables src/proto.c: `icmp code` is icmp_code_type, `icmpv6 code` icmpv6_code_type — `nft list ruleset`
+    # prints these names (firewall4's `icmpv6 code 0` comes back as `no-route`)
+    "icmp_code": {"net-unreachable": 0, "host-unreachable": 1, "prot-unreachable": 2, "port-unreachable": 3,
+                  "frag-needed": 4, "net-prohibited": 9, "host-prohibited": 10, "admin-prohibited": 13},
+    "icmpv6_code": {"no-route": 0, "admin-prohibited": 1, "addr-unreachable": 3, "port-unreachable": 4,
+                    "policy-fail": 5, "reject-route": 6},
 }
 
 BITMASK_DTYPES = frozenset({"ct_state", "ct_status", "tcp_flag"})
@@ -56,7 +62,7 @@ BITMASK_DTYPES = frozenset({"ct_state", "ct_status", "tcp_flag"})
 #: the largest value of each integer data type (bits of the kernel register)
 _MAXVAL = {"inet_proto": 255, "inet_service": 65535, "nf_proto": 255, "ether_type": 0xFFFF,
            "dscp": 63, "ct_state": 0xFF, "ct_status": 0xFFFFFFFF, "ct_dir": 1, "tcp_flag": 0xFF,
-           "icmp_type": 255, "icmpv6_type": 255, "mark": 0xFFFFFFFF, "integer": 0xFFFFFFFF}
+           "icmp_type": 255, "icmpv6_type": 255, "icmp_code": 255, "icmpv6_code": 255, "mark": 0xFFFFFFFF, "integer": 0xFFFFFFFF}
 
 #: named-set ``type`` keywords -> data type
 SET_TYPES = {"ipv4_addr": "ipv4_addr", "ipv6_addr": "ipv6_addr", "inet_service": "inet_service",
