@@ -121,3 +121,69 @@ def test_the_benchmark_capture():
         for pname in PROFILES:
             assert_same(frame, pname, "inet", True, None)
 
+
+def test_read_frames_is_read_capture():
+    """read_frames (flowsim tuple's reader) yields read_capture's frames, and fails after the same frames."""
+    from flowsim.errors import CaptureError
+    from flowsim.kernel.capture import read_frames
+
+    for path in CORPUS:
+        assert list(read_frames(path)) == [f.data for f in read_capture(path)]
+    raw = CORPUS[0].read_bytes()
+    for cut in (10, 24, 30, len(raw) - 3):
+        bad = Path(__file__).parent / f".cut-{cut}.pcap"  # unique per cut; removed below
+        try:
+            bad.write_bytes(raw[:cut])
+            outcomes = []
+            for reader in (lambda p: (f.data for f in read_capture(p)), read_frames):
+                got: list[bytes] = []
+                try:
+                    got.extend(reader(bad))
+                    outcomes.append((got, None))
+                except CaptureError as exc:
+                    outcomes.append((got, str(exc)))
+            assert outcomes[0] == outcomes[1]
+        finally:
+            bad.unlink()
+
+
+def test_json_writer_is_json_dumps():
+    """flowsim tuple --json writes each tuple line by hand: the text json.dumps gives for the same object."""
+    import json
+
+    from flowsim.commands.tuple import _JsonWriter, _tuple_obj
+    from flowsim.schemas import schema_id
+
+    writer = _JsonWriter()
+    seen = 0
+    frames_ = [f for _n, _i, f in _corpus_frames()]
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import mixed_capture
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    frames_ += mixed_capture.frames(600)
+    for pname in PROFILES:
+        for index, frame in enumerate(frames_, 1):
+            for family in HOOKS:
+                res = flow_tuple_from_frame(frame, 3, family, PROFILES[pname])
+                if res is not None and len(res) == 6:
+                    seen += 1
+                    expected = json.dumps({"schema": schema_id("tuple"), **_tuple_obj(index, res)}) + "\n"
+                    assert writer.line(index, res) == expected
+    assert seen > 1000
+
+
+def test_addr_text_is_ipaddress():
+    """headers.addr_text (inet_ntop where it writes the same text) is ipaddress's text, zero runs included."""
+    import ipaddress
+    import random
+
+    from flowsim.kernel.headers import AF_INET, AF_INET6, addr_text
+
+    rnd = random.Random(16)
+    for _ in range(20000):
+        words = [rnd.choice((0, 0, 0, 1, 0xFFFF, rnd.randrange(65536))) for _ in range(8)]
+        raw = b"".join(w.to_bytes(2, "big") for w in words)
+        assert addr_text(raw, AF_INET6) == str(ipaddress.IPv6Address(raw))
+        assert addr_text(raw, AF_INET) == str(ipaddress.IPv4Address(raw[:4]))

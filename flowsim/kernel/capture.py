@@ -20,6 +20,8 @@ device with the link type libpcap gives that device type
 
 from __future__ import annotations
 
+import io
+import mmap
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,7 +32,8 @@ import attrs
 from flowsim.errors import CaptureError
 from flowsim.kernel.headers import ETH_P_IP, ETH_P_IPV6
 
-__all__ = ["Frame", "INBOUND", "OUTBOUND", "read_capture", "PcapWriter", "PcapngWriter", "write_pcap", "ether_frame", "LINKTYPES",
+__all__ = ["Frame", "INBOUND", "OUTBOUND", "read_capture", "read_frames",
+           "PcapWriter", "PcapngWriter", "write_pcap", "ether_frame", "LINKTYPES",
            "device_linktype"]
 
 LINKTYPE_ETHERNET = 1
@@ -161,20 +164,36 @@ def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> byte
 def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool) -> Iterator[_Raw]:
     header = _read_exact(fh, 20, path, 4, "pcap file header")
     linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
+    # the records are read from one buffer (a memory map of the file when it has one): a slice per frame
+    # instead of two reads, which is most of the reader's cost on a large capture
+    data = _file_buffer(fh)
+    end = len(data)
+    record = struct.Struct(endian + "IIII").unpack_from
+    scale = 1e9 if nano else 1e6
     offset = 24
-    while True:
-        rec = fh.read(16)
-        if not rec:
-            return
-        if len(rec) != 16:
-            raise CaptureError(f"{path}: offset {offset}: truncated pcap record header ({len(rec)} of 16 bytes)")
-        sec, frac, caplen, wirelen = struct.unpack(endian + "IIII", rec)
+    while offset < end:
+        if offset + 16 > end:
+            raise CaptureError(f"{path}: offset {offset}: truncated pcap record header ({end - offset} of 16 bytes)")
+        sec, frac, caplen, wirelen = record(data, offset)
         if caplen > _MAX_RECORD:
             raise CaptureError(f"{path}: offset {offset}: pcap record length {caplen} is not plausible "
                                f"(expected at most {_MAX_RECORD})")
-        ts = sec + frac / (1e9 if nano else 1e6)
-        yield _read_exact(fh, caplen, path, offset, "pcap record"), linktype, wirelen, offset, ts, None, None
-        offset += 16 + caplen
+        start = offset + 16
+        stop = start + caplen
+        if stop > end:
+            raise CaptureError(f"{path}: offset {offset}: truncated pcap record ({end - start} of {caplen} bytes)")
+        yield data[start:stop], linktype, wirelen, offset, sec + frac / scale, None, None
+        offset = stop
+
+
+def _file_buffer(fh: BinaryIO):
+    """The rest of *fh* from offset 24 (after a pcap file header), as a buffer whose slices are bytes:
+    a read-only memory map of a regular file, else everything read at once."""
+    try:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, io.UnsupportedOperation):  # empty file, pipe, or no file descriptor
+        return b"\0" * 24 + fh.read()
+    return mapped
 
 
 def _block_error(path: str, offset: int, text: str) -> CaptureError:
@@ -307,15 +326,8 @@ def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
         # other blocks (name resolution, statistics, secrets, custom) carry no frames
 
 
-def read_capture(path: str | Path) -> Iterator[Frame]:
-    """Yield the frames of a pcap or pcapng file as Ethernet frames.
-
-    Raises one :class:`CaptureError` naming the file, the offset of the bad
-    record or block and what was expected, for a file that is not a capture,
-    a link type flowsim cannot turn into Ethernet, or a truncated or
-    malformed record (after yielding the frames before it).
-    """
-    path = str(path)
+def _raw_frames(path: str) -> Iterator[_Raw]:
+    """The records of a pcap or pcapng file, as they are stored (see :func:`read_capture` for the errors)."""
     try:
         # not a `with` around the try: only open() may raise the "cannot open" error;
         # the `with fh:` below closes it
@@ -328,20 +340,50 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
         except OSError as exc:  # a directory, or an unreadable device
             raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
         if magic in _PCAP_MAGICS:
-            frames = _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO)
+            yield from _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO)
         elif len(magic) == 4 and struct.unpack("<I", magic)[0] == _PCAPNG_SHB:
             fh.seek(0)
-            frames = _pcapng_frames(fh, path)
+            yield from _pcapng_frames(fh, path)
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng capture (magic {magic.hex() or 'empty'})")
-        for index, (data, linktype, wirelen, offset, ts, direction, name) in enumerate(frames, 1):
-            frame = _to_ethernet(data, linktype)
-            if frame is None:
-                raise CaptureError(f"{path}: offset {offset}: frame {index}: link type {linktype} is not supported "
-                                   f"(expected one of: {', '.join(sorted(set(LINKTYPES.values())))})")
-            if direction is None and linktype in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
-                direction = _sll_direction(data, linktype)
-            yield Frame(index, frame, linktype, wirelen, ts, direction, name)
+
+
+def _unsupported(path: str, offset: int, index: int, linktype: int) -> CaptureError:
+    return CaptureError(f"{path}: offset {offset}: frame {index}: link type {linktype} is not supported "
+                        f"(expected one of: {', '.join(sorted(set(LINKTYPES.values())))})")
+
+
+def read_capture(path: str | Path) -> Iterator[Frame]:
+    """Yield the frames of a pcap or pcapng file as Ethernet frames.
+
+    Raises one :class:`CaptureError` naming the file, the offset of the bad
+    record or block and what was expected, for a file that is not a capture,
+    a link type flowsim cannot turn into Ethernet, or a truncated or
+    malformed record (after yielding the frames before it).
+    """
+    path = str(path)
+    for index, (data, linktype, wirelen, offset, ts, direction, name) in enumerate(_raw_frames(path), 1):
+        frame = _to_ethernet(data, linktype)
+        if frame is None:
+            raise _unsupported(path, offset, index, linktype)
+        if direction is None and linktype in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+            direction = _sll_direction(data, linktype)
+        yield Frame(index, frame, linktype, wirelen, ts, direction, name)
+
+
+def read_frames(path: str | Path) -> Iterator[bytes]:
+    """The frames of :func:`read_capture` as Ethernet frames only (the *n*-th yielded is frame *n*), with
+    the same errors at the same frame: for a consumer that needs nothing else (``flowsim tuple``), without
+    a :class:`Frame` per frame."""
+    path = str(path)
+    for index, (data, linktype, _wirelen, offset, _ts, _direction, _name) in enumerate(_raw_frames(path), 1):
+        if linktype == LINKTYPE_ETHERNET:
+            yield data
+            continue
+        frame = _to_ethernet(data, linktype)
+        if frame is None:
+            raise _unsupported(path, offset, index, linktype)
+        yield frame
 
 
 class PcapWriter:
