@@ -17,10 +17,12 @@ import argparse
 import math
 import os
 import re
+from typing import TYPE_CHECKING
 
-from flowsim.config.topology import Topology, load_topology
 from flowsim.errors import ConfigError
-from flowsim.sim.progress import LoadProgress, progress_enabled
+
+if TYPE_CHECKING:
+    from flowsim.config.topology import Topology
 
 __all__ = ["plain", "plain_parser", "int_in_range", "number_type", "seconds_type", "headlen_type", "count_type", "readable_file",
            "writable_file", "load_topology_cli", "QUIET_HELP", "IFINDEX_MAX"]
@@ -58,7 +60,12 @@ def plain_parser(parser: argparse.ArgumentParser) -> None:
 
 def load_topology_cli(path: str, quiet: bool = False) -> Topology:
     """:func:`~flowsim.config.topology.load_topology` with a progress bar over the command lines (stderr,
-    a terminal only, none when *quiet* or for a small file)."""
+    a terminal only, none when *quiet* or for a small file).  Imported here, not at the top: cli.py imports
+    this module for every command, and the loader pulls in networkx and the whole model (0.4 s CPU of
+    start-up for ``flowsim --version`` or ``flowsim tuple``, benchmarks/bench_cli.py)."""
+    from flowsim.config.topology import load_topology
+    from flowsim.sim.progress import LoadProgress, progress_enabled
+
     with LoadProgress(enabled=progress_enabled(quiet)) as bar:
         return load_topology(path, progress=bar)
 
