@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flowsim.cli import main
-from flowsim.config.snapshot import script
+from flowsim.config.snapshot import FILES, script
 from flowsim.config.topology import load_topology
 from flowsim.conform.guest import plan_scenario
 from flowsim.conform.kernel import ConformSetupError
@@ -93,6 +94,14 @@ def test_saved_boot_round_trip_agrees(tmp_path, capsys):
     assert f"conform-ipip-listed: agrees (snapshot {out / 'conform-ipip-listed'}: 4 namespaces; " \
            f"import {out / 'conform-ipip-listed.toml'}, 0 warnings)" in text
     assert sorted(p.name for p in (out / "conform-ipip-listed").iterdir()) == ["init", "ns1", "ns2", "r"]
+    # the guest's ip and bridge speak JSON, its nft and busybox sysctl answer: every file of the script, as JSON
+    r = out / "conform-ipip-listed" / "r"
+    assert sorted(p.name for p in r.iterdir()) == sorted([*FILES, "errors.txt"])
+    for name in FILES:
+        if name.endswith(".json"):
+            assert isinstance(json.loads((r / name).read_text()), list), name
+    assert "flowtable ft" in (r / "ruleset.nft").read_text()
+    assert "net.ipv4.ip_forward = 1" in (r / "sysctl.txt").read_text()
     imported = (out / "conform-ipip-listed.toml").read_text()
     assert "tunl0" not in tomllib.loads(imported)["netns"]["r"]["commands"]
     assert "fallback tunnel devices tunl0, ip6tnl0" in imported
