@@ -7,6 +7,7 @@ BIN    := $(VENV)/bin
 # need the test tools) the test extra too.  Separate stamps: `make test` after `make demo` adds the extra.
 STAMP      := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lint bench system-deps clean conform mutation
 
@@ -21,6 +22,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
+
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $(STAMP) $(BENCH_STAMP)
 
 # Debian packages some tests drive for real (tcpdump matches the xfrm captures).
 system-deps:
@@ -44,7 +49,9 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(STAMP)
+# Every benchmark: CPU time, sides interleaved, best of N with the spread, targets first, one JSON line last.
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_tuple.py
 	$(BIN)/python benchmarks/bench_fastpath.py
 	$(BIN)/python benchmarks/bench_slowpath.py
