@@ -136,12 +136,24 @@ def csum_fold(total: int) -> int:
     return total
 
 
+_from_bytes = int.from_bytes
+
+
 def internet_checksum(data: bytes | bytearray | memoryview, initial: int = 0) -> int:
-    """RFC 1071 one's-complement checksum of *data* (returned complemented)."""
+    """RFC 1071 one's-complement checksum of *data* (returned complemented); *initial* is an unfolded sum to
+    add (a pseudo-header's).
+
+    The one's-complement sum of the 16-bit words is the sum folded with end-around carries
+    (:func:`csum_fold`), which is the sum's residue modulo 0xFFFF taken in 1..0xFFFF (0 only for a zero
+    sum).  As 2**16 = 1 modulo 0xFFFF, the whole data read as one big-endian number (a trailing odd byte
+    padded with a zero) has the same residue as the sum of its words: one ``int.from_bytes`` and one
+    remainder instead of a word-by-word sum.
+    """
+    total = _from_bytes(data, "big")
     if len(data) & 1:
-        data = bytes(data) + b"\0"
-    total = initial + sum(struct.unpack(f"!{len(data) // 2}H", data))
-    return ~csum_fold(total) & 0xFFFF
+        total <<= 8
+    total += initial
+    return ~((total - 1) % 0xFFFF + 1) & 0xFFFF if total else 0xFFFF
 
 
 def csum_replace(check: int, old: bytes, new: bytes) -> int:

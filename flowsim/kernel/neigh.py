@@ -63,6 +63,7 @@ class NudState(enum.IntFlag):
 
 
 NUD_VALID = NudState.PERMANENT | NudState.NOARP | NudState.REACHABLE | NudState.PROBE | NudState.STALE | NudState.DELAY
+_NUD_VALID_BITS = int(NUD_VALID)
 NUD_NAMES: dict[str, NudState] = {name.lower(): s for name, s in NudState.__members__.items()}
 
 
@@ -79,8 +80,8 @@ class NeighEntry:
 
     @property
     def valid(self) -> bool:
-        """``nud_state & NUD_VALID``."""
-        return bool(self.state & NUD_VALID)
+        """``nud_state & NUD_VALID`` (on the plain ints: IntFlag's ``&`` builds a flag object per call)."""
+        return bool(int(self.state) & _NUD_VALID_BITS)
 
     def __str__(self) -> str:
         ll = f" lladdr {self.lladdr}" if self.lladdr else ""

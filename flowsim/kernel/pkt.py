@@ -69,7 +69,10 @@ ICMPV6_NOROUTE = 0
 ICMP_ERROR_TYPES = {4: frozenset({3, 4, 5, 11, 12}), 6: frozenset({1, 2, 3, 4})}
 
 _V4 = struct.Struct("!BBHHHBBH4s4s")
+_V6 = struct.Struct("!IHBB16s16s")
+_EXT_HDRS = frozenset(n for n in range(256) if ipv6_ext_hdr(n))  # ipv6_ext_hdr as a set: no call per header
 _PORTS = struct.Struct("!HH")
+_HEADROOM = bytes(NET_SKB_PAD)
 _V4ADDR = ipaddress.IPv4Address
 _V6ADDR = ipaddress.IPv6Address
 
@@ -86,12 +89,12 @@ def _addr6(raw: bytes) -> ipaddress.IPv6Address:
 
 def new_skb(packet: bytes, tag: SkbTag | None, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
     """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
-    buf = bytearray(NET_SKB_PAD) + packet
-    skb = SkBuff(buf=buf, data=NET_SKB_PAD, linear_end=len(buf), tag=tag, mark=mark, gso_size=gso_size,
-                 gso_type=gso_type)
-    skb.network_header = skb.mac_header = NET_SKB_PAD
-    skb.protocol = ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6
-    return skb
+    buf = bytearray(_HEADROOM)
+    buf += packet
+    # positional, in field order (buf, data, linear_end, mac, network, transport header, protocol, VLAN present,
+    # proto, TCI, iif, gso_size, gso_type, tailroom, mark, tag): this runs for every packet a host or tunnel sends
+    return SkBuff(buf, NET_SKB_PAD, len(buf), NET_SKB_PAD, NET_SKB_PAD, -1,
+                  ETH_P_IP if packet[0] >> 4 == 4 else ETH_P_IPV6, False, 0, 0, 0, gso_size, gso_type, 0, mark, tag)
 
 
 def eth_header(dst: bytes, src: bytes, proto: int) -> bytes:
@@ -165,24 +168,22 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
             tot_len = min(tot_len, end - off)
         elif tot_len < ihl or off + tot_len > end or internet_checksum(buf[off:off + ihl]) != 0:
             return None
-        info = PktInfo(4, off, tot_len, proto, off + ihl, _addr4(bytes(s)), _addr4(bytes(d)), ttl, tos >> 2,
-                       bool(frag & IP_DF), bool(frag & IP_MF), frag & IP_OFFSET, ident)
-        info.frag = bool(frag & (IP_MF | IP_OFFSET))
-        info.first = not frag & IP_OFFSET
+        info = PktInfo(4, off, tot_len, proto, off + ihl, _addr4(s), _addr4(d), ttl, tos >> 2,
+                       bool(frag & IP_DF), bool(frag & IP_MF), frag & IP_OFFSET, ident,
+                       bool(frag & (IP_MF | IP_OFFSET)), not frag & IP_OFFSET)
     elif version == 6:
         if end - off < 40:
             return None
-        plen = (buf[off + 4] << 8) | buf[off + 5]
+        first, plen, nh, hlim, s, d = _V6.unpack_from(buf, off)
         tot_len = 40 + plen
         if off + tot_len > end:
             if not quoted:
                 return None
             tot_len = end - off
-        tclass = ((buf[off] & 0x0F) << 4) | (buf[off + 1] >> 4)
-        info = PktInfo(6, off, tot_len, buf[off + 6], off + 40, _addr6(bytes(buf[off + 8:off + 24])),
-                       _addr6(bytes(buf[off + 24:off + 40])), buf[off + 7], tclass >> 2)
-        nh, pos, stop = buf[off + 6], off + 40, off + tot_len
-        while ipv6_ext_hdr(nh):  # ipv6_skip_exthdr, remembering the fragment header
+        # traffic class: bits 20..27 of the first word; DSCP its upper six
+        info = PktInfo(6, off, tot_len, nh, off + 40, _addr6(s), _addr6(d), hlim, (first >> 22) & 0x3F)
+        pos, stop = off + 40, off + tot_len
+        while nh in _EXT_HDRS:  # ipv6_ext_hdr; ipv6_skip_exthdr, remembering the fragment header
             if nh == 59 or pos + 8 > stop:
                 info.l4proto, info.l4off = 59, stop
                 return info
@@ -202,13 +203,11 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
         info.l4proto, info.l4off = nh, pos
     else:
         return None
-    if info.first:
-        _parse_l4(info, buf, min(end, off + info.tot_len))
-    return info
-
-
-def _parse_l4(info: PktInfo, buf, end: int) -> None:
+    if not info.first:
+        return info
+    # the L4 header: ports, TCP flags, ICMP type/code (within the packet and the buffer)
     p, at = info.l4proto, info.l4off
+    end = min(end, off + info.tot_len)
     if p in (IPPROTO_TCP, IPPROTO_UDP) and at + 4 <= end:
         info.sport, info.dport = _PORTS.unpack_from(buf, at)
         if p == IPPROTO_TCP and at + 14 <= end:
@@ -217,6 +216,7 @@ def _parse_l4(info: PktInfo, buf, end: int) -> None:
         info.icmp_type, info.icmp_code = buf[at], buf[at + 1]
         if at + 6 <= end:
             info.sport, info.dport = (buf[at + 4] << 8) | buf[at + 5], 0  # echo id, as conntrack keys it
+    return info
 
 
 # ----------------------------------------------------------------- building
@@ -246,10 +246,10 @@ def build_ipv6(src, dst, nexthdr: int, payload: bytes, *, hlim: int = IP_DEFAULT
 
 
 def _pseudo_sum(src, dst, proto: int, length: int) -> int:
-    """The unfolded sum of the pseudo-header (``csum_tcpudp_nofold`` / ``csum_ipv6_magic``)."""
-    raw = src.packed + dst.packed
-    total = sum(struct.unpack(f"!{len(raw) // 2}H", raw))
-    return total + proto + (length >> 16) + (length & 0xFFFF)
+    """The unfolded sum of the pseudo-header (``csum_tcpudp_nofold`` / ``csum_ipv6_magic``), as a value with
+    the same one's-complement sum: each address as one number (2**16 = 1 modulo 0xFFFF, see
+    :func:`~flowsim.kernel.headers.internet_checksum`), zero only when the word sum is."""
+    return int(src) + int(dst) + proto + (length >> 16) + (length & 0xFFFF)
 
 
 def l4_checksum(src, dst, proto: int, segment: bytes | bytearray) -> int:

@@ -51,6 +51,7 @@ OUTPUT and POSTROUTING of the namespace like ``iptunnel_xmit`` →
 
 from __future__ import annotations
 
+import functools
 import zlib
 from ipaddress import IPv4Address, IPv6Address
 
@@ -292,7 +293,7 @@ def ip_local_out(kernel, st, skb: SkBuff, route=None, nfc: NfCtx | None = None) 
     if why is not None:
         kernel.drop(skb, why, f"{st.name} output")
         return
-    if info.dst != dst:  # ip_route_me_harder after DNAT in OUTPUT
+    if info.dst is not dst and info.dst != dst:  # ip_route_me_harder after DNAT in OUTPUT
         rt = st.route(info.dst)
         if rt.error:
             kernel.drop(skb, "no-route", f"{st.name} output", dst=info.dst)
@@ -378,9 +379,11 @@ def _tunnel_lookup(st, info: PktInfo):
     for dev in st.ns.devices.values():
         if type(dev) is not kind:
             continue
-        if dev.remote not in (None, info.src) or dev.local not in (None, info.dst):
+        remote, local = dev.remote, dev.local
+        # "is None or ==": `in (None, addr)` would compare the address with None first (an exception inside)
+        if (remote is not None and remote != info.src) or (local is not None and local != info.dst):
             continue
-        r = (dev.remote is None) * 2 + (dev.local is None)
+        r = (remote is None) * 2 + (local is None)
         if r < rank:
             best, rank = dev, r
     return best
@@ -441,7 +444,13 @@ def _tunnel_xmit_start(kernel, st, tun: IpipDevice | Ip6tnlDevice, skb: SkBuff, 
 
 def _flowlabel(info: PktInfo) -> int:
     """``ip6_make_flowlabel`` with automatic labels: a hash of the inner flow (never 0)."""
-    key = f"{info.src}|{info.dst}|{info.l4proto}|{info.sport}|{info.dport}".encode()
+    return _flow_hash(info.src, info.dst, info.l4proto, info.sport, info.dport)
+
+
+@functools.lru_cache(maxsize=65536)
+def _flow_hash(src, dst, l4proto: int, sport: int | None, dport: int | None) -> int:
+    """The label of one inner flow (a pure function of it: computed once per flow, not per packet)."""
+    key = f"{src}|{dst}|{l4proto}|{sport}|{dport}".encode()
     return (zlib.crc32(key) & 0xFFFFF) or 1
 
 

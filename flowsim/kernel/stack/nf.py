@@ -255,6 +255,8 @@ def _steps(st, hook: str, nfproto: int) -> list:
 def nf_hook(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, in_dev=None, out_dev=None,
             route=None) -> tuple[PktInfo, str | None]:
     """``NF_HOOK`` at an L3 hook: returns the (possibly rewritten) packet view and a drop reason or None."""
+    if st.nft is None and not st.ct_active:  # nothing registered at any L3 hook of this namespace
+        return info, None
     steps = _steps(st, hook, info.nfproto)
     if not steps:
         return info, None
