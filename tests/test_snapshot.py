@@ -307,7 +307,7 @@ def test_script_on_this_machine(tmp_path):
     assert "flowsim snapshot: wrote" in done.stderr, done.stderr
     assert sorted(p.name for p in snap.iterdir()) == ["init", "ns1", "ns2", "r"]
     for name in FILES:
-        if name != "ruleset.nft":
+        if name not in ("ruleset.nft", "pppoe.txt", "igmp.txt"):   # the last two with pppoe loaded only
             assert (snap / "r" / name).is_file(), name
     original = tomllib.loads(topology.read_text())
     for line in done.stdout.split("\n"):
@@ -409,3 +409,66 @@ def test_nft_prints_icmp_codes_by_name():
         return [m.values for t in rs.tables for c in t.chains.values() for r in c.rules for m in r.exprs
                 if hasattr(m, "values")]
     assert values(named) == values(numeric) == [((130, 0), (4, 1)), (3,)]
+
+
+PPPOE = DATA / "pppoe"   # /proc/net/pppoe and /proc/net/igmp of openwrt-fw4's router, built by Debian 6.12 (x86)
+
+
+def _ppp_links(*ppp):
+    return [LO, _dev(2, "wan"), _dev(3, "wan.7", kind=None, link="wan", linkinfo={"info_kind": "vlan",
+                                                                                  "info_data": {"id": 7}}),
+            *({"ifindex": 4 + i, "ifname": name, "flags": ["POINTOPOINT", "UP"], "mtu": 1492, "link_type": "ppp",
+               "linkinfo": {"info_kind": "ppp"}} for i, name in enumerate(ppp))]
+
+
+def test_pppoe_session_from_proc_net_pppoe(tmp_path):
+    """/proc/net/pppoe prints the session id (__be16) with %08X as the host reads it: 0x0042 is 00004200 on x86.
+    /proc/net/igmp's 224.0.0.1 (010000E0 there) gives the byte order; the session becomes flowsim's pppoe line."""
+    snap = _mini(tmp_path, _ppp_links("pppoe-wan"), pppoe_txt=(PPPOE / "router-pppoe.txt").read_text(),
+                 igmp_txt=(PPPOE / "router-igmp.txt").read_text())
+    result = import_snapshot(snap)
+    assert result.warnings == []
+    assert "ip link add pppoe-wan mtu 1492 type pppoe dev wan.7 session 0x0042 peer 02:00:00:00:07:01" in result.text
+    dev = load_topology_text(result.text).namespaces["r"].devices["pppoe-wan"]
+    assert dev.session == 0x42 and dev.lower == "wan.7"
+
+
+def test_pppoe_byte_order_of_a_big_endian_router(tmp_path):
+    """A MIPS big-endian router prints 0x0042 as 00000042 and 224.0.0.1 as E0000001."""
+    snap = _mini(tmp_path, _ppp_links("pppoe-wan"), pppoe_txt="Id       Address              Device\n"
+                 "00000042 02:00:00:00:07:01    wan.7\n", igmp_txt="1\tlo        :     1      V3\n\t\t\t\tE0000001\n")
+    assert "session 0x0042 peer 02:00:00:00:07:01" in import_snapshot(snap).text
+
+
+def test_pppoe_that_cannot_be_known_is_a_located_warning(tmp_path):
+    """No igmp.txt: the byte order is unknown; two ppp devices: /proc/net/pppoe does not say which session is whose;
+    no pppoe.txt at all: ip output alone has no session.  Each a warning naming the file, the device left out."""
+    pppoe = (PPPOE / "router-pppoe.txt").read_text()
+    cases = [(_mini(tmp_path / "a", _ppp_links("ppp0"), pppoe_txt=pppoe), "pppoe.txt", "byte order"),
+             (_mini(tmp_path / "b", _ppp_links("ppp0", "ppp1"), pppoe_txt=pppoe,
+                    igmp_txt=(PPPOE / "router-igmp.txt").read_text()), "pppoe.txt", "which session is whose"),
+             (_mini(tmp_path / "c", _ppp_links("ppp0")), "link.json", "lacks the PPPoE session id")]
+    for snap, file, why in cases:
+        result = import_snapshot(snap)
+        assert result.warnings and result.warnings[0].startswith(f"{snap / 'r' / file}: device ppp0 (kind ppp): ")
+        assert why in result.warnings[0] and "type pppoe" not in result.text.split("commands")[-1]
+        load_topology_text(result.text)
+
+
+def test_namespaces_run_so_that_ifindexes_come_out_alike(tmp_path):
+    """A router that cabled two hosts (its lan0 = 2 to host b, lan1 = 3 to host a): its table runs first, so its
+    veths keep their order although 'a' sorts before 'r' (a's table first would make lan1 its device 2)."""
+    snap = tmp_path / "snap"
+    def veth(i, name, peer_index, nsid):
+        return _dev(i, name, kind="veth", link_index=peer_index, link_netnsid=nsid)
+    for ns, links, ids in (("a", [LO, veth(2, "eth0", 3, 0)], [{"nsid": 0, "name": "r"}]),
+                           ("b", [LO, veth(2, "eth0", 2, 0)], [{"nsid": 0, "name": "r"}]),
+                           ("r", [LO, veth(2, "lan0", 2, 1), veth(3, "lan1", 2, 0)],
+                            [{"nsid": 0, "name": "a"}, {"nsid": 1, "name": "b"}])):
+        (snap / ns).mkdir(parents=True)
+        (snap / ns / "link.json").write_text(json.dumps(links))
+        (snap / ns / "netnsid.json").write_text(json.dumps(ids))
+    topo = load_topology_text(import_snapshot(snap).text)
+    r = topo.namespaces["r"].devices
+    assert (r["lan0"].ifindex, r["lan1"].ifindex) == (2, 3)
+    assert topo.namespaces["a"].devices["eth0"].ifindex == 2 and topo.namespaces["b"].devices["eth0"].ifindex == 2

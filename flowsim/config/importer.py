@@ -11,19 +11,22 @@ command lines (:mod:`flowsim.config.iproute`):
   namespace's ``ip netns list-id`` map, or else the one veth whose
   ``ifindex``/``link_index`` answer it), VLANs (id, protocol), bridges
   (``vlan_filtering``, ports, the VLANs of ``bridge -j vlan show``), ipip,
-  ip6tnl (mode, ``encaplimit``), gre/gretap (key), vxlan, macvlan and dummy,
+  ip6tnl (mode, ``encaplimit``), gre/gretap (key), vxlan, macvlan, dummy and
+  a ppp device's PPPoE session (``pppoe.txt``, :meth:`_Importer.ppp_channels`),
   each with its MTU and MAC address; a NIC or a veth whose peer is outside the
   snapshot gets a stub namespace behind it, cabled by ``type ethernet peer``,
-  so traffic can enter there;
+  so traffic can enter there.  Devices are created in the snapshot's ifindex
+  order and the namespace tables ordered to keep it (:meth:`_Importer.namespace_order`);
 * addresses (IPv6 with ``nodad``), routes, permanent neighbours, static
-  bridge FDB entries, the ruleset text and the forwarding, rp_filter and
-  flowtable/conntrack timeout sysctls.
+  bridge FDB entries, the ruleset text, the forwarding, rp_filter and
+  flowtable/conntrack timeout sysctls, and ESP xfrm states and policies
+  (:mod:`flowsim.config.import_xfrm`).
 
 What the kernel creates by itself is left out on purpose and counted in a
 comment: ``proto kernel`` routes, the ``local`` table, IPv6 link-local
 addresses, loopback addresses, learned neighbours and FDB entries.  What
 flowsim cannot represent (policy rules, routes in other tables, multipath
-routes, xfrm states, wireguard or pppoe devices, a ruleset saved as JSON) is a
+routes, other xfrm states, wireguard devices, a ruleset saved as JSON) is a
 warning ``file: what: why`` on stderr and a comment in the output, never
 dropped silently.  Names from the snapshot are checked
 (:func:`~flowsim.config.snapshot.check_dev_name`,
@@ -211,6 +214,7 @@ class _Importer:
         self.by_name: dict[str, dict[str, Dev]] = {}
         self.skipped: dict[str, set[str]] = {}  # devices not created, per namespace
         self.nets: dict[tuple[str, str], list] = {}  # (namespace, device) -> the subnets of its addresses
+        self.ppp: dict[tuple[str, str], tuple[int, str, str]] = {}  # ppp device -> session id, peer MAC, device
 
     # -- reporting
 
@@ -310,6 +314,7 @@ class _Importer:
         for nss in self.snap.namespaces:
             out = self.out[nss.name]
             pending: list[Dev] = []
+            channels = self.ppp_channels(nss)
             for dev in self.devs[nss.name].values():
                 kind = dev.kind
                 if kind == "loopback":
@@ -356,7 +361,16 @@ class _Importer:
                     self.bridge(dev)
                 elif kind in _STACKED:
                     pending.append(dev)
+                elif kind == "ppp" and isinstance(channels, dict) and dev.name in channels:
+                    self.ppp[(dev.ns, dev.name)] = channels[dev.name]
+                    pending.append(dev)
                 else:
+                    if kind == "ppp" and isinstance(channels, str):
+                        self.warn(dev.ns, "pppoe.txt" if nss.has("pppoe.txt") else "link.json",
+                                  f"device {dev.name} (kind ppp)",
+                                  channels + "; its addresses and routes are left out too")
+                        self.skipped[dev.ns].add(dev.name)
+                        continue
                     why = _UNSUPPORTED.get(kind or "", f"flowsim does not model {kind or 'this'} devices")
                     self.warn(dev.ns, "link.json", f"device {dev.name} (kind {kind or dev.raw.get('link_type')})",
                               why + "; its addresses and routes are left out too")
@@ -387,6 +401,87 @@ class _Importer:
             self.warn(dev.ns, "link.json", f"fallback tunnel device {dev.name} is up",
                       "flowsim does not model a tunnel module's fallback device (the receiver of packets no "
                       "configured tunnel matches)")
+
+    def ppp_channels(self, nss: NetnsSnapshot) -> dict[str, tuple[int, str, str]] | str:
+        """Each ppp device's PPPoE session (id, peer MAC, Ethernet device) from pppoe.txt (/proc/net/pppoe), or
+        why it cannot be known.  The kernel prints the session id (__be16) with %08X as the host reads it: the
+        byte order comes from igmp.txt (:meth:`byte_order`).  /proc/net/pppoe does not name the ppp unit: one
+        ppp device and one session only."""
+        ppps = sorted(d.name for d in self.devs[nss.name].values() if d.kind == "ppp")
+        if not ppps:
+            return {}
+        text = nss.text("pppoe.txt")
+        if text is None:
+            return _UNSUPPORTED["ppp"] + " (a snapshot with pppoe.txt, /proc/net/pppoe, has them)"
+        sessions = []
+        for line in text.split("\n")[1:]:
+            w = line.split()
+            if len(w) != 3 or not re.fullmatch(r"[0-9A-Fa-f]{1,8}", w[0]) or not _MAC.fullmatch(w[1]):
+                continue
+            sessions.append((int(w[0], 16), w[1].lower(), check_dev_name(w[2], nss.file("pppoe.txt"))))
+        if len(ppps) != 1 or len(sessions) != 1:
+            return (f"{len(ppps)} ppp devices and {len(sessions)} PPPoE sessions: /proc/net/pppoe does not say "
+                    "which session is whose; write `ip link add NAME type pppoe dev ETH session ID peer MAC` by hand")
+        raw, mac, lower = sessions[0]
+        order = self.byte_order(nss)
+        if order is None or raw > 0xFFFF:
+            return ("the byte order /proc/net/pppoe printed the session id in is unknown (no igmp.txt, "
+                    "/proc/net/igmp, with the group 224.0.0.1)")
+        sid = raw if order == "big" else ((raw & 0xFF) << 8) | (raw >> 8)
+        return {ppps[0]: (sid, mac, lower)}
+
+    def byte_order(self, nss: NetnsSnapshot) -> str | None:
+        """"little" or "big": how the host printed /proc/net/igmp's groups (%08X of a __be32, like the session id
+        of /proc/net/pppoe), from 224.0.0.1, which every up IPv4 device joins (lo too)."""
+        for folder in [nss, *self.snap.namespaces]:   # one machine: any namespace's file tells
+            words = set((folder.text("igmp.txt") or "").upper().split())
+            if "010000E0" in words:
+                return "little"
+            if "E0000001" in words:
+                return "big"
+        return None
+
+    def namespace_order(self) -> list[NetnsSnapshot]:
+        """The namespaces in the order their tables will run, so that every namespace's devices are created in its
+        ifindex order, as the machine created them (flowsim numbers them in creation order; a flow entry shows
+        them).  A veth pair's line sits in the table that runs first, and creates the peer then, as the next
+        device of the other namespace.  Greedy: next the namespace whose turn breaks the fewest orders (ties:
+        init, then by name) — a router that cabled its hosts goes before them."""
+        nsids = {n.name: self.nsid_map(n) for n in self.snap.namespaces}
+        own = {n.name: sorted(d.ifindex for d in self.devs[n.name].values()
+                              if d.kind != "loopback" and not (d.kind is not None and _FALLBACK.get(d.name) == d.kind))
+               for n in self.snap.namespaces}
+        peers: dict[tuple[str, int], tuple[str, int]] = {}
+        for n in self.snap.namespaces:
+            for d in self.devs[n.name].values():
+                if d.kind == "veth":
+                    p = self.veth_peer(d, nsids)
+                    if p is not None and p.ns != d.ns:
+                        peers[(d.ns, d.ifindex)] = (p.ns, p.ifindex)
+
+        def turn(ns: str, made: dict[str, set[int]]) -> int:
+            """Run *ns*'s table on *made* (changed in place); how many creations come out of order."""
+            cost = 0
+            for i in own[ns]:
+                if i in made[ns]:
+                    continue
+                cost += sum(1 for j in made[ns] if j > i)
+                made[ns].add(i)
+                peer = peers.get((ns, i))
+                if peer is not None and peer[1] not in made[peer[0]]:
+                    cost += sum(1 for j in own[peer[0]] if j < peer[1] and j not in made[peer[0]])
+                    made[peer[0]].add(peer[1])
+            return cost
+
+        made: dict[str, set[int]] = {n.name: set() for n in self.snap.namespaces}
+        left = list(self.snap.namespaces)   # init first, then by name: the tie-break
+        order = []
+        while left:
+            best = min(left, key=lambda n: turn(n.name, {k: set(v) for k, v in made.items()}))
+            turn(best.name, made)
+            left.remove(best)
+            order.append(best)
+        return order
 
     def set_up(self, dev: Dev) -> None:
         if dev.up:
@@ -427,7 +522,8 @@ class _Importer:
 
     def stacked(self, out: _Ns, pending: list[Dev]) -> None:
         """VLANs, macvlans and tunnels, each after the device it sits on."""
-        made = {d.name for d in self.devs[out.name].values() if d.kind not in _STACKED} - self.skipped[out.name]
+        made = {d.name for d in self.devs[out.name].values()
+                if d.kind not in _STACKED and d.kind != "ppp"} - self.skipped[out.name]
         while pending:
             progress = False
             for dev in list(pending):
@@ -453,6 +549,8 @@ class _Importer:
                 return
 
     def lower(self, dev: Dev) -> str | None:
+        if dev.kind == "ppp":
+            return self.ppp[(dev.ns, dev.name)][2]
         if dev.kind in ("vlan", "macvlan"):
             link = dev.raw.get("link")
             return link if isinstance(link, str) else None
@@ -462,6 +560,9 @@ class _Importer:
     def stacked_line(self, dev: Dev, lower: str | None) -> str | None:
         d, name = dev.data, q(dev.name)
         opts = self.link_opts(dev)
+        if dev.kind == "ppp":
+            sid, mac, _ = self.ppp[(dev.ns, dev.name)]
+            return f"ip link add {name}{opts} type pppoe dev {q(lower or '')} session {sid:#06x} peer {mac}"
         if dev.kind in ("vlan", "macvlan") and lower is None:
             self.warn(dev.ns, "link.json", f"device {dev.name}", "a lower device in another namespace "
                       "(link_netnsid) is not modelled")
@@ -821,8 +922,17 @@ class _Importer:
 
     def run(self) -> str:
         for nss in self.snap.namespaces:
-            self.out[nss.name] = _Ns(nss.name)
             self.guarded(self.read_links, nss)
+        try:
+            self.snap.namespaces = self.namespace_order()
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            if isinstance(exc, FlowsimError):
+                raise
+            raise SnapshotError(f"unexpected content in a link.json or netnsid.json ({type(exc).__name__}: {exc})",
+                                file=self.snap.path,
+                                expected="the unmodified output of the commands of docs/snapshot.md") from None
+        for nss in self.snap.namespaces:
+            self.out[nss.name] = _Ns(nss.name)
         try:
             self.devices()
         except (AttributeError, TypeError, KeyError, ValueError) as exc:

@@ -47,6 +47,10 @@ FILES: dict[str, str] = {
     "xfrm-state.txt": "ip xfrm state",
     "xfrm-policy.txt": "ip xfrm policy",
     "sysctl.txt": "sysctl net.ipv4.ip_forward net.ipv4.conf net.ipv6.conf net.netfilter",
+    # PPPoE sessions (id, peer MAC, device), only where the pppoe module is loaded; /proc/net/igmp tells import
+    # the byte order /proc/net/pppoe prints the session id in (the host's: 224.0.0.1 reads 010000E0 or E0000001)
+    "pppoe.txt": "cat /proc/net/pppoe",
+    "igmp.txt": "cat /proc/net/igmp",
 }
 
 # what the script saves instead when `ip` has no -j (OpenWrt's ip-tiny)
@@ -121,7 +125,7 @@ def script() -> str:
 # flowsim snapshot: writes DIR (default ./flowsim-snapshot) with one folder per network
 # namespace (the initial one as {INIT}/) holding the output of ip, bridge, nft and sysctl,
 # for `flowsim import DIR -o TOPOLOGY.toml`.  The file names are in flowsim's docs/snapshot.md.
-# Run as root: sh snapshot.sh [DIR].  Uses only ip, bridge, nft, sysctl and mkdir (and shell
+# Run as root: sh snapshot.sh [DIR].  Uses only ip, bridge, nft, sysctl, mkdir and cat (and shell
 # builtins); busybox ash runs it.  Without `ip -j` (OpenWrt's ip-tiny) it saves the text
 # output instead, which flowsim import does not read: install ip-full (opkg install ip-full),
 # and ip-bridge (opkg install ip-bridge) where `bridge` is missing.
@@ -181,6 +185,10 @@ snap() {{
 	fi
 {always}
 	inns {_tool(FILES["sysctl.txt"])} >"$dir/sysctl.txt" 2>>"$dir/errors.txt"
+	if [ -e /proc/net/pppoe ]; then
+		save pppoe.txt {FILES["pppoe.txt"]}
+		save igmp.txt {FILES["igmp.txt"]}
+	fi
 }}
 
 mkdir -p "$out" || exit 1

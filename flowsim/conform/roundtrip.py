@@ -84,7 +84,7 @@ snapdump() {
 def figures(report: dict) -> dict:
     """What a topology and the import of its snapshot must agree on: the flowtables, traffic, drops and packets
     of the run report, without MAC addresses (a real machine's are random, flowsim's derived from names), each
-    flowtable's devices sorted."""
+    flowtable's devices sorted, the flowtables by namespace and name."""
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in ("h_source", "h_dest")}
@@ -92,6 +92,9 @@ def figures(report: dict) -> dict:
             return [strip(v) for v in x]
         return x
     out = {k: strip(report.get(k)) for k in FIGURES}
+    if isinstance(out["flowtables"], list):   # listed in namespace order, which a topology file chooses
+        out["flowtables"].sort(key=lambda ft: (str(ft.get("netns")), str(ft.get("name"))) if isinstance(ft, dict)
+                               else ("", ""))
     for ft in out["flowtables"] or []:
         # nft lists a flowtable's devices in its own order (`devices = { tip, veth0, veth1 }` for the file's
         # veth0, veth1, tip): a set, the order has no meaning in the kernel
