@@ -21,12 +21,6 @@ from flowsim.profiles import get_profile, profile_from_cli
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
 
-def test_profiles():
-    assert get_profile("linux-7.2").ip6tnl_resolver_lookup == "remote"
-    assert get_profile("linux-7.1.5").ip6tnl_resolver_lookup == "remote"
-    assert get_profile("linux-7.3").ip6tnl_resolver_lookup == "tunnel-flow"
-
-
 @pytest.mark.parametrize("value,expected", [("remote", {}), ("tunnel-flow", {"saddr": "2001:db8:2::1",
                                                                                "oif": "eth1"})])
 def test_lookup_keys(monkeypatch, value, expected):
@@ -53,3 +47,35 @@ def test_lookup_keys(monkeypatch, value, expected):
                      profile_from_cli("linux-7.2", [f"ip6tnl_resolver_lookup={value}"]))
     assert p.stack and p.stack[0].type.name == "TUN" and p.stack[-1].dev == "eth1"
     assert calls and calls[0] == expected
+
+
+# tun0 bound to eth2 (dev eth2), its remote on-link through eth1 and eth2 alike (2001:db8:2::/64 on both, equal
+# metric): the remote-only lookup takes the first route (eth1), the tunnel's flow prefers its link (rt6_score_route:
+# rt6_check_dev scores the oif; not strict, since the flow has a source address).  7.3 always looks the flow up.
+LINK_BOUND = {"linux-7.0": "eth1", "linux-7.1.5": "eth1", "linux-7.2": "eth1", "linux-7.3": "eth2"}
+
+
+def link_bound_router():
+    text = (TOPOLOGIES / "ip6ip6-rx.toml").read_text()
+    old = "ip link add tun0 type ip6tnl mode ip6ip6 local 2001:db8:2::1 remote 2001:db8:2::2 encaplimit none\n"
+    assert old in text
+    text = text.replace(old, "ip link add eth2 type veth peer name eth2 netns remote\nip link set eth2 up\n"
+                        "ip addr add 2001:db8:2::3/64 dev eth2 nodad\n"
+                        + old.replace("encaplimit none", "dev eth2 encaplimit none"), 1)
+    return load_topology_text(text, "ip6ip6-rx-link.toml").netns("router")
+
+
+@pytest.mark.parametrize("profile,expected", sorted(LINK_BOUND.items()))
+def test_tunnel_bound_to_a_link_continues_on_it_only_with_the_tunnel_flow(profile, expected):
+    """The device after TUN tun0 in the path into the tunnel: the named profiles, and each flipped."""
+    ns = link_bound_router()
+    server = ipaddress.IPv6Address("2001:db8:3::2")
+    ft = FlowtableRef("ft", {"eth0", "eth1", "eth2"})
+    p = resolve_path(ns, ns.fib.lookup(server), server, ft, get_profile(profile))
+    assert [(e.type.name, e.dev) for e in p.stack] == [("TUN", "tun0"), ("ETHERNET", expected)]
+    flipped = profile_from_cli(profile, ["ip6tnl_resolver_lookup=" + ("remote" if get_profile(profile)
+                                                                       .ip6tnl_resolver_lookup == "tunnel-flow"
+                                                                       else "tunnel-flow")])
+    again = resolve_path(ns, ns.fib.lookup(server), server, ft, flipped)
+    # 7.3's resolver route (tunnel_route=resolver) looks the tunnel's flow up whatever the switch says
+    assert again.stack[-1].dev == ("eth2" if profile == "linux-7.3" else "eth1" if expected == "eth2" else "eth2")

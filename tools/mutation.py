@@ -50,6 +50,7 @@ SUBSET = [
     "tests/test_fastpath.py",
     "tests/test_corpus.py",
     "tests/test_compare.py",
+    "tests/test_ip6tnl_resolver_lookup.py",
     "tests/devices",
 ]
 
@@ -73,6 +74,9 @@ EQUIVALENT = {
                                         "read only in ip6_tnl_fill_forward_path, absent without ip6tnl_fill_forward_path"),
     "tunnel_push_dst": (lambda p: not (p.ipip_fill_forward_path or p.ip6tnl_fill_forward_path),
                         "tunnel push needs a DEV_PATH_TUN entry, which only the tunnel resolvers create"),
+    "ip6tnl_resolver_lookup": (lambda p: not p.ip6tnl_fill_forward_path or p.tunnel_route == "resolver",
+                               "read only in ip6_tnl_fill_forward_path (absent without ip6tnl_fill_forward_path), "
+                               "whose lookup is the tunnel's flow anyway under tunnel_route=resolver"),
 }
 
 
