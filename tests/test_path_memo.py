@@ -83,3 +83,11 @@ def test_any_generation_change_resolves_again(refused, change):
         bridge._fdb_changed()  # some bridge learnt or moved an entry
     assert not flow_add() and len(calls) == 2
     assert state.flowtables["f1"].flow_add_failures["flow-add-path"] == 3
+
+
+def test_a_conntrack_tuple_replaced_by_nat_resolves_again(refused):
+    """nf_conntrack_alter_reply replaces the reply tuple: the memo keyed on the connection sees another question."""
+    state, ct, _gone, calls, flow_add = refused
+    assert not flow_add() and not flow_add() and len(calls) == 1
+    ct.tuplehash[1] = ct.tuplehash[1].invert().invert()  # an equal tuple, but a new object
+    assert not flow_add() and len(calls) == 2

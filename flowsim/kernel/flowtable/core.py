@@ -253,7 +253,8 @@ class Flowtable:
     # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
     # through one next hop while the table is unchanged
     neigh_cache: dict = attrs.Factory(dict)
-    # nft_flow_route question -> (generations, route, detail) of a resolution that failed (_path_failure)
+    # nft_flow_route question -> (generations, conntrack entry, its tuples, route, detail) of a resolution that
+    # failed (_path_failure)
     path_failures: dict = attrs.Factory(dict)
     history: list = attrs.Factory(list)  # (time, event, flow id, detail)
     _next_id: int = 1
@@ -443,10 +444,11 @@ def _path_gen(ns_state) -> tuple[int, int, int, int]:
 
 
 def _path_key(ct: CtEntry, ctdir: int, in_dev, route, mark: int) -> tuple:
-    """What one ``nft_flow_route`` call is asked: both directions' addresses after NAT, the packet's direction,
-    ingress device, route (``this_dst``: the route object the stack's cache holds) and mark."""
-    t0, t1 = ct.tuplehash[0], ct.tuplehash[1]
-    return (t0.src, t0.dst, t1.src, t1.dst, ctdir, in_dev.name, id(route), mark)
+    """What one ``nft_flow_route`` call is asked: the connection (its two directions' addresses after NAT: the
+    entry checks that its tuples are the very ones it was made from), the packet's direction, ingress device,
+    route (``this_dst``: the route object the stack's cache holds) and mark.  Identities, not addresses: no
+    address hashing per packet."""
+    return (id(ct), ctdir, in_dev.name, id(route), mark)
 
 
 def _path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_dev, route, mark: int) -> str | None:
@@ -457,9 +459,13 @@ def _path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_dev, rout
     simulator answers from the memo, and the caller counts the failure per packet as the kernel's refusal is.
     """
     hit = ft.path_failures.get(_path_key(ct, ctdir, in_dev, route, mark))
-    if hit is None or hit[0] != _path_gen(ns_state):
+    if hit is None:
         return None
-    return hit[2]
+    gen, held, t0, t1, _route, detail = hit
+    # NAT replaces a conntrack tuple (nf_conntrack_alter_reply): another tuple object is another question
+    if held is not ct or t0 is not ct.tuplehash[0] or t1 is not ct.tuplehash[1] or gen != _path_gen(ns_state):
+        return None
+    return detail
 
 
 def _remember_path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_dev, route, mark: int,
@@ -467,8 +473,9 @@ def _remember_path_failure(ns_state, ft: Flowtable, ct: CtEntry, ctdir: int, in_
     memo = ft.path_failures
     if len(memo) >= PATH_FAILURES_MAX:
         memo.clear()
-    # the route object is kept with the entry: its id() in the key stays its own
-    memo[_path_key(ct, ctdir, in_dev, route, mark)] = (_path_gen(ns_state), route, detail)
+    # the connection and the route are kept with the entry: the ids in the key stay theirs
+    memo[_path_key(ct, ctdir, in_dev, route, mark)] = (_path_gen(ns_state), ct, ct.tuplehash[0], ct.tuplehash[1],
+                                                        route, detail)
 
 
 # --- nft_flow_offload.c ------------------------------------------------------------

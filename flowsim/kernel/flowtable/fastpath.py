@@ -131,6 +131,8 @@ def _stolen(kernel, ft, skb, dev, how: str) -> None:
 
 def _near_miss(ft: Flowtable, key) -> None:
     """A miss whose addresses and ports belong to a flow: remember which key fields differed (for explain)."""
+    if not ft.by_addrs:  # no flow at all: nothing to be near
+        return
     half = ft.by_addrs.get(_addr_key(key))
     if half is None:
         return
@@ -161,7 +163,9 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         th = ft.table.get(res.tuple)  # flow_offload_lookup: the rhashtable lookup
         if th is None:
             _near_miss(ft, res.tuple)
-            return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple))
+            # the detail is for the trace only: no text per packet otherwise (a flow that is never created
+            # sends every packet of its connection here)
+            return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple) if kernel.tracing else "")
         flow = th.flow
         if flow.flags & _TEARDOWN:
             return _accept(kernel, ft, skb, "flow-teardown", th=th)
