@@ -14,7 +14,7 @@ import sys
 from flowsim.commands._args import IFINDEX_MAX, count_type, headlen_type
 from flowsim.errors import CaptureError, KernelBugError
 from flowsim.kernel.capture import read_capture, read_frames
-from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_frame, flow_tuple_from_skb
+from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb, frame_parser
 from flowsim.kernel.headers import ETH_P_8021AD, ETH_P_8021Q, addr_text
 from flowsim.kernel.skb import skb_from_frame, skb_vlan_untag
 from flowsim.profiles import profile_from_cli
@@ -79,14 +79,14 @@ def _text(obj: dict) -> str:
 
 
 def _tuple_obj(index: int, res: tuple) -> dict:
-    """The JSON object of a frame whose parse gave a tuple (:func:`flow_tuple_from_frame`'s result)."""
+    """The JSON object of a frame whose parse gave a tuple (:func:`frame_parser`'s result)."""
     key, offset, _hdrsize, tun_hdr_size, _tun_proto, _ether_type = res
     return {"index": index, "result": "tuple", "reason": None, "tuple": key.to_dict(), "offset": offset,
             "tun_hdr_size": tun_hdr_size}
 
 
 def _frame_obj(index: int, res: tuple | None) -> dict:
-    """The JSON object of a frame, from :func:`flow_tuple_from_frame`'s result (what :func:`frame_result` gives)."""
+    """The JSON object of a frame, from :func:`frame_parser`'s result (what :func:`frame_result` gives)."""
     if res is None:
         return {"index": index, "result": "slowpath", "reason": "header-truncated",
                 "detail": "runt frame: dropped by the device before any hook", "tuple": None}
@@ -150,13 +150,12 @@ def run(args) -> int:
     try:
         if args.headlen is None:
             # the whole frame in the linear area: the hook's parse straight from the frame's bytes
-            # (flow_tuple_from_frame), the result the skb path gives (tests/test_tuple_fast.py)
-            iif, family = args.iif, args.family
-            parse = flow_tuple_from_frame
+            # (frame_parser), the result the skb path gives (tests/test_tuple_fast.py)
+            parse = frame_parser(profile, args.family, args.iif)
             writer = _JsonWriter() if args.json else None
             schema = {"schema": schema_id("tuple")}
             for index, frame in enumerate(read_frames(args.capture), 1):
-                res = parse(frame, iif, family, profile)
+                res = parse(frame)
                 if writer is not None:
                     if res is not None and len(res) == 6:
                         pending.append(writer.line(index, res))

@@ -40,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
@@ -57,7 +58,7 @@ from flowsim.profiles import Profile, get_profile
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
-    "flow_tuple_from_skb", "flow_tuple_from_frame", "nf_flow_offload_lookup", "HOOKS",
+    "flow_tuple_from_skb", "flow_tuple_from_frame", "frame_parser", "nf_flow_offload_lookup", "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
 
@@ -196,8 +197,7 @@ class TupleResult(NamedTuple):
 # (key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type): the tuple and nf_flowtable_ctx.
 
 _PPPOE_PULL = ETH_HLEN + PPPOE_SES_HLEN  # nf_flow_pppoe_proto pulls this much from skb->data (kernel quirk)
-_Parse = Callable[[Any, int, int, int, int, int, Any, int, int, Any], tuple]
-_Dispatch = Callable[[Any, int, int, int, int, Any], "int | tuple[str, str]"]
+_Parse = Callable[..., Any]  # the closure _make_parser builds
 
 
 def _pppoe_detail(buf, m: int) -> str:
@@ -240,16 +240,41 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
     ether_type_check = profile.hook_ether_type_check
     pppoe_mapped = profile.tuple_encap_pppoe_proto == "mapped"
     hdrsizes = L4_HDRSIZE
-    # nf_flowtable_ctx as it stood when the parse failed: written just before each failure past the in-band
-    # header (before it every field is 0), read and zeroed by the caller (:func:`_failed_ctx`)
+    # nf_flowtable_ctx as it stood when the parse failed, written just before every failure (a failure
+    # is a (reason, detail) pair, so the context travels beside it); read by nf_flow_offload_lookup
     failed_ctx = [0, 0, 0, 0, 0]
 
-    def parse(buf, d: int, nh: int, m: int, lin: int, protocol: int, vlan: Encap | None, iifidx: int,
-              proto: int, skb) -> tuple:
+    def parse(d: int, nh: int, m: int, lin: int, protocol: int, vlan: Encap | None, proto: int, skb, iifidx: int,
+              buf) -> tuple | None:
         """*buf*: the bytes; *d*: skb->data; *nh*: network header; *m*: mac header + ETH_HLEN; *lin*: end of the
-        linear area; *vlan*: the hwaccel tag; *proto*: the hook's protocol (ETH_P_IP / ETH_P_IPV6)."""
+        linear area; *vlan*: the hwaccel tag; *proto*: the hook's protocol (ETH_P_IP / ETH_P_IPV6).  *d* = 0:
+        *buf* is a whole received frame, no skb (:func:`frame_parser`): the receive path first, *proto* 0 for
+        the inet hook's dispatch.  Parameters in this order so that a :func:`functools.partial` binds all
+        but the frame."""
         end = len(buf)
         offset = hdrsize = tun_hdr_size = tun_proto = ether_type = 0
+        if not d:
+            # eth_type_trans and __netif_receive_skb_core's skb_vlan_untag (skb_from_frame), all of it linear
+            if end < ETH_HLEN:
+                return None  # a runt: the device drops it before any hook
+            protocol = (buf[12] << 8) | buf[13]
+            d = ETH_HLEN
+            if protocol in (ETH_P_8021Q, ETH_P_8021AD):
+                if end < ETH_HLEN + VLAN_HLEN:
+                    return None  # truncated tag: skb_vlan_untag frees the skb
+                vlan = _new_tuple(Encap, ((buf[14] << 8) | buf[15], protocol))
+                protocol = (buf[16] << 8) | buf[17]
+                d = ETH_HLEN + VLAN_HLEN
+            nh = m = d
+            lin = end
+            if not proto:
+                proto = protocol
+                if proto != ETH_P_IP and proto != ETH_P_IPV6:  # nf_flow_offload_inet_hook
+                    dispatched = _inet_dispatch(buf, d, m, lin, protocol, None)
+                    if dispatched.__class__ is tuple:
+                        failed_ctx[:] = _NO_CTX
+                        return cast(tuple, dispatched)
+                    proto = cast(int, dispatched)
 
         # --- nf_flow_skb_encap_protocol: one in-band VLAN / PPPoE header, then the tunnel check
         if ether_type_check:
@@ -257,6 +282,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             if protocol == ETH_P_8021Q:
                 if d + VLAN_HLEN > lin:
                     if skb is None or not skb.may_pull(VLAN_HLEN):
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "header-truncated", "in-band 802.1Q header truncated"
                     lin = skb.linear_end
                 ether_type = (buf[m + 2] << 8) | buf[m + 3]
@@ -264,6 +290,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             elif protocol == ETH_P_PPP_SES:
                 if d + _PPPOE_PULL > lin:  # nf_flow_pppoe_proto
                     if skb is None or not skb.may_pull(_PPPOE_PULL):
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "header-truncated", "PPPoE session header truncated"
                     lin = skb.linear_end
                 ether_type = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])  # 0 for another PPP protocol
@@ -271,8 +298,10 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             elif protocol in (ETH_P_IP, ETH_P_IPV6):
                 ether_type = protocol
             elif protocol == ETH_P_8021AD:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
             else:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "l3proto-unsupported", f"ethertype {protocol:#06x}"
             inner = ether_type
             tunnel_check = (inner == ETH_P_IP and ipip_rx) or (inner == ETH_P_IPV6 and ip6ip6_rx)
@@ -283,6 +312,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
                 if d + VLAN_HLEN > lin:
                     if skb is None or not skb.may_pull(VLAN_HLEN):
+                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "header-truncated", "in-band 802.1Q header truncated"
                     lin = skb.linear_end
                 encapsulated = (buf[m + 2] << 8) | buf[m + 3]
@@ -309,12 +339,15 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             if inner == ETH_P_IP:
                 tunnel_check = ipip_rx
                 if not ipip_rx and proto != ETH_P_IP:
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
             elif inner == ETH_P_IPV6:
                 tunnel_check = ip6ip6_rx
                 if not ip6ip6_rx and proto != ETH_P_IPV6:
+                    failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
             else:
+                failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return failure or ("l3proto-unsupported", f"ethertype {protocol:#06x}")
 
         if tunnel_check:
@@ -503,14 +536,6 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
     return parse
 
 
-def _failed_ctx(parse: _Parse, iifidx: int) -> FlowtableCtx:
-    """The context of the parse that just failed; leaves the parser's record zeroed for the next failure."""
-    record = parse.failed_ctx  # type: ignore[attr-defined]
-    ctx = FlowtableCtx(iifidx, *record)
-    record[:] = _NO_CTX
-    return ctx
-
-
 _NO_CTX = (0, 0, 0, 0, 0)
 
 
@@ -586,45 +611,30 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
             lin = skb.linear_end
     vlan = Encap(skb.vlan_tci, skb.vlan_proto) if skb.vlan_present else None
     parse = _parser(profile, family)
-    res = parse(buf, d, skb.network_header, m, lin, protocol, vlan, iifidx, proto, skb)
+    res = parse(d, skb.network_header, m, lin, protocol, vlan, proto, skb, iifidx, buf)
     if len(res) == 2:
-        return TupleResult(None, _failed_ctx(parse, iifidx), res[0], res[1], _HOOK_NAME[proto])
+        return TupleResult(None, FlowtableCtx(iifidx, *parse.failed_ctx),  # type: ignore[attr-defined]
+                           res[0], res[1], _HOOK_NAME[proto])
     key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type = res
     return _new_tuple(TupleResult, (key, FlowtableCtx(iifidx, offset, hdrsize, tun_hdr_size, tun_proto, ether_type),
                                     None, "", _HOOK_NAME[proto]))
 
 
-def flow_tuple_from_frame(frame: bytes, iifidx: int, family: str, profile: Profile) -> tuple | None:
-    """The hook's parse of a whole received frame, without building an skb: ``eth_type_trans`` and
-    ``__netif_receive_skb_core``'s untag of the outer VLAN tag (:func:`~flowsim.kernel.skb.skb_from_frame`,
-    all of the frame linear), then the same parser as :func:`nf_flow_offload_lookup`.
+def frame_parser(profile: Profile, family: str, iifidx: int) -> Callable[[bytes], tuple | None]:
+    """The hook's parse of whole received frames at a *family* flowtable of device *iifidx*, without an skb:
+    ``eth_type_trans`` and ``__netif_receive_skb_core``'s untag of the outer VLAN tag
+    (:func:`~flowsim.kernel.skb.skb_from_frame`, all of the frame linear), then the parser
+    :func:`nf_flow_offload_lookup` runs, in one call per frame (``flowsim tuple``).
 
-    Returns None for a runt frame the device drops; ``(reason, detail)`` when the hook accepts the
-    packet to the slow path; else ``(key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type)``.
+    The callable returns None for a runt frame the device drops; ``(reason, detail)`` when the hook
+    accepts the packet to the slow path; else ``(key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type)``.
     The result does not depend on whether the NIC untags (``skb_vlan_untag`` runs before the hook either way).
     """
-    n = len(frame)
-    if n < ETH_HLEN:
-        return None
-    protocol = (frame[12] << 8) | frame[13]
-    d = ETH_HLEN
-    vlan = None
-    if protocol in (ETH_P_8021Q, ETH_P_8021AD):  # skb_vlan_untag
-        if n < ETH_HLEN + VLAN_HLEN:
-            return None
-        vlan = _new_tuple(Encap, ((frame[14] << 8) | frame[15], protocol))
-        protocol = (frame[16] << 8) | frame[17]
-        d = ETH_HLEN + VLAN_HLEN
-    proto = _HOOK_PROTO[family]
-    if not proto:
-        proto = protocol
-        if proto != ETH_P_IP and proto != ETH_P_IPV6:
-            dispatched = _inet_dispatch(frame, d, d, n, protocol, None)
-            if dispatched.__class__ is tuple:
-                return cast(tuple, dispatched)
-            proto = cast(int, dispatched)
-    parse = _parser(profile, family)
-    res = parse(frame, d, d, d, n, protocol, vlan, iifidx, proto, None)
-    if len(res) == 2:
-        parse.failed_ctx[:] = _NO_CTX  # type: ignore[attr-defined]
-    return res
+    if family not in HOOKS:
+        raise ValueError(f"unknown flowtable family {family!r} (expected one of {', '.join(HOOKS)})")
+    return functools.partial(_parser(profile, family), 0, 0, 0, 0, 0, None, _HOOK_PROTO[family], None, iifidx)
+
+
+def flow_tuple_from_frame(frame: bytes, iifidx: int, family: str, profile: Profile) -> tuple | None:
+    """:func:`frame_parser`'s answer for one frame."""
+    return frame_parser(profile, family, iifidx)(frame)
