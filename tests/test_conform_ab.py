@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from flowsim.conform.ab import CHANGES, StockComparison, pair_rows
+from flowsim.conform.ab import CHANGES, StockComparison, beyond_tolerance, pair_rows
 from flowsim.conform.compare import Fact
 from flowsim.conform.harness import ConformResult
 from flowsim.schemas import load
@@ -29,8 +29,11 @@ PATCH = {"series": ["ipv6-hook-accept.patch"], "patches": ["ipv6-hook-accept.pat
          "label": "7.2.13+deb14-amd64 + ipv6-hook-accept.patch (1 module rebuilt)"}
 
 
-def _fact(fact: str, kernel, sim, status: str, subject: str = "tcp") -> Fact:
-    return Fact("ip6ip6-rx", subject, fact, kernel, sim, "exact", status)
+def _fact(fact: str, kernel, sim, status: str, subject: str = "tcp", tolerance: str = "exact") -> Fact:
+    return Fact("ip6ip6-rx", subject, fact, kernel, sim, tolerance, status)
+
+
+TCP = "-1..+105 (TCP control + pure ACKs + retransmissions)"
 
 
 class _Result(ConformResult):
@@ -49,9 +52,13 @@ def _result(facts: list[Fact], patch: dict | None = None, profile: str = "linux-
 
 
 STOCK = [_fact("fast path original", 98, 98, "agrees"), _fact("slow path original", 4, 4, "agrees"),
-         _fact("delivered original", 103, 102, "agrees"), _fact("offloaded (flow created)", True, True, "agrees")]
+         _fact("delivered original", 103, 102, "agrees", tolerance=TCP),
+         _fact("offloaded (flow created)", True, True, "agrees"),
+         _fact("offloaded (flow created)", True, True, "agrees", "udp")]
 PATCHED = [_fact("fast path original", 0, 98, "differs"), _fact("slow path original", 102, 4, "differs"),
-           _fact("delivered original", 104, 102, "agrees"), _fact("offloaded (flow created)", True, True, "agrees"),
+           _fact("delivered original", 104, 102, "agrees", tolerance=TCP),
+           _fact("offloaded (flow created)", True, True, "agrees"),
+           _fact("offloaded (flow created)", False, False, "agrees", "udp"),   # as a --set predicted
            _fact("packets", 3, 3, "agrees", "router rule flow add")]
 
 
@@ -60,12 +67,16 @@ def test_rows_pair_by_fact_and_put_differences_first():
     assert [(r.fact, r.change) for r in rows] == [
         ("fast path original", "verdict"), ("slow path original", "verdict"),
         ("packets", "verdict"),                     # on the patched side only
-        ("delivered original", "value"), ("offloaded (flow created)", "same")]
+        ("offloaded (flow created)", "value"),      # udp: exact, yes -> no
+        ("delivered original", "noise"),            # within the TCP band
+        ("offloaded (flow created)", "same")]
     first = rows[0]
     assert (first.stock, first.patched, first.sim_stock, first.sim_patched) == (98, 0, 98, 98)
     assert (first.status_stock, first.status_patched) == ("agrees", "differs")
     assert rows[2].stock is None and rows[2].status_stock == "-"
-    assert tuple(CHANGES) == ("verdict", "value", "same")
+    assert tuple(CHANGES) == ("verdict", "value", "noise", "same")
+    assert beyond_tolerance(100, 107, "-1..+5 (x)") and not beyond_tolerance(100, 106, "-1..+5 (x)")
+    assert beyond_tolerance("OFFLOAD", "UNREPLIED OFFLOAD", "exact") and not beyond_tolerance(3, 3, "exact")
 
 
 def test_text_side_by_side_and_problems_only():
@@ -79,13 +90,13 @@ def test_text_side_by_side_and_problems_only():
     assert header.split() == ["scenario", "subject", "fact", "stock", "patched", "flowsim", "tolerance", "verdicts"]
     row = next(ln for ln in lines if "fast path original" in ln)
     assert "** agrees -> differs" in row and row.split()[5:8] == ["98", "0", "98"]
-    assert lines[-1] == ("3 facts change their verdict with the patch (**), 1 change only their value (*), "
-                         "1 are the same on both kernels")
+    assert lines[-1] == ("3 facts change their verdict with the patch (**), 1 their value beyond the tolerance (*), "
+                         "1 within it (~), 1 are the same on both kernels")
     # --problems: the rows the patch changes only
     short = cmp.text(all_facts=False)
-    assert "offloaded (flow created)" not in short and "*  agrees" in short
+    assert "~  agrees" in short and "*  agrees" in short and short.count("offloaded (flow created)") == 1
     assert cmp.status == 1
-    assert cmp.summary() == {"verdict": 3, "value": 1, "same": 1}
+    assert cmp.summary() == {"verdict": 3, "value": 1, "noise": 1, "same": 1}
 
 
 def test_two_flowsim_columns_when_set_changes_the_patched_side():
@@ -98,7 +109,7 @@ def test_json_validates_and_holds_both_results():
     cmp = StockComparison(_result(STOCK), _result(PATCHED, PATCH))
     data = json.loads(json.dumps(cmp.to_json(), default=str))
     jsonschema.Draft202012Validator(load("conform")).validate(data)
-    assert data["compare_stock"]["summary"] == {"verdict": 3, "value": 1, "same": 1}
+    assert data["compare_stock"]["summary"] == {"verdict": 3, "value": 1, "noise": 1, "same": 1}
     assert data["patched"]["kernel"]["label"] == PATCH["label"]
     assert data["compare_stock"]["rows"][0]["change"] == "verdict"
     jsonschema.Draft202012Validator(load("conform")).validate([data, data])

@@ -17,10 +17,12 @@ fact) and sorts them, differences first:
 1. ``verdict`` — the patch changed the fact's verdict against flowsim
    (agrees on one kernel, differs on the other) or the fact exists on one
    side only;
-2. ``value`` — the kernel's values differ but the verdict is the same (in
-   socat mode that is often real TCP's run-to-run noise within the
-   tolerance: pure ACKs, a retransmission);
-3. ``same`` — both kernels gave the same value.
+2. ``value`` — the verdict is the same but the kernel's values differ by
+   more than the fact's tolerance band admits (any difference of an
+   ``exact`` fact, e.g. ``offloaded`` yes → no that a ``--set`` predicted);
+3. ``noise`` — the values differ within the band (in socat mode real TCP's
+   run-to-run variation: pure ACKs, a retransmission);
+4. ``same`` — both kernels gave the same value.
 
 :class:`StockComparison` renders the rows as text (:meth:`~StockComparison.text`)
 and JSON (:meth:`~StockComparison.to_json`: both results as ``flowsim conform
@@ -33,6 +35,7 @@ the patched kernel differs from flowsim, or the stock one does).
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -44,9 +47,10 @@ from flowsim.conform.kernel import cache_dir
 from flowsim.errors import ConfigError
 from flowsim.schemas import schema_id
 
-__all__ = ["ABRow", "StockComparison", "pair_rows", "run_compare_stock", "CHANGES"]
+__all__ = ["ABRow", "StockComparison", "pair_rows", "run_compare_stock", "CHANGES", "MARKS", "beyond_tolerance"]
 
-CHANGES = ("verdict", "value", "same")
+CHANGES = ("verdict", "value", "noise", "same")
+MARKS = {"verdict": "**", "value": "*", "noise": "~", "same": ""}
 NOTES_SHOWN = 4   # notes (e.g. --frames hexdumps) of the first rows whose verdict changed, under the table
 
 
@@ -76,6 +80,19 @@ def _key(f: Fact) -> tuple[str, str, str]:
     return (f.scenario, f.subject, f.fact)
 
 
+_BAND = re.compile(r"^([+-]?\d+)\.\.([+-]?\d+)")
+
+
+def beyond_tolerance(a: object, b: object, tolerance: str) -> bool:
+    """Whether two kernel values of one fact differ by more than its tolerance band (``LOW..HIGH``) is wide:
+    any difference of an ``exact`` or non-numeric fact."""
+    m = _BAND.match(tolerance)
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if not m or not numeric:
+        return a != b
+    return abs(a - b) > int(m.group(2)) - int(m.group(1))   # type: ignore[operator]
+
+
 def pair_rows(stock: list[Fact], patched: list[Fact]) -> list[ABRow]:
     """The facts of both sides paired by (scenario, subject, fact), differences first (stable otherwise)."""
     a = {_key(f): f for f in stock}
@@ -87,7 +104,7 @@ def pair_rows(stock: list[Fact], patched: list[Fact]) -> list[ABRow]:
         if fa is None or fb is None or fa.status != fb.status:
             change = "verdict"
         elif fa.kernel != fb.kernel:
-            change = "value"
+            change = "value" if beyond_tolerance(fa.kernel, fb.kernel, fb.tolerance) else "noise"
         else:
             change = "same"
         ref = fb or fa
@@ -147,7 +164,7 @@ class StockComparison:
         for r in shown:
             verdicts = (r.status_patched if r.status_stock == r.status_patched
                         else f"{r.status_stock} -> {r.status_patched}")
-            mark = {"verdict": "** ", "value": "*  ", "same": ""}[r.change]
+            mark = MARKS[r.change].ljust(3) if r.change != "same" else ""
             table.append((r.scenario, r.subject, r.fact, _v(r.stock), _v(r.patched),
                            *((_v(r.sim_stock), _v(r.sim_patched)) if sims else (_v(r.sim_patched),)),
                            r.tolerance, mark + verdicts))
@@ -162,8 +179,8 @@ class StockComparison:
                         f"  {line}\n" for line in note.splitlines())
         if len(notes) > NOTES_SHOWN:
             body += f"({len(notes) - NOTES_SHOWN} more rows with notes: --json has them all)\n"
-        tail = (f"{s['verdict']} facts change their verdict with the patch (**), {s['value']} change only "
-                f"their value (*), {s['same']} are the same on both kernels\n")
+        tail = (f"{s['verdict']} facts change their verdict with the patch (**), {s['value']} their value beyond "
+                f"the tolerance (*), {s['noise']} within it (~), {s['same']} are the same on both kernels\n")
         return head + body + tail
 
 

@@ -239,7 +239,7 @@ METRICS = ("injected", "delivered", "dropped", "in_flight", "fastpath", "slowpat
            "flows_created", "flow_add_failures", "max_flows", "mean_flows",
            "skb_copies", "skb_reallocs", "skb_bytes_copied", "skb_pull_bugs", "kernel_bugs", "time")
 FACT_STATUSES = ("agrees", "differs", "known", "n/a", "error")
-AB_CHANGES = ("verdict", "value", "same")   # flowsim.conform.ab.CHANGES
+AB_CHANGES = ("verdict", "value", "noise", "same")   # flowsim.conform.ab.CHANGES
 
 
 def trace_schema() -> dict:
