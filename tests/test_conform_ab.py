@@ -188,3 +188,22 @@ def test_compare_stock_on_sid_shows_the_disabled_fast_path_first():
     assert len(forward) == 2, cmp.text()
     assert all(r.change == "verdict" and r.patched == 0 and r.status_stock == "agrees" for r in forward), cmp.text()
     assert cmp.rows[0].change == "verdict"
+
+
+def test_saved_real_patch_review_scenario_as_the_switch_predicts():
+    """Debian sid 7.2.13 with 'net: ip6_tunnel: use tunnel parameters for fill_forward_path route lookup' on its
+    review scenario (tun0 bound to eth2, which the flowtable does not list), saved: both connections offloaded on
+    the stock kernel and not on the patched one, and flowsim with ip6tnl_resolver_lookup=tunnel-flow agrees."""
+    from flowsim.conform.harness import run_conformance
+
+    topo = [str(PATCHES / "ip6-tunnel-fill-forward-path-lookup.toml")]
+    stock = run_conformance(topo, "debian-sid", results=str(DATA / "ab-tnl-lookup-link-stock-debian-sid.log.gz"))
+    patched = run_conformance(topo, "debian-sid", settings=["ip6tnl_resolver_lookup=tunnel-flow"],
+                              results=str(DATA / "ab-tnl-lookup-link-patched-debian-sid.log.gz"))
+    cmp = StockComparison(stock, patched)
+    offloaded = [r for r in cmp.rows if r.fact.endswith("offloaded (flow created)")]
+    assert len(offloaded) == 2
+    assert all((r.stock, r.patched, r.sim_stock, r.sim_patched, r.change) == (True, False, True, False, "value")
+               and r.status_stock == r.status_patched == "agrees" for r in offloaded)
+    assert cmp.summary()["verdict"] == 0
+    assert all(r.status_patched == r.status_stock == "agrees" for r in cmp.rows if r.tolerance == "exact"), cmp.text()

@@ -79,3 +79,21 @@ def test_tunnel_bound_to_a_link_continues_on_it_only_with_the_tunnel_flow(profil
     again = resolve_path(ns, ns.fib.lookup(server), server, ft, flipped)
     # 7.3's resolver route (tunnel_route=resolver) looks the tunnel's flow up whatever the switch says
     assert again.stack[-1].dev == ("eth2" if profile == "linux-7.3" else "eth1" if expected == "eth2" else "eth2")
+
+
+REVIEW = Path(__file__).resolve().parent / "data" / "patches" / "ip6-tunnel-fill-forward-path-lookup.toml"
+
+
+@pytest.mark.parametrize("value,flows", [("remote", 2), ("tunnel-flow", 0)])
+def test_review_scenario_loses_its_flows_with_the_tunnel_flow_lookup(value, flows):
+    """The patch's review scenario: the resolver's device eth2 is not in the flowtable, so no flow is created."""
+    from flowsim.sim.report import build_report
+    from flowsim.sim.simulation import Simulation
+    from flowsim.config.topology import load_topology
+
+    sim = Simulation(load_topology(str(REVIEW)), profile_from_cli("linux-7.2", [f"ip6tnl_resolver_lookup={value}"]))
+    sim.run()
+    report = build_report(sim)
+    ft = report["flowtables"][0]
+    assert ft["flows_created"] == flows, ft
+    assert report["packets"]["delivered"] == report["packets"]["injected"]
