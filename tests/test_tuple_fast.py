@@ -12,6 +12,7 @@ cost counters of pskb_may_pull / skb_header_pointer).  The frame entry (``flow_t
 
 from __future__ import annotations
 
+import struct
 import sys
 from pathlib import Path
 
@@ -122,29 +123,45 @@ def test_the_benchmark_capture():
             assert_same(frame, pname, "inet", True, None)
 
 
-def test_read_frames_is_read_capture():
-    """read_frames (flowsim tuple's reader) yields read_capture's frames, and fails after the same frames."""
-    from flowsim.errors import CaptureError
-    from flowsim.kernel.capture import read_frames
+def _pcap(path: Path, linktype: int, records: list[bytes]) -> Path:
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype))
+        for rec in records:
+            f.write(struct.pack("<IIII", 1, 2, len(rec), len(rec)) + rec)
+    return path
 
-    for path in CORPUS:
-        assert list(read_frames(path)) == [f.data for f in read_capture(path)]
+
+def test_read_frames_is_read_capture(tmp_path):
+    """read_frames (flowsim tuple's reader) yields read_capture's frames, and fails after the same frames:
+    the corpus, cut files, raw-IP / cooked / unknown link types, a pcapng with two link types."""
+    from flowsim.errors import CaptureError
+    from flowsim.kernel.capture import PcapngWriter, read_frames
+
+    ip = bytes.fromhex("4500002800004000400600000a0000010a000002") + bytes(20)
     raw = CORPUS[0].read_bytes()
+    paths = list(CORPUS)
     for cut in (10, 24, 30, len(raw) - 3):
-        bad = Path(__file__).parent / f".cut-{cut}.pcap"  # unique per cut; removed below
-        try:
-            bad.write_bytes(raw[:cut])
-            outcomes = []
-            for reader in (lambda p: (f.data for f in read_capture(p)), read_frames):
-                got: list[bytes] = []
-                try:
-                    got.extend(reader(bad))
-                    outcomes.append((got, None))
-                except CaptureError as exc:
-                    outcomes.append((got, str(exc)))
-            assert outcomes[0] == outcomes[1]
-        finally:
-            bad.unlink()
+        paths.append(tmp_path / f"cut-{cut}.pcap")
+        paths[-1].write_bytes(raw[:cut])
+    paths.append(_pcap(tmp_path / "raw.pcap", 101, [ip, ip[:7]]))
+    paths.append(_pcap(tmp_path / "sll.pcap", 113, [bytes(14) + b"\x08\x00" + ip, b"\x00"]))
+    paths.append(_pcap(tmp_path / "unknown.pcap", 999, [ip]))
+    paths.append(_pcap(tmp_path / "unknown-empty.pcap", 999, []))
+    with PcapngWriter(tmp_path / "two.pcapng") as w:
+        tun, eth = w.device("tun0", "tunnel6"), w.device("eth0", "ether")
+        w.write(tun, bytes(12) + b"\x86\xdd" + bytes(40))
+        w.write(eth, bytes(60))
+    paths.append(tmp_path / "two.pcapng")
+    for path in paths:
+        outcomes = []
+        for reader in (lambda p: (f.data for f in read_capture(p)), read_frames):
+            got: list[bytes] = []
+            try:
+                got.extend(reader(path))
+                outcomes.append((got, None))
+            except CaptureError as exc:
+                outcomes.append((got, str(exc)))
+        assert outcomes[0] == outcomes[1], path.name
 
 
 def test_json_writer_is_json_dumps():

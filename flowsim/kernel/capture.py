@@ -161,9 +161,12 @@ def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> byte
     return data
 
 
-def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool) -> Iterator[_Raw]:
+def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool, frames_only: bool = False) -> Iterator:
+    """The records of a classic pcap as :data:`_Raw` tuples, or with *frames_only* as Ethernet frames (bytes:
+    :func:`read_frames`, the same checks, the link type's error at the first record as :func:`read_capture`)."""
     header = _read_exact(fh, 20, path, 4, "pcap file header")
     linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
+    convert = frames_only and linktype != LINKTYPE_ETHERNET
     # the records are read from one buffer (a memory map of the file when it has one): a slice per frame
     # instead of two reads, which is most of the reader's cost on a large capture
     data = _file_buffer(fh)
@@ -182,7 +185,15 @@ def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool) -> Iterator[_
         stop = start + caplen
         if stop > end:
             raise CaptureError(f"{path}: offset {offset}: truncated pcap record ({end - start} of {caplen} bytes)")
-        yield data[start:stop], linktype, wirelen, offset, sec + frac / scale, None, None
+        if not frames_only:
+            yield data[start:stop], linktype, wirelen, offset, sec + frac / scale, None, None
+        elif not convert:
+            yield data[start:stop]
+        else:
+            frame = _to_ethernet(data[start:stop], linktype)
+            if frame is None:  # the link type is the file's: the first record fails
+                raise _unsupported(path, offset, 1, linktype)
+            yield frame
         offset = stop
 
 
@@ -326,8 +337,9 @@ def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
         # other blocks (name resolution, statistics, secrets, custom) carry no frames
 
 
-def _raw_frames(path: str) -> Iterator[_Raw]:
-    """The records of a pcap or pcapng file, as they are stored (see :func:`read_capture` for the errors)."""
+def _raw_frames(path: str, frames_only: bool = False) -> Iterator:
+    """The records of a pcap or pcapng file, as they are stored (see :func:`read_capture` for the errors),
+    or with *frames_only* as Ethernet frames (:func:`read_frames`)."""
     try:
         # not a `with` around the try: only open() may raise the "cannot open" error;
         # the `with fh:` below closes it
@@ -340,10 +352,18 @@ def _raw_frames(path: str) -> Iterator[_Raw]:
         except OSError as exc:  # a directory, or an unreadable device
             raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
         if magic in _PCAP_MAGICS:
-            yield from _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO)
+            yield from _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO, frames_only)
         elif len(magic) == 4 and struct.unpack("<I", magic)[0] == _PCAPNG_SHB:
             fh.seek(0)
-            yield from _pcapng_frames(fh, path)
+            if not frames_only:
+                yield from _pcapng_frames(fh, path)
+                return
+            for index, (data, linktype, _wirelen, offset, _ts, _direction, _name) in enumerate(
+                    _pcapng_frames(fh, path), 1):
+                frame = data if linktype == LINKTYPE_ETHERNET else _to_ethernet(data, linktype)
+                if frame is None:
+                    raise _unsupported(path, offset, index, linktype)
+                yield frame
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng capture (magic {magic.hex() or 'empty'})")
 
@@ -374,16 +394,8 @@ def read_capture(path: str | Path) -> Iterator[Frame]:
 def read_frames(path: str | Path) -> Iterator[bytes]:
     """The frames of :func:`read_capture` as Ethernet frames only (the *n*-th yielded is frame *n*), with
     the same errors at the same frame: for a consumer that needs nothing else (``flowsim tuple``), without
-    a :class:`Frame` per frame."""
-    path = str(path)
-    for index, (data, linktype, _wirelen, offset, _ts, _direction, _name) in enumerate(_raw_frames(path), 1):
-        if linktype == LINKTYPE_ETHERNET:
-            yield data
-            continue
-        frame = _to_ethernet(data, linktype)
-        if frame is None:
-            raise _unsupported(path, offset, index, linktype)
-        yield frame
+    a :class:`Frame` or a record tuple per frame."""
+    return _raw_frames(str(path), frames_only=True)
 
 
 class PcapWriter:
