@@ -164,26 +164,32 @@ def test_notes_of_changed_rows_under_the_table():
     assert cmp.rows[0].note_patched.startswith("first difference") and cmp.rows[0].note_stock == ""
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("FLOWSIM_CONFORM_HEAVY") != "1",
-                    reason="two guests (patched and stock): run by make conform (FLOWSIM_CONFORM_HEAVY=1)")
-def test_compare_stock_on_sid_shows_the_disabled_fast_path_first():
-    """Debian sid 7.2.13, ip6ip6-rx, ipv6-hook-accept.patch then stock: both data directions' fast-path rows
-    change their verdict (agree on stock, 0 on the patched kernel) and come first."""
+HEAVY = pytest.mark.skipif(os.environ.get("FLOWSIM_CONFORM_HEAVY") != "1",
+                           reason="two guests (patched and stock): run by make conform (FLOWSIM_CONFORM_HEAVY=1)")
+
+
+def _compare_stock(topology: Path, patch: str, **kw):
     from flowsim.conform.ab import run_compare_stock
     from flowsim.conform.harness import ConformSetupError
 
     if os.geteuid() != 0 and os.environ.get("CI") != "true":
         pytest.skip("--patch builds modules in a debootstrap build root: needs root")
     try:
-        cmp = run_compare_stock([str(ROOT / "topologies" / "ip6ip6-rx.toml")], "debian-sid", max_packets=100,
-                                patches=[str(PATCHES / "ipv6-hook-accept.patch")])
+        return run_compare_stock([str(topology)], "debian-sid", patches=[str(PATCHES / patch)], **kw)
     except ConformSetupError as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"conformance set-up failed in CI: {exc}")
         pytest.skip(f"conformance set-up not possible here: {exc}")
     except subprocess.SubprocessError as exc:  # pragma: no cover - a tool vanished mid-run
         pytest.fail(str(exc))
+
+
+@pytest.mark.slow
+@HEAVY
+def test_compare_stock_on_sid_shows_the_disabled_fast_path_first():
+    """Debian sid 7.2.13, ip6ip6-rx, ipv6-hook-accept.patch then stock: both data directions' fast-path rows
+    change their verdict (agree on stock, 0 on the patched kernel) and come first."""
+    cmp = _compare_stock(ROOT / "topologies" / "ip6ip6-rx.toml", "ipv6-hook-accept.patch", max_packets=100)
     forward = [r for r in cmp.rows if r.fact == "fast path original"]
     assert len(forward) == 2, cmp.text()
     assert all(r.change == "verdict" and r.patched == 0 and r.status_stock == "agrees" for r in forward), cmp.text()
@@ -206,4 +212,17 @@ def test_saved_real_patch_review_scenario_as_the_switch_predicts():
     assert all((r.stock, r.patched, r.sim_stock, r.sim_patched, r.change) == (True, False, True, False, "value")
                and r.status_stock == r.status_patched == "agrees" for r in offloaded)
     assert cmp.summary()["verdict"] == 0
+    assert all(r.status_patched == r.status_stock == "agrees" for r in cmp.rows if r.tolerance == "exact"), cmp.text()
+
+
+@pytest.mark.slow
+@HEAVY
+def test_real_ip6_tunnel_patch_on_its_review_scenario():
+    """Debian sid 7.2.13 with the net-next ip6_tunnel lookup patch (ip6_tunnel.ko rebuilt), then stock: offloaded
+    on stock, not patched, and flowsim with ip6tnl_resolver_lookup=tunnel-flow agrees on every exact fact."""
+    cmp = _compare_stock(PATCHES / "ip6-tunnel-fill-forward-path-lookup.toml", "ip6-tunnel-fill-forward-path-lookup.patch",
+                         settings=["ip6tnl_resolver_lookup=tunnel-flow"])
+    assert cmp.patched.patch is not None and cmp.patched.patch["modules"] == ["net/ipv6/ip6_tunnel.ko"]
+    offloaded = [r for r in cmp.rows if r.fact.endswith("offloaded (flow created)")]
+    assert len(offloaded) == 2 and all((r.stock, r.patched) == (True, False) for r in offloaded), cmp.text()
     assert all(r.status_patched == r.status_stock == "agrees" for r in cmp.rows if r.tolerance == "exact"), cmp.text()
