@@ -50,7 +50,8 @@ import attrs
 from flowsim.kernel.devices.base import Encap  # one class for every {id, proto}: the key's tuple.encap[i] too
 from flowsim.kernel.headers import (
     AF_INET, AF_INET6, ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_GRE,
-    IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPPOE_SES_HLEN, VLAN_HLEN, addr_bytes,
+    IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPP_TO_ETHERTYPE, PPPOE_SES_HLEN, VLAN_HLEN,
+    addr_bytes,
     addr_text, ipv6_ext_hdr, ipv6_skip_exthdr, pppoe_proto_to_ethertype,
 )
 from flowsim.kernel.skb import SkBuff
@@ -240,6 +241,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
     ether_type_check = profile.hook_ether_type_check
     pppoe_mapped = profile.tuple_encap_pppoe_proto == "mapped"
     hdrsizes = L4_HDRSIZE
+    ppp_to_ethertype = PPP_TO_ETHERTYPE.get  # pppoe_proto_to_ethertype without the call
     # nf_flowtable_ctx as it stood when the parse failed, written just before every failure (a failure
     # is a (reason, detail) pair, so the context travels beside it); read by nf_flow_offload_lookup
     failed_ctx = [0, 0, 0, 0, 0]
@@ -293,7 +295,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "header-truncated", "PPPoE session header truncated"
                     lin = skb.linear_end
-                ether_type = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])  # 0 for another PPP protocol
+                ether_type = ppp_to_ethertype((buf[m + 6] << 8) | buf[m + 7], 0)  # __nf_flow_pppoe_proto: 0 for another
                 offset = PPPOE_SES_HLEN
             elif protocol in (ETH_P_IP, ETH_P_IPV6):
                 ether_type = protocol
@@ -327,7 +329,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 else:
                     if skb is not None:
                         lin = skb.linear_end
-                    inner = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])  # set even when not *proto*
+                    inner = ppp_to_ethertype((buf[m + 6] << 8) | buf[m + 7], 0)  # set even when not *proto*
                     if inner == proto:
                         offset = PPPOE_SES_HLEN
                     else:
@@ -509,20 +511,22 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             inner = protocol
             o = nh
         else:
-            layers: list[Encap] = [] if vlan is None else [vlan]
             inner = protocol
             o = nh
             if inner == ETH_P_8021Q:
-                layers.append(Encap((buf[m] << 8) | buf[m + 1], ETH_P_8021Q))
+                inband = _new_tuple(Encap, ((buf[m] << 8) | buf[m + 1], ETH_P_8021Q))
+                encap = (inband,) if vlan is None else (vlan, inband)
                 inner = (buf[m + 2] << 8) | buf[m + 3]
                 o = nh + VLAN_HLEN
             elif inner == ETH_P_PPP_SES:
-                layers.append(Encap((buf[nh + 2] << 8) | buf[nh + 3], ETH_P_PPP_SES))
+                inband = _new_tuple(Encap, ((buf[nh + 2] << 8) | buf[nh + 3], ETH_P_PPP_SES))
+                encap = (inband,) if vlan is None else (vlan, inband)
                 inner = (buf[nh + 6] << 8) | buf[nh + 7]  # the raw PPP protocol through 7.2.13
                 if pppoe_mapped:
-                    inner = pppoe_proto_to_ethertype(inner)
+                    inner = ppp_to_ethertype(inner, 0)
                 o = nh + PPPOE_SES_HLEN
-            encap = tuple(layers)
+            else:
+                encap = (vlan,)  # type: ignore[assignment]  # vlan is set: the branch above takes the untagged case
         tun = None
         if inner == ETH_P_IP and tun_proto == IPPROTO_IPIP:
             tsrc, tdst = _UNPACK_V4_ADDRS(buf, o + 12)
@@ -609,7 +613,7 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
                 return TupleResult(None, FlowtableCtx(iifidx), reason, detail, None)
             proto = cast(int, dispatched)
             lin = skb.linear_end
-    vlan = Encap(skb.vlan_tci, skb.vlan_proto) if skb.vlan_present else None
+    vlan = _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None
     parse = _parser(profile, family)
     res = parse(d, skb.network_header, m, lin, protocol, vlan, proto, skb, iifidx, buf)
     if len(res) == 2:
