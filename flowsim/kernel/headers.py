@@ -14,6 +14,7 @@ import functools
 import ipaddress
 import socket
 import struct
+from typing import NamedTuple
 
 __all__ = [
     "ETH_HLEN", "VLAN_HLEN", "PPPOE_SES_HLEN", "IPV4_HLEN", "IPV6_HLEN",
@@ -25,7 +26,7 @@ __all__ = [
     "ipv6_ext_hdr", "ipv6_skip_exthdr", "pppoe_proto_to_ethertype",
     "csum_fold", "internet_checksum", "csum_replace", "ip_send_check",
     "addr_bytes", "addr_text", "ETHERTYPE_TO_PPP", "PPP_TO_ETHERTYPE", "mac_aton", "mac_ntoa",
-    "GSO_LEGACY_MAX_SIZE",
+    "GSO_LEGACY_MAX_SIZE", "Encap",
 ]
 
 _inet_ntop = socket.inet_ntop
@@ -205,3 +206,27 @@ def addr_text(raw: bytes, l3proto: int) -> str:
     if len(raw) == 16 and raw[:10] != _ZERO10:
         return _inet_ntop(_AF_INET6_SOCKET, raw)
     return str(ipaddress.IPv6Address(raw))
+
+
+# --- path values ---------------------------------------------------------------
+
+class Encap(NamedTuple):
+    """One L2 encapsulation ``{u16 id; __be16 proto}``: ``net_device_path_ctx.vlan[]``,
+    ``nft_forward_info.encap[]`` and ``flow_offload_tuple.encap[]`` alike.
+
+    ``id`` is the VLAN TCI as stored (or the PPPoE session id), ``proto`` the
+    ethertype.  A NamedTuple, not an attrs class: it is part of the flow key,
+    which the fast path hashes and compares per packet (in C, like the
+    kernel's jhash/memcmp of the key bytes).  Here, not in ``devices.base`` (which re-exports it), so that
+    the tuple parser does not import every device model (``flowsim tuple``'s start-up).
+    """
+
+    id: int
+    proto: int
+
+    def to_json(self) -> dict:
+        """The one JSON form: both numbers as integers."""
+        return {"id": self.id, "proto": self.proto}
+
+    def __str__(self) -> str:
+        return f"{self.id}/0x{self.proto:04x}"

@@ -29,12 +29,13 @@ import errno as _errno
 import hashlib
 import ipaddress
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import attrs
 
 from flowsim.errors import TopologyError
 from flowsim.kernel.headers import (  # re-exported: the device modules and their tests name them from here
+    Encap,
     ETH_P_8021AD,
     ETH_P_8021Q,
     ETH_P_IP,
@@ -333,27 +334,6 @@ class NetDevice:
 
 
 # --------------------------------------------------------------------------- path values
-
-class Encap(NamedTuple):
-    """One L2 encapsulation ``{u16 id; __be16 proto}``: ``net_device_path_ctx.vlan[]``,
-    ``nft_forward_info.encap[]`` and ``flow_offload_tuple.encap[]`` alike.
-
-    ``id`` is the VLAN TCI as stored (or the PPPoE session id), ``proto`` the
-    ethertype.  A NamedTuple, not an attrs class: it is part of the flow key,
-    which the fast path hashes and compares per packet (in C, like the
-    kernel's jhash/memcmp of the key bytes).
-    """
-
-    id: int
-    proto: int
-
-    def to_json(self) -> dict:
-        """The one JSON form: both numbers as integers."""
-        return {"id": self.id, "proto": self.proto}
-
-    def __str__(self) -> str:
-        return f"{self.id}/0x{self.proto:04x}"
-
 
 @attrs.frozen
 class PathEncap:

@@ -47,9 +47,8 @@ from typing import Any, NamedTuple, cast
 
 import attrs
 
-from flowsim.kernel.devices.base import Encap  # one class for every {id, proto}: the key's tuple.encap[i] too
 from flowsim.kernel.headers import (
-    AF_INET, AF_INET6, ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_GRE,
+    AF_INET, AF_INET6, ETH_HLEN, Encap, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_GRE,
     IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPP_TO_ETHERTYPE, PPPOE_SES_HLEN, VLAN_HLEN,
     addr_bytes,
     addr_text, ipv6_ext_hdr, ipv6_skip_exthdr, pppoe_proto_to_ethertype,
