@@ -1,4 +1,4 @@
-"""The flow tuple the kernel hashes, and the parsers that build it from an skb.
+"""The flow tuple the kernel hashes, and the parser that builds it from an skb or a frame.
 
 Theory of operation
 -------------------
@@ -9,10 +9,12 @@ to two L2 encapsulations (VLAN / PPPoE) and the tunnel's outer addresses.
 else about a direction of a flow (dir, xmit type, MTU, MACs…) lives in the
 flow entry, so equality can never depend on metadata by accident.
 
-The builders mirror ``nf_flow_table_ip.c`` step by step, with the checks in
+One parser follows ``nf_flow_table_ip.c`` step by step, with the checks in
 the kernel's order and the same header access
 (``pskb_may_pull`` where the kernel pulls, ``skb_header_pointer`` where it
-does not), so the skb's cost counters match the kernel's work:
+does not), so the skb's cost counters match the kernel's work.  Its steps,
+inlined into one closure per profile and family (:func:`_make_parser`) and
+marked there by the kernel function they model:
 
 ``nf_flow_offload_inet_hook``  picks the IPv4 or IPv6 hook (family ``inet``)
 ``nf_flow_skb_encap_protocol`` skips one in-band VLAN or PPPoE header and runs
@@ -21,6 +23,11 @@ does not), so the skb's cost counters match the kernel's work:
 ``nf_flow_ip6_tunnel_proto``   hop limit, extension headers; IP6IP6 → skip it
 ``nf_flow_tuple_ip/_ipv6``     the inner header checks and the key
 ``nf_flow_tuple_encap``        the encap and tunnel fields of the key
+
+:func:`nf_flow_offload_lookup` runs it on an skb (the simulator),
+:func:`frame_parser` on whole received frames without an skb (``flowsim tuple``).
+tests/test_tuple_fast.py proves it equal to the function-per-function
+transcription it replaced (tests/tuple_reference.py, kept for that only).
 
 The result is a :class:`TupleResult`: the tuple plus the parse context
 (``struct nf_flowtable_ctx``: offset, L4 header size, tunnel header size and
