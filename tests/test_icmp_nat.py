@@ -95,7 +95,8 @@ def _checksums_valid(p) -> bool:
 def test_dnat_pmtu_error_is_translated_and_sender_learns(name, vip, client, outer, quote):
     """A DNATed segment over the link MTU: the Frag Needed / Packet Too Big comes from the service address and
     quotes the sender's own packet, checksums valid (icmp_send → nf_ct_attach → nf_nat_icmp_reply_translation);
-    the sender lowers its PMTU to 1500 and the transfer completes: 4 segments lost in flight, 200 delivered."""
+    the sender lowers its PMTU to 1500 and the transfer completes: the 4 segments lost in flight are resent cut to
+    the new MSS (tcp_v4_mtu_reduced / tcp_v6_mtu_reduced → tcp_simple_retransmit) and every byte arrives."""
     sim, r, errors = _simulate("selftest-nat.toml", "linux-7.1.5", text=_nat46_text(), specs=lambda ss: [
         attrs.evolve(s, size=8000, reply_size=1400) for s in ss if s.name == name])
     (conv,) = sim.conversations
@@ -107,19 +108,22 @@ def test_dnat_pmtu_error_is_translated_and_sender_learns(name, vip, client, oute
         assert (p[ICMP].nexthopmtu if outer is IP else p[ICMPv6PacketTooBig].mtu) == 1500
         assert _checksums_valid(p)
     (t,) = r["traffic"]
-    assert (t["directions"]["original"]["sent"], t["directions"]["original"]["delivered"]) == (204, 200)
+    o = t["directions"]["original"]
+    assert o["sent"] - o["delivered"] == 4 and o["delivered"] == conv.server.received
     assert r["drops"] == {"frag-needed" if outer is IP else "pkt-too-big": 4}
-    assert conv.server.received == 200 and conv.client.state == "time_wait"  # closed with FIN: complete
+    # 200 writes of 7960 (IPv4) / 7940 (IPv6) bytes: 4 lost and resent, all cut to 1460 / 1440-byte segments
+    assert conv.client.sent == 4 + 200 * 6
+    assert conv.server.rcv_nxt == conv.client.snd_nxt and conv.client.state == "time_wait"  # every byte, FIN
 
 
 # topology, profile, traffic, (sent, delivered) per direction, drops: the selftest's NAT scenarios with PMTU
 # discovery, the originator's 8000-byte segments; the reply side learns from nsr2 (no NAT there).
 SELFTEST = [
-    ("selftest-nat.toml", "linux-7.1.5", "tcp-dnat-1666", (204, 200), (202, 198), (198, 6)),
-    ("selftest-nat.toml", "linux-7.1.5", "tcp-masquerade", (204, 200), (202, 198), (198, 6)),
-    ("selftest-nat.toml", "linux-6.12", "tcp-dnat-1666", (204, 200), (202, 198), (196, 8)),
-    ("bridge-vlan.toml", "linux-7.1.5", "tcp-dnat-1666", (204, 200), (202, 198), (198, 6)),
-    ("bridge-vlan.toml", "linux-6.12", "tcp-dnat-1666", (204, 200), (202, 198), (196, 8)),
+    ("selftest-nat.toml", "linux-7.1.5", "tcp-dnat-1666", (1800, 1796), (1838, 1822), (1794, 6)),
+    ("selftest-nat.toml", "linux-7.1.5", "tcp-masquerade", (1800, 1796), (1838, 1822), (1794, 6)),
+    ("selftest-nat.toml", "linux-6.12", "tcp-dnat-1666", (1800, 1796), (1838, 1822), (1792, 8)),
+    ("bridge-vlan.toml", "linux-7.1.5", "tcp-dnat-1666", (1208, 1204), (1230, 1214), (1202, 6)),
+    ("bridge-vlan.toml", "linux-6.12", "tcp-dnat-1666", (1208, 1204), (1230, 1214), (1200, 8)),
 ]
 
 
@@ -135,6 +139,7 @@ def test_selftest_dnat_scenarios_complete_with_pmtu_discovery(topology, profile,
     conv = next(c for c in sim.conversations if c.spec.name == name)
     assert conv.client.pmtu == 1500 and conv.server.pmtu == 1500
     assert conv.client.state == "time_wait"  # the FIN exchange went through: the transfer completed
+    assert conv.server.rcv_nxt == conv.client.snd_nxt and conv.client.rcv_nxt == conv.server.snd_nxt
 
 
 def test_time_exceeded_for_dnated_packet_is_translated():

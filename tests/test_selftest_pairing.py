@@ -25,12 +25,9 @@ SAVED = {"debian-sid": DATA / "debian-sid-7.2.13.log", "debian-experimental": DA
 LINES = {"debian-sid": 27, "debian-experimental": 27, "debian-6.12": 17}   # 6.12's script has no IPv6/tunnel lines
 PROFILE = {"debian-sid": "linux-7.2", "debian-experimental": "linux-7.3", "debian-6.12": "linux-6.12"}
 # Where flowsim and the real script disagree today, with the cause.  The test fails when one is fixed
-# (remove it here) or a new one appears.
-#   dscp-fwd-pmtu0 on 6.12: with PMTU discovery off every data segment exceeds the 1500 flow MTU and takes
-#   the slow path (nf_flow_exceeds_mtu); the kernel's pure ACKs are small enough for the fast path and
-#   leave ns2's dscp0 counter non-zero, but flowsim's TCP generator sends no pure ACKs and 6.12's FIN
-#   teardown (flow_offload_teardown on FIN, before the CLOSING state of 6.14) leaves only slow-path packets.
-DISAGREE = {("debian-6.12", "dscp-fwd-pmtu0")}
+# (remove it here) or a new one appears.  None: 6.12's dscp_fwd with PMTU discovery off, the last one, agrees
+# since the selftest topologies send Linux's pure ACKs (acks = "linux"), which take the fast path there.
+DISAGREE: set[tuple[str, str]] = set()
 ROWS = {row.id: row for row in scen.ROWS}
 
 

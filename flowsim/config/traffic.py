@@ -17,7 +17,8 @@ optional keys are ``src`` (an address configured in ``from``; default its
 first non-loopback address of ``to``'s family), ``sport``, ``packets`` /
 ``size`` and ``reply_packets`` / ``reply_size`` (IP lengths), ``handshake``
 and ``close`` (TCP only, default on), ``rate`` (packets per second),
-``start`` (seconds) and ``gso_size``.  The tables are checked after the
+``start`` (seconds), ``gso_size``, ``flows``, ``df`` and ``acks`` (TCP:
+``"linux"`` adds the pure ACKs a Linux receiver sends; default ``"none"``).  The tables are checked after the
 namespaces' commands ran and L2 discovery is done, so ``from`` and ``src``
 are checked against the built :class:`~flowsim.config.topology.Topology`.
 
@@ -43,7 +44,9 @@ from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import IPAddress
 from flowsim.kernel.pkt import IP_DEFAULT_TTL
 
-__all__ = ["Traffic", "TRAFFIC_KEYS", "read_traffic"]
+__all__ = ["Traffic", "TRAFFIC_KEYS", "ACK_MODELS", "read_traffic"]
+
+ACK_MODELS = ("none", "linux")  # acks = …: no pure ACKs, or a Linux receiver's (quick and delayed ACKs)
 
 
 @attrs.frozen
@@ -84,11 +87,12 @@ class Traffic:
     ttl: int = IP_DEFAULT_TTL  # TTL / hop limit the endpoints send with
     df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
     gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
+    acks: str = "none"  # TCP pure ACKs: "none" (the table's reply_packets model them) or "linux" (delayed ACKs)
     line: int | None = None
 
 
 TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
-                 "reply_size", "handshake", "close", "rate", "start", "gso_size", "flows", "df"}
+                 "reply_size", "handshake", "close", "rate", "start", "gso_size", "flows", "df", "acks"}
 
 
 def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic]:
@@ -143,6 +147,11 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
         return value
 
 
+    acks = item.get("acks", "none")
+    if acks not in ACK_MODELS:
+        raise bad(f"bad acks {short(acks)}", acks, " or ".join(f'"{a}"' for a in ACK_MODELS), "acks")
+    if acks != "none" and proto != "tcp":
+        raise bad("acks is only for tcp", acks, "no acks key for udp", "acks")
     df = item.get("df")
     if df is not None and not isinstance(df, bool):
         raise bad(f"bad df {short(df)}", df, "true or false", "df")
@@ -162,7 +171,7 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=rate, start=start,
-                   gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df,
+                   gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df, acks=acks,
                    line=line)
 
 

@@ -23,18 +23,24 @@ established.  ``size`` / ``reply_size`` are **IP packet lengths** (L3
 bytes, as the flowtable's MTU check counts them); the payload is what is
 left after the IP and TCP/UDP headers.
 
-TCP (no congestion control, no retransmission, every segment in window):
-SYN → SYN/ACK → ACK (unless ``handshake = false``: data from the first
-packet, which conntrack picks up mid-stream), data segments with PSH/ACK
-and correct sequence/acknowledgement numbers — data is not answered by
-extra pure ACKs: a table models its ACK stream as ``reply_packets`` of
-ACK size (``reply_size = 60``, as ``ip6ip6-rx.toml`` does) — then, once both sides have
-sent everything — FIN/ACK, FIN/ACK, ACK (conntrack ends in TIME_WAIT) or a
-single RST (CLOSE).  Segments are sized to the path MTU the endpoint
-knows, which ICMP fragmentation-needed / Packet-Too-Big lower (path MTU
-discovery).  UDP: the client's datagrams, the server's replies once the
-first datagram arrived; IPv4 datagrams larger than the path MTU are sent
-without DF (fragmented by the sending host), like ``IP_PMTUDISC_WANT``.
+TCP (no congestion control, every segment in window, no timer-driven
+retransmission): SYN → SYN/ACK → ACK (unless ``handshake = false``: data
+from the first packet, which conntrack picks up mid-stream), then each of
+``packets`` writes of ``size - headers`` bytes with ``TCP_NODELAY``: cut
+into segments of the current MSS (``tcp_sendmsg_locked``), which follows
+the path MTU the endpoint knows; ICMP Fragmentation Needed / Packet Too Big
+lower it (path MTU discovery) and the segments lost to it are sent again at
+once, cut to the new MSS (``tcp_simple_retransmit``).  Once both sides have
+sent everything: FIN/ACK, FIN/ACK, ACK (conntrack ends in TIME_WAIT) or a
+single RST (CLOSE).  ``acks`` says who acknowledges data: ``"none"`` (the
+default) sends no pure ACKs — a table models its ACK stream as
+``reply_packets`` of ACK size (``reply_size = 60``, as ``ip6ip6-rx.toml``
+does); ``"linux"`` is a Linux receiver (:class:`AckState`: quick ACKs,
+then one per two full segments or on the delayed-ACK timer), and the
+client then closes only once everything is acknowledged.  UDP: the client's
+datagrams, the server's replies once the first datagram arrived; IPv4
+datagrams larger than the path MTU are sent without DF (fragmented by the
+sending host), like ``IP_PMTUDISC_WANT``.
 
 ``df = false`` (IPv4, ``net.ipv4.ip_no_pmtu_disc = 1``: ``IP_PMTUDISC_DONT``)
 sends every packet without DF, so routers fragment (``ip_fragment``)
@@ -87,6 +93,119 @@ MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the largest GSO skb TCP builds
 
 
+# The receiver's ACK clock (include/net/tcp.h, HZ-independent values in seconds)
+TCP_MAX_QUICKACKS = 16
+TCP_ATO_MIN = 0.040  # HZ/25
+TCP_DELACK_MIN = 0.040  # HZ/25: also the bound tcp_send_delayed_ack takes from a (veth-short) srtt
+TCP_RTO_MIN = 0.200  # HZ/5: the RTO of a connection whose RTT is far below it
+TCP_MSS_DEFAULT = 536  # tcp_initialize_rcv_mss: the first rcv_mss estimate
+TCP_INIT_SPACE = 65536  # tcp_full_space of the default 128 KiB tcp_rmem[1] at the default scaling ratio
+
+
+def _after(a: int, b: int) -> bool:
+    """``after(a, b)``: sequence number *a* is later than *b*, modulo 2^32."""
+    return 0 < ((a - b) & 0xFFFFFFFF) < 0x80000000
+
+
+@attrs.define
+class AckState:
+    """When a Linux receiver sends a pure ACK (``acks = "linux"``), from ``tcp_event_data_recv``,
+    ``__tcp_ack_snd_check``, ``tcp_send_delayed_ack`` and ``tcp_delack_timer_handler`` (net/ipv4/tcp_input.c,
+    tcp_output.c, tcp_timer.c): the first data segments are acknowledged one by one (quick-ack mode:
+    ``tcp_incr_quickack`` allows ``rcv_wnd / (2 × rcv_mss)`` of them, at most 16, again after a silence longer
+    than the RTO); afterwards an ACK goes out once more than one full segment is unacknowledged, or when the
+    40 ms delayed-ACK timer fires.  Data the endpoint sends carries the ACK (it clears the pending one), and
+    sending data within ``ato`` of receiving enters ping-pong mode (``tcp_event_data_sent``), which ends quick
+    acks until a delayed ACK fires.  ``rcv_wnd`` is the initial window (no receive-buffer autotuning), and
+    the window condition of ``__tcp_ack_snd_check`` is taken as met: the reader keeps up."""
+
+    quick: int = 0
+    ato: float = 0.0  # 0: no data received yet
+    lrcvtime: float = 0.0
+    pingpong: bool = False
+    rcv_mss: int = TCP_MSS_DEFAULT
+    rcv_wup: int | None = None  # rcv_nxt when the last ACK went out
+    scheduled: bool = False  # inet_csk_ack_scheduled
+    timeout: float | None = None  # the delayed-ACK timer, when armed
+    timer_gen: int = 0
+
+    def incr_quickack(self) -> None:
+        """``tcp_incr_quickack``, with ``tcp_select_initial_window``'s window: the space rounded down to the MSS."""
+        rcv_wnd = TCP_INIT_SPACE - TCP_INIT_SPACE % self.rcv_mss if self.rcv_mss < TCP_INIT_SPACE else TCP_INIT_SPACE
+        quickacks = min(rcv_wnd // (2 * self.rcv_mss) or 2, TCP_MAX_QUICKACKS)
+        self.quick = max(self.quick, quickacks)
+
+    def data_received(self, ep: Endpoint, kernel, datalen: int) -> None:
+        """``tcp_event_data_recv`` then ``__tcp_ack_snd_check`` for an in-window data segment."""
+        now = kernel.now
+        if self.rcv_wup is None:
+            self.rcv_wup = (ep.rcv_nxt - datalen) & 0xFFFFFFFF
+        self.scheduled = True
+        if datalen >= self.rcv_mss:  # tcp_measure_rcv_mss
+            self.rcv_mss = datalen
+        if not self.ato:  # the first data segment
+            self.incr_quickack()
+            self.ato = TCP_ATO_MIN
+        else:
+            m = now - self.lrcvtime
+            if m <= TCP_ATO_MIN / 2:
+                self.ato = self.ato / 2 + TCP_ATO_MIN / 2
+            elif m < self.ato:
+                self.ato = min(self.ato / 2 + m, TCP_RTO_MIN)
+            elif m > TCP_RTO_MIN:
+                self.incr_quickack()
+        self.lrcvtime = now
+        full = ((ep.rcv_nxt - self.rcv_wup) & 0xFFFFFFFF) > self.rcv_mss
+        if full or (self.quick and not self.pingpong):
+            ep.send_ack(kernel)
+        else:
+            self.send_delayed_ack(ep, kernel)
+
+    def send_delayed_ack(self, ep: Endpoint, kernel) -> None:
+        """``tcp_send_delayed_ack``: ``ato`` bounded by the srtt, which on these links is below
+        ``TCP_DELACK_MIN``; a timer about to fire sends the ACK now; an earlier timer is kept."""
+        ato = min(self.ato, TCP_DELACK_MIN)
+        timeout = kernel.now + ato
+        if self.timeout is not None:
+            if self.timeout <= kernel.now + ato / 4:
+                ep.send_ack(kernel)
+                return
+            timeout = min(timeout, self.timeout)
+        self.timeout = timeout
+        self.timer_gen += 1
+        kernel.schedule(timeout, self.delack_timer, ep, kernel, self.timer_gen)
+
+    def delack_timer(self, ep: Endpoint, kernel, gen: int) -> None:
+        """``tcp_delack_timer_handler``: a missed delayed ACK inflates ``ato`` (or leaves ping-pong mode)."""
+        if gen != self.timer_gen or self.timeout is None:
+            return
+        self.timeout = None
+        if not self.scheduled or ep.state in ("closed", "time_wait", "last_ack"):
+            return
+        if self.pingpong:
+            self.pingpong = False
+            self.ato = TCP_ATO_MIN
+        else:
+            self.ato = min(self.ato * 2, TCP_RTO_MIN)
+        ep.send_ack(kernel)
+
+    def data_sent(self, kernel) -> None:
+        """``tcp_event_data_sent``: data sent within ``ato`` of the last data received is a reply."""
+        if self.ato and kernel.now - self.lrcvtime < self.ato:
+            self.pingpong = True
+
+    def ack_sent(self, ep: Endpoint) -> None:
+        """``tcp_event_ack_sent``: ``tcp_dec_quickack_mode``, the delayed-ACK timer stopped."""
+        if self.quick and self.scheduled:
+            self.quick -= 1
+            if not self.quick:
+                self.ato = TCP_ATO_MIN
+        self.scheduled = False
+        self.rcv_wup = ep.rcv_nxt
+        self.timeout = None
+        self.timer_gen += 1
+
+
 @attrs.frozen
 class TrafficSpec(Traffic):
     """One traffic table as the generator uses it: a :class:`~flowsim.config.traffic.Traffic` (every field is
@@ -126,7 +245,12 @@ class Endpoint:
         self.rcv_nxt = 0
         self.ident = seed & 0xFFFF
         self.pmtu: int | None = None
-        self.sent = 0  # data packets sent
+        self.sent = 0  # data segments sent (retransmissions included)
+        self.writes = 0  # writes of the table's size done
+        self.una = self.isn  # oldest unacknowledged sequence number (tcp_ack)
+        self.rtx_queue: list[tuple[int, int]] = []  # (seq, length) of data segments sent, oldest first
+        self.acks = AckState()  # the receiver's ACK clock (acks = "linux")
+        self.pure_acks = 0  # ACKs of the ACK clock (acks = "linux"), not the handshake's or the FIN's
         self.received = 0  # packets delivered to this endpoint
         self.bytes_received = 0
         self.done = False  # all data sent
@@ -148,13 +272,21 @@ class Endpoint:
     def _l3_size(self, size: int) -> int:
         return min(size, self.pmtu or size)
 
-    def send(self, kernel, kind: str, flags: int = 0, size: int | None = None) -> None:
-        """Build one packet of *kind* (*size* = IP length for data) and hand it to ``ip_local_out``."""
+    def mss(self) -> int:
+        """``tcp_current_mss`` without options: the path MTU less the IP and TCP headers."""
+        return max(1, (self.pmtu or 65535) - _HDR[self.laddr.version] - 20)
+
+    def send(self, kernel, kind: str, flags: int = 0, size: int | None = None, *, payload: int | None = None,
+             seq: int | None = None) -> None:
+        """Build one packet of *kind* (*size* = IP length for data, or *payload* bytes of a TCP segment the
+        sender already cut, at *seq* for a retransmission) and hand it to ``ip_local_out``."""
         spec = self.conv.spec
         v = self.laddr.version
         l4 = _L4HDR[spec.proto]
         gso_size = 0
-        if size is None:
+        if payload is not None:
+            payload_len = payload
+        elif size is None:
             payload_len = 0
             l3 = _HDR[v] + l4
         elif spec.gso_size:
@@ -172,9 +304,18 @@ class Endpoint:
             payload_len = max(l3 - _HDR[v] - l4, 0)
         payload = bytes(payload_len)
         if spec.proto == "tcp":
-            seg = tcp_segment(self.laddr, self.raddr, self.lport, self.rport, self.snd_nxt,
+            at = self.snd_nxt if seq is None else seq
+            seg = tcp_segment(self.laddr, self.raddr, self.lport, self.rport, at,
                               self.rcv_nxt if flags & TCP_ACK else 0, flags, payload)
-            self.snd_nxt += payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
+            if seq is None:
+                self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
+                if payload_len:
+                    self.rtx_queue.append((at, payload_len))
+            if spec.acks == "linux":  # __tcp_transmit_skb: tcp_event_ack_sent, then tcp_event_data_sent
+                if flags & TCP_ACK:
+                    self.acks.ack_sent(self)
+                if payload_len:
+                    self.acks.data_sent(kernel)
             proto = IPPROTO_TCP
             df = spec.df is not False
         else:
@@ -192,17 +333,67 @@ class Endpoint:
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
-        """Send the next data packet now and schedule the rest *gap* apart."""
+        """Send the next write now and schedule the rest *gap* apart."""
         if self.state not in ("established", "open"):
             return
-        flags = TCP_ACK | TCP_PSH if self.conv.spec.proto == "tcp" else 0
-        self.send(kernel, "data", flags, size)
-        self.sent += 1
-        if self.sent < count:
+        spec = self.conv.spec
+        if spec.proto == "tcp" and not spec.gso_size:
+            self.tcp_sendmsg(kernel, max(size - _HDR[self.laddr.version] - 20, 0))
+        else:
+            self.send(kernel, "data", TCP_ACK | TCP_PSH if spec.proto == "tcp" else 0, size)
+            self.sent += 1
+        self.writes += 1
+        if self.writes < count:
             kernel.schedule(kernel.now + gap, self.stream, kernel, count, size, gap)
         else:
             self.done = True
             self.conv.maybe_close(kernel)
+
+    def send_ack(self, kernel) -> None:
+        """``tcp_send_ack``: a pure ACK of everything received."""
+        self.pure_acks += 1
+        self.send(kernel, "ack", TCP_ACK)
+
+    def tcp_sendmsg(self, kernel, length: int) -> None:
+        """One write of *length* bytes with ``TCP_NODELAY``: ``tcp_sendmsg_locked`` cuts it into segments of
+        the current MSS (``tcp_send_mss``, which follows the path MTU: after a Fragmentation Needed the same
+        write leaves as a full segment and a remnant) and ``tcp_push`` sends them at once; the last one
+        carries PSH.  A zero-length write still sends one segment (the table asked for a packet)."""
+        mss = self.mss()
+        left = length
+        while True:
+            chunk = min(left, mss)
+            left -= chunk
+            self.send(kernel, "data", TCP_ACK | (0 if left else TCP_PSH), payload=chunk)
+            self.sent += 1
+            if not left:
+                return
+
+    def tcp_simple_retransmit(self, kernel) -> None:
+        """After the path MTU dropped (``tcp_v4_mtu_reduced`` / ``tcp_v6_mtu_reduced``): every segment still
+        unacknowledged that is now larger than the MSS was lost at the narrow link; ``tcp_simple_retransmit``
+        marks them lost and ``tcp_xmit_retransmit_queue`` sends them again at once, cut to the new MSS
+        (``tcp_fragment``).  Unacknowledged is what the peer has not received yet: with ``acks = "none"``
+        there is no ACK to tell the sender, so the receiving endpoint's ``rcv_nxt`` stands in for it."""
+        mss = self.mss()
+        una = self.snd_una()
+        lost = [(seq, n) for seq, n in self.rtx_queue if n > mss and _after(seq + n, una)]
+        for seq, n in lost:
+            off = 0
+            while off < n:
+                chunk = min(n - off, mss)
+                self.send(kernel, "retransmit", TCP_ACK | (TCP_PSH if off + chunk == n else 0),
+                          payload=chunk, seq=(seq + off) & 0xFFFFFFFF)
+                self.sent += 1
+                off += chunk
+
+    def snd_una(self) -> int:
+        """The oldest unacknowledged sequence number: from the ACKs received (``tcp_ack``), or with
+        ``acks = "none"`` from what the peer received."""
+        peer = self.conv.peer(self)
+        if self.conv.spec.acks == "none" and peer is not None:
+            return peer.rcv_nxt
+        return self.una
 
     # --- receiving (called by the stack after local delivery)
     def rx(self, kernel, st, info, skb) -> None:
@@ -214,7 +405,23 @@ class Endpoint:
         seq = int.from_bytes(skb.buf[info.l4off + 4:info.l4off + 8], "big")
         doff = (skb.buf[info.l4off + 12] >> 4) * 4
         datalen = info.l3off + info.tot_len - info.l4off - doff
-        _TCP_RX[self.state](self, kernel, flags, seq, datalen)
+        if flags & TCP_ACK and self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")) \
+                and self.conv.spec.acks == "linux":
+            self.conv.maybe_close(kernel)
+        state = self.state
+        _TCP_RX[state](self, kernel, flags, seq, datalen)
+        if datalen and self.conv.spec.acks == "linux" and state in ("established", "fin_wait") \
+                and not flags & (TCP_RST | TCP_FIN):
+            self.acks.data_received(self, kernel, datalen)
+
+    def tcp_ack(self, ack: int) -> bool:
+        """``tcp_ack``: an acknowledgement moves ``snd_una`` and cleans the retransmission queue
+        (``tcp_clean_rtx_queue``); True when it acknowledged something new."""
+        if _after(ack, self.una) and not _after(ack, self.snd_nxt):
+            self.una = ack
+            self.rtx_queue = [(s, n) for s, n in self.rtx_queue if _after(s + n, ack)]
+            return True
+        return False
 
     def _advance(self, seq: int, datalen: int, flags: int) -> None:
         end = seq + datalen + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
@@ -278,7 +485,9 @@ class Endpoint:
             mtu = value & 0xFFFF if frag_needed else value
             floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
             if mtu >= floor and (self.pmtu is None or mtu < self.pmtu):
-                self.pmtu = mtu  # path MTU discovery; the lost segment is not retransmitted
+                self.pmtu = mtu  # path MTU discovery
+                if self.conv.spec.proto == "tcp" and not self.conv.spec.gso_size:
+                    self.tcp_simple_retransmit(kernel)
 
     def report(self) -> dict:
         return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
@@ -365,12 +574,20 @@ class Conversation:
             s.done = True
             self.maybe_close(kernel)
 
+    def peer(self, ep: Endpoint) -> Endpoint | None:
+        """The other end of *ep*'s connection (``None`` while no server accepted it)."""
+        return self.server if ep is self.client else self.client
+
     def maybe_close(self, kernel) -> None:
-        """Once both sides sent everything, the client closes (FIN or RST) one gap later."""
+        """Once both sides sent everything, the client closes (FIN or RST) one gap later; with
+        ``acks = "linux"`` once everything both sides sent is also acknowledged (the last odd segment's ACK
+        may wait for the delayed-ACK timer), so that no ACK of data trails the FIN."""
         if self.closing or self.spec.close is None or not self.client.done:
             return
         if self.server is None or not self.server.done:
             return
+        if self.spec.acks == "linux" and any(e.una != e.snd_nxt for e in (self.client, self.server)):
+            return  # tcp_ack calls back here as the last ACKs arrive
         self.closing = True
         kernel.schedule(kernel.now + self.spec.gap, self._close, kernel)
 
