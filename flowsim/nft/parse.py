@@ -31,6 +31,7 @@ file (a TOML topology).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterator
 from importlib import resources
@@ -94,7 +95,29 @@ class _BracePostLex(PostLex):
 def _parser() -> lark.Lark:
     grammar = resources.files("flowsim.nft").joinpath("nft.lark").read_text()
     return lark.Lark(grammar, parser="lalr", lexer="contextual", postlex=_BracePostLex(),
-                     propagate_positions=True, maybe_placeholders=False)
+                     propagate_positions=True, maybe_placeholders=False, cache=_table_cache())
+
+
+def _table_cache() -> str | bool:
+    """Where lark keeps the LALR tables it computed from the grammar (most of a small run's start-up): a file
+    in the user's own cache directory (``$XDG_CACHE_HOME/flowsim``, else ``~/.cache/flowsim``), or False (no
+    cache) when that directory cannot be made private to the user.
+
+    lark stores the grammar's hash with the tables (lark version, Python version and parser options
+    included) and rebuilds them when it differs, so the cache never serves another grammar; an unreadable
+    or half-written file is rebuilt too.  The file is a pickle: it is only read from a directory that the
+    user owns and nobody else can write to.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    where = os.path.join(base, "flowsim")
+    try:
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        st = os.stat(where)
+    except OSError:
+        return False
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return False
+    return os.path.join(where, "nft-lalr.cache")
 
 
 _TERMINAL_TEXT = {"IDENT": "a name", "NUMBER": "a number", "STRING": "a quoted string",
