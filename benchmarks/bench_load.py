@@ -8,7 +8,8 @@ Cases, each generated in memory at two sizes (N and N/4) so the growth shows:
 
 Each case is loaded with :func:`flowsim.load_topology_text`; the time is CPU
 time (``time.process_time``, so a shared machine's other load counts less),
-the best of a few passes, with the spread (worst / best).  Linear loading
+the two sizes in turn within each round, the best of the rounds, with the
+spread (worst / best).  Linear loading
 makes the time of N about 4x the time of N/4; a quadratic one, 16x.
 
 Targets: 10,000 namespaces and 20,000 traffic tables each load in at most
@@ -20,9 +21,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+from pathlib import Path
 
 from flowsim.config.topology import load_topology_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import interleave  # noqa: E402
 
 TARGET_SECONDS = 5.0
 TARGET_GROWTH = 6.0  # time(N) / time(N/4): 4 when linear, 16 when quadratic
@@ -56,14 +60,9 @@ def traffic_text(n: int) -> str:
 BUILD = {"namespaces": namespaces_text, "traffic": traffic_text}
 
 
-def cpu_times(text: str, repeat: int) -> list[float]:
-    """CPU seconds of *repeat* loads of *text*."""
-    out = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        load_topology_text(text, "bench.toml")
-        out.append(time.process_time() - t0)
-    return out
+def loader(text: str):
+    """One load of *text* (a side of the comparison)."""
+    return lambda: load_topology_text(text, "bench.toml")
 
 
 def main() -> int:
@@ -73,8 +72,9 @@ def main() -> int:
     print(f"{'case':<12}{'N':>8}{'best s':>9}{'spread':>8}{'N/4 best s':>12}{'growth':>8}")
     results = {}
     for case, n in CASES.items():
-        small = cpu_times(BUILD[case](n // 4), repeat)
-        big = cpu_times(BUILD[case](n), repeat)
+        # N/4 and N in turn within each round (benchmarks/_bench.py), CPU time
+        t = interleave({"small": loader(BUILD[case](n // 4)), "big": loader(BUILD[case](n))}, repeat, gc_off=False)
+        small, big = t.runs["small"], t.runs["big"]
         growth = min(big) / min(small)
         results[case] = {"n": n, "best_s": round(min(big), 3), "spread": round(max(big) / min(big), 2),
                          "quarter_best_s": round(min(small), 3), "growth_4x": round(growth, 2),
