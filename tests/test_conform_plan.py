@@ -20,6 +20,7 @@ from flowsim.conform.harness import (
     DEFAULT_MAX_PACKETS, default_cap, load_scenarios, plan_traffic, run_conformance,
 )
 from flowsim.schemas import load
+from flowsim.sim.traffic import TrafficSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = sorted(glob.glob(str(ROOT / "topologies" / "*.toml")))
@@ -101,7 +102,15 @@ def test_max_packets_caps_the_plan_and_the_simulation():
     assert len([a for a in plan.adjustments if "capped at 5 per direction" in a]) == len(plan.traffic)
     specs = plan_traffic(topo, plan)
     assert [(s.packets, s.reply_packets) for s in specs] == [(5, 5)] * len(specs)
-    assert plan_traffic(topo, plan_scenario(topo)) is None  # nothing changed: the file's traffic
+    # uncapped: the file's traffic, TCP with Linux's ACKs (the guest's sockets send them), said once
+    plain = plan_scenario(topo)
+    assert [a for a in plain.adjustments if a.startswith("TCP simulated with acks")] == [
+        'TCP simulated with acks = "linux" (the guest\'s sockets send Linux\'s pure ACKs): '
+        + ", ".join(t.name for t in topo.traffic if t.proto == "tcp")]
+    file_specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
+    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux" if s.proto == "tcp" else "none")
+                                         for s in file_specs]
+    assert plan_traffic(topo, plan_scenario(topo, frames=True)) is None  # frames: flowsim's own frames
 
 
 def test_default_cap():
@@ -186,13 +195,18 @@ def test_df_false_turns_pmtu_discovery_off_on_both_sockets():
 
 def test_a_counter_in_a_connection_end_allows_its_pure_acks():
     """A named counter in the server's input chain counts the client's pure ACKs: the ACK allowance applies
-    there (sid: ns2's ip4dscp0 counted 371 for flowsim's 200, within 200 data + 200 ACKs + control)."""
+    there (sid: ns2's ip4dscp0 counted 371 for flowsim's 200, within 200 data + 200 ACKs + control).  The model
+    sends pure ACKs itself (acks = "linux"): the window keeps its width and moves down by them."""
     topo = load_topology(ROOT / "topologies" / "selftest-bridge-ipip.toml")
     plan = plan_scenario(topo)
     report = cc.simulate(topo.file, "linux-7.2")
     server = plan.traffic[0].server
-    assert cc._aggregate_tolerance(plan, report, "", server).high >= 400
-    assert cc._aggregate_tolerance(plan, report, "", "nsr1").high < 50
+    acks = sum(n for t in plan.traffic for n in report["pure_acks"][t.name].values())
+    assert acks > 400
+    end = cc._aggregate_tolerance(plan, report, "", server)
+    assert end.high - end.low >= 400 and end.low <= -acks // 2
+    mid = cc._aggregate_tolerance(plan, report, "", "nsr1")
+    assert mid.high - mid.low < 50
 
 
 def test_sysctls_of_deleted_devices_are_not_written():

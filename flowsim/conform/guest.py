@@ -125,6 +125,7 @@ class TrafficPlan:
     rate: float
     file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
     df: bool | None = None  # the table's `df` key: False = both sockets IP_PMTUDISC_DONT (ip_no_pmtu_disc)
+    acks: str = "none"  # the simulation's ACK model: "linux" for TCP in socat mode (the guest's sockets ACK)
 
     @property
     def tag(self) -> str:
@@ -217,12 +218,13 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
 
     A size too small for a socket payload is raised to :func:`smallest_size` (socat mode only: ``--frames``
     injects flowsim's own frames, no socket sends anything, and a TCP table without a handshake is fine
-    there too); *max_packets* caps every traffic direction.  Each change is a line of
+    there too); *max_packets* caps every traffic direction; in socat mode TCP is simulated with
+    ``acks = "linux"``, since the guest's sockets acknowledge as Linux does.  Each change is a line of
     :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
     traffic (:func:`flowsim.conform.harness.plan_traffic`).
     """
     _skip_reason(topo)
-    plans, notes = [], []
+    plans, notes, acked = [], [], []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):
         if t.proto == "tcp" and not t.handshake and not frames:
@@ -245,13 +247,20 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             notes.append(f"{who}: packets {packets}/{reply_packets} (original/reply) capped at {max_packets} "
                          "per direction")
             packets, reply_packets = min(packets, max_packets), min(reply_packets, max_packets)
+        acks = "linux" if t.proto == "tcp" and not frames else t.acks  # socat: real Linux TCP at both ends
+        if acks != t.acks:
+            acked.append(t.name)
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
         sport = t.sport or BASE_SPORT + 100 * order[id(t)]
         plans.append(TrafficPlan(
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
-            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df))
+            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
+            acks=acks))
+    if acked:
+        notes.append("TCP simulated with acks = \"linux\" (the guest's sockets send Linux's pure ACKs): "
+                     + ", ".join(acked))
     for name in topo.namespaces:
         for dev in absent_interfaces(topo, name):
             notes.append(f"{name}'s ruleset: 'meta oif/iif {dev}' loaded as 'meta oifname/iifname {dev}': the "

@@ -232,14 +232,15 @@ def load_scenarios(paths: list[str], *, frames: bool = False, max_packets: int |
 
 
 def plan_traffic(topo: Topology, plan: ScenarioPlan) -> list[TrafficSpec] | None:
-    """The traffic as the guest plays it (sizes raised, packets capped), for the simulation; None: as written."""
+    """The traffic as the guest plays it (sizes raised, packets capped, Linux's ACKs), for the simulation;
+    None: as written."""
     if not plan.adjustments:
         return None
     specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
     for tp in plan.traffic:
         s = specs[tp.file_index]
         specs[tp.file_index] = attrs.evolve(s, packets=tp.packets, size=tp.size, reply_packets=tp.reply_packets,
-                                            reply_size=tp.reply_size)
+                                            reply_size=tp.reply_size, acks=tp.acks)
     return specs
 
 
