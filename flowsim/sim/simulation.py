@@ -339,7 +339,8 @@ class Simulation:
             t = q[0][0]
             if duration is not None and t > duration:
                 break
-            self._gc_until(t, None)
+            if self._next_gc <= t:  # a GC tick is due before this event (the test of _gc_until, without a call)
+                self._gc_until(t, None)
             t, _, fn, args = heapq.heappop(q)
             k.now = t
             fn(*args)

@@ -389,11 +389,15 @@ def _tunnel_lookup(st, info: PktInfo):
     return best
 
 
+#: ip6tnl mode -> the inner protocols it carries (``ip6_tnl_rcv_ctl`` / ``ip6_tnl_start_xmit``); "any": both
+_IP6TNL_MODES = {"ip6ip6": (IPPROTO_IPV6,), "ipip6": (IPPROTO_IPIP,)}
+_IP6TNL_ANY = (IPPROTO_IPIP, IPPROTO_IPV6)
+
+
 def _mode_accepts(tun, inner_proto: int) -> bool:
     if isinstance(tun, IpipDevice):
         return inner_proto == IPPROTO_IPIP
-    return {"ip6ip6": (IPPROTO_IPV6,), "ipip6": (IPPROTO_IPIP,)}.get(tun.mode, (IPPROTO_IPIP, IPPROTO_IPV6)) \
-        .__contains__(inner_proto)
+    return inner_proto in _IP6TNL_MODES.get(tun.mode, _IP6TNL_ANY)
 
 
 def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx | None = None) -> None:
@@ -411,7 +415,8 @@ def ip_tunnel_rcv(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx | None = No
     skb.mac_header = skb.network_header = skb.transport_header = skb.data
     skb.vlan_hwaccel_clear_tag()
     skb.ignore_df, skb.frag_list = False, ()  # skb_scrub_packet; ip_rcv clears the IPCB
-    kernel.trace(skb, f"{st.name} {tun.name}", "decapsulated", outer_src=info.src, outer_dst=info.dst)
+    if kernel.tracing:  # per packet: no text or keyword arguments built for a trace nobody records
+        kernel.trace(skb, f"{st.name} {tun.name}", "decapsulated", outer_src=info.src, outer_dst=info.dst)
     stack_l2.netif_receive_skb(kernel, tun, skb)
 
 
@@ -474,7 +479,8 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
     tos = skb.buf[info.l3off + 1] & 0x03  # ECN of the inner header (INET_ECN_encapsulate)
     outer = build_ipv4(src, remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
                        ident=st.next_ident(), df=True)
-    kernel.trace(skb, where, "encapsulated", src=src, dst=remote)
+    if kernel.tracing:  # per packet: no text or keyword arguments built for a trace nobody records
+        kernel.trace(skb, where, "encapsulated", src=src, dst=remote)
     # iptunnel_handle_offloads(skb, SKB_GSO_IPXIP4): a GSO skb stays one, segmented with its outer header
     ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
                                      skb.gso_type | SKB_GSO_IPXIP4 if skb.gso_size else 0), route=rt)
@@ -524,7 +530,8 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     ecn = _ecn(skb, info)
     outer = build_ipv6(src, remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
                        flowlabel=_flowlabel(info))
-    kernel.trace(skb, where, "encapsulated", src=src, dst=remote, encaplimit=limit)
+    if kernel.tracing:  # per packet: no text or keyword arguments built for a trace nobody records
+        kernel.trace(skb, where, "encapsulated", src=src, dst=remote, encaplimit=limit)
     ip_local_out(kernel, st, new_skb(outer, skb.tag, skb.mark, skb.gso_size,
                                      skb.gso_type | SKB_GSO_IPXIP6 if skb.gso_size else 0), route=rt)
 

@@ -183,8 +183,8 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
 
 def _to_host(skb: SkBuff, dev) -> bool:
     """``eth_type_trans``'s pkt_type: PACKET_HOST (our MAC), broadcast/multicast, or OTHERHOST."""
-    dst = bytes(skb.buf[skb.mac_header:skb.mac_header + 6])
-    return bool(dst[0] & 1) or dst == mac_aton(dev.mac)
+    buf, mac = skb.buf, skb.mac_header
+    return bool(buf[mac] & 1) or buf[mac:mac + 6] == mac_aton(dev.mac)
 
 
 def _vlan_upper(kernel, dev, vid: int, proto: int):
