@@ -70,6 +70,7 @@ conform: $(STAMP)
 	$(BIN)/flowsim conform topologies/*.toml $(CONFORM_KERNELS) --frames --problems || rc=1; \
 	$(BIN)/flowsim conform --selftest --kernel debian-sid --kernel debian-experimental || rc=1; \
 	FLOWSIM_CONFORM_HEAVY=1 $(BIN)/python -m pytest -q -m slow tests/test_conform_ab.py || rc=1; \
+	FLOWSIM_CONFORM_HEAVY=1 $(BIN)/python -m pytest -q -m slow tests/test_conform_patch.py -k nft_flow_offload || rc=1; \
 	$(BIN)/flowsim conform topologies/conform-*.toml --kernel debian-6.12 --snapshot build/conform-snapshots || rc=1; \
 	exit $$rc
 

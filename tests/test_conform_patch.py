@@ -260,6 +260,22 @@ def test_comment_only_patch_changes_nothing():
     assert not problems, format_facts(problems) + "\n".join(notes)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FLOWSIM_CONFORM_HEAVY") != "1",
+                    reason="a third patched boot: run by make conform (FLOWSIM_CONFORM_HEAVY=1)")
+def test_nft_flow_offload_patch_is_built_and_changes_nothing():
+    """A comment-only patch to nft_flow_offload.c (the `flow add` expression, nft_flow_offload_eval): the kernel's
+    Makefile maps it to nft_flow_offload.ko, which is rebuilt and loaded; every fact agrees as without the patch
+    (sid, 2026-12-01: 24 of 24)."""
+    from flowsim.conform.compare import format_facts
+
+    result = _run_patched("flow-offload-comment-only.patch")
+    assert result.patch is not None and result.patch["modules"] == ["net/netfilter/nft_flow_offload.ko"]
+    assert result.kernel_label.endswith("+ flow-offload-comment-only.patch (1 module rebuilt)")
+    problems = [f for f in result.facts if f.status not in ("agrees", "known")]
+    assert not problems, format_facts(problems)
+
+
 def test_harness_refuses_patch_with_saved_results_and_bad_switch(tmp_path):
     from flowsim.conform.harness import run_conformance
     from flowsim.errors import FlowsimError
