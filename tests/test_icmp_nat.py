@@ -20,6 +20,7 @@ from scapy.layers.inet import ICMP, IP, IPerror, TCPerror
 from scapy.layers.inet6 import IPerror6, ICMPv6PacketTooBig, ICMPv6TimeExceeded, IPv6
 from scapy.layers.l2 import Ether
 
+from flowsim.kernel.headers import internet_checksum
 from flowsim.kernel.conntrack import IP_CT_ESTABLISHED, IP_CT_ESTABLISHED_REPLY, IP_CT_RELATED, IP_CT_RELATED_REPLY
 from flowsim.kernel.stack.nf import NfCtx, nf_ct_attach
 from flowsim.config.topology import load_topology, load_topology_text
@@ -171,3 +172,41 @@ def test_nf_ct_attach_reverses_the_direction(ctinfo, dir, attached):
 def test_nf_ct_attach_without_entry_attaches_nothing():
     """nf_ct_attach checks skb_nfct first: an untracked offender's error is tracked from its quote at OUTPUT."""
     assert nf_ct_attach(NfCtx()) == NfCtx() and nf_ct_attach(None) == NfCtx()
+
+
+def _ipip_masq_text(masquerade: bool = True) -> str:
+    """ipip.toml with nsr1 masquerading into tun0 and a 1300-byte route to the tunnel's remote end: the tunnel
+    device (MTU 1480) passes ip_forward's check, its xmit (tnl_update_pmtu: 1300 - 20) refuses."""
+    text = (TOPO / "ipip.toml").read_text()
+    text = text.replace("ip route change default via 192.168.100.2\n",
+                        "ip route change default via 192.168.100.2\n"
+                        "ip route add 192.168.10.2/32 dev veth1 mtu 1300\n", 1)
+    if masquerade:
+        text = text.replace("   chain forward {\n", "   chain postrouting {\n"
+                            "      type nat hook postrouting priority 100; policy accept;\n"
+                            "      oifname \"tun0\" masquerade\n   }\n\n   chain forward {\n", 1)
+    return text
+
+
+@pytest.mark.parametrize("masquerade", [True, False])
+def test_tunnel_xmit_error_for_a_masqueraded_packet_reaches_the_sender(masquerade):
+    """tnl_update_pmtu (net/ipv4/ip_tunnel.c) refuses a DF packet over the tunnel's path MTU with
+    icmp_ndo_send, after POSTROUTING masqueraded it: the quote's source is put back to the entry's original
+    source (ct->tuplehash[dir].tuple.src) and the entry attached, so the error goes to ns1, which learns the
+    path MTU (1280) and completes the transfer; without NAT it is a plain icmp_send to the same sender.  The error
+    comes from nsr1's address towards ns1 (before icmp_ndo_send it went to the masquerade address, nsr1's own,
+    and came from there); nf_nat_icmp_reply_translation leaves a masquerade-only entry's RELATED_REPLY error
+    alone (IPS_DST_NAT not set), so the quote keeps the header checksum of the masqueraded header, as the
+    kernel's does (icmp_ndo_send rewrites saddr only)."""
+    sim, r, errors = _simulate("ipip.toml", "linux-7.2", text=_ipip_masq_text(masquerade), specs=lambda ss: [
+        attrs.evolve(s, size=1400, packets=20, reply_packets=0) for s in ss if s.name == "tcp-12345"])
+    (conv,) = sim.conversations
+    assert errors and all(p[IP].dst == "10.0.1.99" and p[IPerror].src == "10.0.1.99" for p in errors)
+    assert all(p[ICMP].type == 3 and p[ICMP].code == 4 and p[ICMP].nexthopmtu == 1280 for p in errors)
+    assert conv.client.pmtu == 1280 and all(p[IP].src == "10.0.1.1" for p in errors)
+    quote_ok = [internet_checksum(bytes(p[IPerror])[:20]) == 0 for p in errors]
+    assert quote_ok == [not masquerade] * len(errors)
+    assert r["drops"] == {"frag-needed": len(errors)}
+    assert conv.server.rcv_nxt == conv.client.snd_nxt and conv.client.state == "time_wait"
+    masq = [e for e in sim.kernel.netns["nsr1"].conntrack.entries() if e.original.dport == 12345]
+    assert bool(masq[0].reply.dst != masq[0].original.src) == masquerade  # the reply goes to nsr1's tun0 address

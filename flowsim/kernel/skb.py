@@ -30,7 +30,7 @@ tag by ``skb_vlan_untag`` before any ingress hook runs.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -99,6 +99,9 @@ class SkBuff:
     frag_pmtu: bool = False  # IPCB(skb)->flags & IPSKB_FRAG_PMTU: that largest fragment had DF
     ignore_df: bool = False  # skb->ignore_df: set by nf_defrag_ipv4 after reassembly
     frag_list: tuple[int, ...] = ()  # skb_shinfo(skb)->frag_list: data bytes of each original fragment
+    # skb->_nfct as a device's ndo_start_xmit sees it: (namespace, NfCtx), set by ip_finish_output for the
+    # tunnels' icmp_ndo_send / icmpv6_ndo_send, which undo NAT on the packet they quote
+    nfct: Any = None
     # Cost counters kept as plain fields: one object less per packet.
     copies: int = 0
     reallocs: int = 0

@@ -52,11 +52,15 @@ OUTPUT and POSTROUTING of the namespace like ``iptunnel_xmit`` →
 from __future__ import annotations
 
 import functools
+
 import zlib
+
+import attrs
 from ipaddress import IPv4Address, IPv6Address
 
 from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
+from flowsim.kernel.conntrack import IPS_NAT_MASK
 from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
@@ -249,6 +253,9 @@ def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev,
                       mtu, nfc=nfc)
         kernel.drop(skb, "frag-needed" if v4 else "pkt-too-big", f"{st.name} output", len=info.tot_len, mtu=mtu)
         return
+    # the entry stays attached on the way to the device (a tunnel's icmp_ndo_send reads it), in this namespace
+    # only: a veth into another one scrubs it (__dev_forward_skb → skb_scrub_packet → nf_reset_ct)
+    skb.nfct = (st.name, nfc) if nfc is not None and nfc.ct is not None else None
     stack_l2.neigh_output(kernel, out_dev, skb, nexthop)
 
 
@@ -471,7 +478,7 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
         return
     mtu = st.route_mtu(rt) - 20
     if info.df and info.tot_len > mtu and not skb.gso_size:  # tnl_update_pmtu (GSO skbs are not checked)
-        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+        icmp_ndo_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
         kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
         return
     src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(remote), 4)
@@ -514,11 +521,11 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     elif info.version == 6:
         mtu = max(mtu, IPV6_MIN_MTU)
         if info.tot_len > mtu:
-            icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
+            icmp_ndo_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu)
             kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
             return
     elif info.df and info.tot_len > mtu:
-        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
+        icmp_ndo_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
         kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
         return
     payload = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
@@ -582,6 +589,30 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
     kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
     kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), nf_ct_attach(nfc))
+
+
+def icmp_ndo_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int, info32: int = 0) -> None:
+    """``icmp_ndo_send`` / ``icmpv6_ndo_send`` (net/ipv4/icmp.c, net/ipv6/ip6_icmp.c): an error a device's
+    ``ndo_start_xmit`` sends (the tunnels' ``tnl_update_pmtu``, ``ip6_tnl_xmit``), after POSTROUTING.  The skb
+    may carry a NATed source: with an entry attached whose status has ``IPS_NAT_MASK`` bits, the quoted
+    packet's source is put back to the entry's tuple source for its direction (``ct->tuplehash[dir]``, the IP
+    header checksum left as it is, as the kernel does) for the error, so that it is routed to the real sender;
+    the entry goes with it (``nf_ct_attach``) and ``nf_nat_icmp_reply_translation`` does the rest."""
+    owner, attached = skb.nfct or (None, None)
+    nfc: NfCtx | None = attached if owner == st.name else None  # another namespace's entry was scrubbed
+    if nfc is None or nfc.ct is None or nfc.dir is None or not nfc.ct.status & IPS_NAT_MASK:
+        icmp_send(kernel, st, skb, info, icmp_type, code, info32, nfc=nfc)
+        return
+    ct = nfc.ct
+    at = info.l3off + (12 if info.version == 4 else 8)
+    size = 4 if info.version == 4 else 16
+    saved = bytes(skb.buf[at:at + size])
+    skb.buf[at:at + size] = ct.tuplehash[nfc.dir].src.packed
+    try:  # the header checksum is not fixed: read it as the error will quote it
+        icmp_send(kernel, st, skb, attrs.evolve(info, src=ct.tuplehash[nfc.dir].src), icmp_type, code, info32,
+                  nfc=nfc)
+    finally:
+        skb.buf[at:at + size] = saved
 
 
 def _icmp_push_reply(kernel, st, skb: SkBuff, nfc: NfCtx) -> None:
