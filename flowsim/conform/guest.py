@@ -26,7 +26,8 @@ the simulator builds the same topology:
    :mod:`flowsim.sim.traffic`.  TCP: ``packets`` data segments one way and
    ``reply_packets`` back, each exactly ``size`` bytes long (``mss`` pinned,
    the 12-byte timestamp option Linux negotiates subtracted, one segment's
-   payload per socat read and write, ``nodelay``).  UDP: exactly ``packets``
+   payload per socat read and write, ``nodelay``; a table without ``rate``
+   paced at :data:`SOCAT_TCP_RATE` writes a second).  UDP: exactly ``packets``
    datagrams (``socat -b`` cuts a datagram per block of a file-backed
    stream) from an unconnected socket, so that ICMP errors do not stop the
    sender; the server answers from its first received datagram on, at the
