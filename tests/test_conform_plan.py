@@ -15,7 +15,7 @@ import pytest
 from flowsim.config.topology import load_topology
 from flowsim.conform import compare as cc
 from flowsim.conform import known
-from flowsim.conform.guest import SOCAT_TCP_RATE, ScenarioSkipped, TCP_MIN_MSS, plan_scenario, render_init
+from flowsim.conform.guest import SOCAT_SIM_TCP_RATE, ScenarioSkipped, TCP_MIN_MSS, plan_scenario, render_init
 from flowsim.conform.harness import (
     DEFAULT_MAX_PACKETS, default_cap, load_scenarios, plan_traffic, run_conformance,
 )
@@ -106,10 +106,10 @@ def test_max_packets_caps_the_plan_and_the_simulation():
     plain = plan_scenario(topo)
     assert [a for a in plain.adjustments if a.startswith("TCP simulated with acks")] == [
         'TCP simulated with acks = "linux" (the guest\'s sockets send Linux\'s pure ACKs), back-to-back writes '
-        "paced 1 ms apart in the guest and the simulation: "
+        "1 ms apart (socat's writes in the guest come slower than the ACK of the last segment): "
         + ", ".join(t.name for t in topo.traffic if t.proto == "tcp")]
     file_specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
-    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_TCP_RATE) if s.proto == "tcp"
+    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE) if s.proto == "tcp"
                                          else s for s in file_specs]
     assert plan_traffic(topo, plan_scenario(topo, frames=True)) is None  # frames: flowsim's own frames
 

@@ -127,6 +127,7 @@ class TrafficPlan:
     file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
     df: bool | None = None  # the table's `df` key: False = both sockets IP_PMTUDISC_DONT (ip_no_pmtu_disc)
     acks: str = "none"  # the simulation's ACK model: "linux" for TCP in socat mode (the guest's sockets ACK)
+    sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
 
     @property
     def tag(self) -> str:
@@ -213,14 +214,12 @@ def _skip_reason(topo: Topology) -> None:
                                   "own GSO skbs", f"{topo.file}:{t.line}", "no gso_size")
 
 
-# Socat mode plays a TCP table without `rate` at this many writes per second, in the guest (the writer's
-# usleep between dd blocks) and in the simulation alike.  Back to back, the guest's writes raced its own
-# stack in ways that depend on the host's load: the server's quick ACK normally passes the router before the
-# client's second segment (3 original packets on the slow path where `flow add` matches only replies), but
-# on a loaded host TCP coalesces tiny writes queued behind a segment in flight (ip6ip6-rx's 1-byte replies:
-# 86 packets for 100 writes); the simulator's back-to-back writes are 10 µs apart, far faster than either.
-# Paced, each write is one segment and its ACK comes back before the next, on both sides.
-SOCAT_TCP_RATE = 1000.0
+# Socat mode simulates a TCP table without `rate` at this many writes per second.  In the guest, socat
+# reads dd's blocks and writes one segment each, far slower under emulation than a segment's round trip over
+# veth: the server's first ACK passes the router before the client's second segment (the kernel's probes count
+# 3 original packets on the slow path where `flow add` matches only replies: SYN, ACK, the first segment).
+# Back to back at the simulator's 10 µs, 8-14 segments would race ahead of that ACK.
+SOCAT_SIM_TCP_RATE = 1000.0
 
 
 def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
@@ -230,8 +229,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     A size too small for a socket payload is raised to :func:`smallest_size` (socat mode only: ``--frames``
     injects flowsim's own frames, no socket sends anything, and a TCP table without a handshake is fine
     there too); *max_packets* caps every traffic direction; in socat mode TCP is simulated with
-    ``acks = "linux"``, since the guest's sockets acknowledge as Linux does, and a table without ``rate`` is
-    paced at :data:`SOCAT_TCP_RATE` writes a second on both sides.  Each change is a line of
+    ``acks = "linux"``, since the guest's sockets acknowledge as Linux does.  Each change is a line of
     :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
     traffic (:func:`flowsim.conform.harness.plan_traffic`).
     """
@@ -260,8 +258,8 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
                          "per direction")
             packets, reply_packets = min(packets, max_packets), min(reply_packets, max_packets)
         acks = "linux" if t.proto == "tcp" and not frames else t.acks  # socat: real Linux TCP at both ends
-        rate = SOCAT_TCP_RATE if t.proto == "tcp" and not frames and not t.rate else t.rate
-        if acks != t.acks or rate != t.rate:
+        sim_rate = SOCAT_SIM_TCP_RATE if t.proto == "tcp" and not frames and not t.rate else 0.0
+        if acks != t.acks or sim_rate:
             acked.append(t.name)
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
         sport = t.sport or BASE_SPORT + 100 * order[id(t)]
@@ -269,12 +267,12 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
-            close=t.proto == "tcp" and t.close is not None, rate=rate, file_index=order[id(t)], df=t.df,
-            acks=acks))
+            close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
+            acks=acks, sim_rate=sim_rate))
     if acked:
         notes.append("TCP simulated with acks = \"linux\" (the guest's sockets send Linux's pure ACKs), "
-                     f"back-to-back writes paced {1000 / SOCAT_TCP_RATE:g} ms apart in the guest and the "
-                     "simulation: " + ", ".join(acked))
+                     f"back-to-back writes {1000 / SOCAT_SIM_TCP_RATE:g} ms apart (socat's writes in the guest "
+                     "come slower than the ACK of the last segment): " + ", ".join(acked))
     for name in topo.namespaces:
         for dev in absent_interfaces(topo, name):
             notes.append(f"{name}'s ruleset: 'meta oif/iif {dev}' loaded as 'meta oifname/iifname {dev}': the "
