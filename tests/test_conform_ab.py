@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -20,6 +19,7 @@ from flowsim.conform.ab import CHANGES, StockComparison, beyond_tolerance, pair_
 from flowsim.conform.compare import Fact
 from flowsim.conform.harness import ConformResult
 from flowsim.schemas import load
+from tests.realkernel import patched_boot
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "conform"
@@ -170,18 +170,8 @@ HEAVY = pytest.mark.skipif(os.environ.get("FLOWSIM_CONFORM_HEAVY") != "1",
 
 def _compare_stock(topology: Path, patch: str, **kw):
     from flowsim.conform.ab import run_compare_stock
-    from flowsim.conform.harness import ConformSetupError
 
-    if os.geteuid() != 0 and os.environ.get("CI") != "true":
-        pytest.skip("--patch builds modules in a debootstrap build root: needs root")
-    try:
-        return run_compare_stock([str(topology)], "debian-sid", patches=[str(PATCHES / patch)], **kw)
-    except ConformSetupError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"conformance set-up failed in CI: {exc}")
-        pytest.skip(f"conformance set-up not possible here: {exc}")
-    except subprocess.SubprocessError as exc:  # pragma: no cover - a tool vanished mid-run
-        pytest.fail(str(exc))
+    return patched_boot(run_compare_stock, [str(topology)], "debian-sid", patches=[str(PATCHES / patch)], **kw)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from flowsim.conform.patch import (
     PatchError, PatchInfo, apply_series, check_touched, kbuild_for, modules_for, parse_makefile, read_series,
     series_digest, split_mbox, touched_files,
 )
+from tests.realkernel import patched_boot
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "tests" / "data" / "patches"
@@ -213,19 +213,10 @@ def test_label_names_release_series_and_modules():
 # ---------------------------------------------------------------------- real kernel (slow)
 
 def _run_patched(patch: str):
-    from flowsim.conform.harness import ConformSetupError, run_conformance
+    from flowsim.conform.harness import run_conformance
 
-    if os.geteuid() != 0 and os.environ.get("CI") != "true":
-        pytest.skip("--patch builds modules in a debootstrap build root: needs root")
-    try:
-        return run_conformance([str(ROOT / "topologies" / "ip6ip6-rx.toml")], "debian-sid", max_packets=100,
-                               patches=[str(PATCHES / patch)])
-    except ConformSetupError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"conformance set-up failed in CI: {exc}")
-        pytest.skip(f"conformance set-up not possible here: {exc}")
-    except subprocess.SubprocessError as exc:  # pragma: no cover - a tool vanished mid-run
-        pytest.fail(str(exc))
+    return patched_boot(run_conformance, [str(ROOT / "topologies" / "ip6ip6-rx.toml")], "debian-sid",
+                        max_packets=100, patches=[str(PATCHES / patch)])
 
 
 @pytest.mark.slow

@@ -11,8 +11,6 @@ build root of tests/test_conform_patch.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from flowsim.conform.frames import LINKTYPE_ETHERNET, first_difference, first_real_difference
+from tests.realkernel import patched_boot
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = str(ROOT / "topologies" / "conform-ipip-listed.toml")
@@ -64,21 +63,12 @@ def test_saved_patched_frames_boot_shows_the_ttl():
 
 
 def _run(frames: bool):
-    from flowsim.conform.harness import ConformSetupError, run_conformance
+    from flowsim.conform.harness import run_conformance
 
-    if os.geteuid() != 0 and os.environ.get("CI") != "true":
-        pytest.skip("--patch builds modules in a debootstrap build root: needs root")
-    try:
-        # socat mode plays the file's traffic (40/30 and 30/30 packets): with 10 the UDP reply races the
-        # flow's creation differently on the kernel and in flowsim (a timing artefact of the cap, not the patch)
-        return run_conformance([TOPO], "debian-sid", frames=frames, max_packets=10 if frames else None,
-                               patches=[PATCH])
-    except ConformSetupError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"conformance set-up failed in CI: {exc}")
-        pytest.skip(f"conformance set-up not possible here: {exc}")
-    except subprocess.SubprocessError as exc:  # pragma: no cover - a tool vanished mid-run
-        pytest.fail(str(exc))
+    # socat mode plays the file's traffic (40/30 and 30/30 packets): with 10 the UDP reply races the flow's
+    # creation differently on the kernel and in flowsim (a timing artefact of the cap, not the patch)
+    return patched_boot(run_conformance, [TOPO], "debian-sid", frames=frames, max_packets=10 if frames else None,
+                        patches=[PATCH])
 
 
 @pytest.mark.slow
