@@ -920,27 +920,26 @@ class _Importer:
 
     # -- the whole
 
+
+    def links_checked(self, call):
+        """*call*() over the links and namespace ids: content of an unexpected shape is one SnapshotError
+        naming the snapshot, not a traceback (a FlowsimError raised inside passes as it is)."""
+        try:
+            return call()
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            if isinstance(exc, FlowsimError):
+                raise
+            raise SnapshotError(f"unexpected content in a link.json or netnsid.json ({type(exc).__name__}: {exc})",
+                                file=self.snap.path,
+                                expected="the unmodified output of the commands of docs/snapshot.md") from None
+
     def run(self) -> str:
         for nss in self.snap.namespaces:
             self.guarded(self.read_links, nss)
-        try:
-            self.snap.namespaces = self.namespace_order()
-        except (AttributeError, TypeError, KeyError, ValueError) as exc:
-            if isinstance(exc, FlowsimError):
-                raise
-            raise SnapshotError(f"unexpected content in a link.json or netnsid.json ({type(exc).__name__}: {exc})",
-                                file=self.snap.path,
-                                expected="the unmodified output of the commands of docs/snapshot.md") from None
+        self.snap.namespaces = self.links_checked(self.namespace_order)
         for nss in self.snap.namespaces:
             self.out[nss.name] = _Ns(nss.name)
-        try:
-            self.devices()
-        except (AttributeError, TypeError, KeyError, ValueError) as exc:
-            if isinstance(exc, FlowsimError):
-                raise
-            raise SnapshotError(f"unexpected content in a link.json or netnsid.json ({type(exc).__name__}: {exc})",
-                                file=self.snap.path,
-                                expected="the unmodified output of the commands of docs/snapshot.md") from None
+        self.links_checked(self.devices)
         for nss in self.snap.namespaces:
             for step in (self.addresses, self.routes, self.rules, self.neighbours, self.bridge_vlans, self.fdb,
                          self.ruleset, self.sysctls, self.leftovers):
