@@ -444,3 +444,45 @@ def test_a_flow_torn_down_by_fin_still_counts_as_created_on_the_kernel_side():
     assert made[("openwrt-fw4", "tcp-download")] == (True, True, "agrees")
     assert made[("openwrt-fw4", "udp-upload")] == (True, True, "agrees")
     assert all(status == "agrees" for _, _, status in made.values()), made
+
+
+def test_probe_counts_data_segments_of_tcp_only():
+    """The receiver's input chain counts the TCP segments that carry payload (tcp_segs_in's data_segs_in),
+    one rule per data offset; UDP gets none.  nft accepts the rules (checked where nft is installed)."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
+    tcp = next(t for t in plan.traffic if t.proto == "tcp")
+    udp = next(t for t in plan.traffic if t.proto == "udp")
+    server = probe_ruleset(plan, tcp.server)
+    assert f"counter {tcp.tag}_data_original" in server and f"{udp.tag}_data" not in server
+    v4 = " tcp doff 8 ip length > 52 " if tcp.family == 4 else " tcp doff 8 ip6 length > 32 "
+    assert sum(f"counter name {tcp.tag}_data_original" in line for line in server.splitlines()) == 11
+    assert v4 in server
+
+
+@pytest.mark.parametrize("kernel_segs, allowance", [(100, 0), (70, 30), (None, 0), (120, 0)])
+def test_coalesced_writes_move_the_low_end(kernel_segs, allowance):
+    """Data segments the kernel's receiver got fewer than the model's widen the low end of facts that count
+    every packet by exactly that many (sid under load: 100 one-byte writes in 72 segments), and no other."""
+    from flowsim.conform.observe import ConnObservation
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
+    t = next(x for x in plan.traffic if x.proto == "tcp")
+    c = ConnObservation(t.name, t.proto)
+    c.data_segs = {"original": None, "reply": kernel_segs}
+    report = {"data_segs_in": {t.name: {"original": 20, "reply": 100}}}
+    n = cc._coalesced(report, t, c, "reply")
+    assert n == allowance and cc._coalesced(report, t, c, "original") == 0
+    base, wide = cc._tcp_tolerance(t, "reply", True), cc._tcp_tolerance(t, "reply", True, coalesced=n)
+    assert (wide.low, wide.high) == (base.low - allowance, base.high)
+    assert ("writes coalesced" in wide.why) == bool(allowance)
+    assert cc._tcp_tolerance(t, "reply", False, coalesced=n) == cc._tcp_tolerance(t, "reply", False)
+
+
+def test_simulation_counts_data_segments_per_receiver():
+    """simulate() reports each receiver's data segments (Endpoint.data_segs_in): one per write of a table
+    whose writes fit the MSS, none for UDP."""
+    report = cc.simulate(str(ROOT / "topologies/conform-forward.toml"), "linux-6.12")
+    topo = load_topology(ROOT / "topologies/conform-forward.toml")
+    for spec in topo.traffic:
+        want = {"original": spec.packets, "reply": spec.reply_packets} if spec.proto == "tcp" else \
+            {"original": 0, "reply": 0}
+        assert report["data_segs_in"][spec.name] == want

@@ -394,6 +394,16 @@ def _ct_match(t: TrafficPlan) -> str:
             f"ct original proto-src {t.sport} ct original proto-dst {t.dport}")
 
 
+def _data_segment(t: TrafficPlan) -> list[str]:
+    """Matches for a TCP segment that carries payload, one per data offset (nft cannot compare two fields):
+    the IP length exceeds the headers.  What ``tcp_segs_in`` counts as ``data_segs_in``; the comparison
+    measures the sender's coalescing of writes with it.  A Linux TCP segment has no IP options or IPv6
+    extension headers here (after a tunnel's decapsulation neither)."""
+    if t.family == 4:
+        return [f"tcp doff {doff} ip length > {20 + 4 * doff}" for doff in range(5, 16)]
+    return [f"tcp doff {doff} ip6 length > {4 * doff}" for doff in range(5, 16)]
+
+
 def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
     """The harness's counting table for *netns*: forward (slow path) and input (delivered) per connection."""
     counters, slow, inputs = [], [], []
@@ -403,16 +413,21 @@ def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
             counters.append(f"  counter {t.tag}_slow_{d} {{ }}")
             slow.append(f"    {_ct_match(t)} ct direction {d} counter name {t.tag}_slow_{d}")
         fam = "ip" if t.family == 4 else "ip6"
+        ends = []
         if netns == t.server:
             # family and client port too: two tables of a topology may share the destination port (ipip.toml's
             # tcp-12345 and tcp6-12345); NAT keeps the client port unless it clashes (nf_nat_l4proto_unique_tuple)
-            counters.append(f"  counter {t.tag}_in_original {{ }}")
-            inputs.append(f"    meta nfproto ipv{t.family} meta l4proto {t.proto} th sport {t.sport} "
-                          f"th dport {t.listen_port} counter name {t.tag}_in_original")
+            ends.append(("original", f"meta nfproto ipv{t.family} meta l4proto {t.proto} th sport {t.sport} "
+                                     f"th dport {t.listen_port}"))
         if netns == t.client:
-            counters.append(f"  counter {t.tag}_in_reply {{ }}")
-            inputs.append(f"    {fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto} th sport {t.dport} "
-                          f"th dport {t.sport} counter name {t.tag}_in_reply")
+            ends.append(("reply", f"{fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto} "
+                                  f"th sport {t.dport} th dport {t.sport}"))
+        for d, match in ends:
+            counters.append(f"  counter {t.tag}_in_{d} {{ }}")
+            inputs.append(f"    {match} counter name {t.tag}_in_{d}")
+            if t.proto == "tcp":
+                counters.append(f"  counter {t.tag}_data_{d} {{ }}")
+                inputs.extend(f"    {match} {rule} counter name {t.tag}_data_{d}" for rule in _data_segment(t))
     return "\n".join([
         f"table inet {PROBE_TABLE} {{", *counters,
         # prerouting after conntrack (-200) and before DNAT (-100): every packet the flowtable did not

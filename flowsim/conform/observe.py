@@ -13,7 +13,9 @@ Theory of operation
 * the slow-path packets per direction: the probe's prerouting counters in
   each flowtable namespace (``slow``);
 * the packets delivered per direction: the probe's input counters in the
-  server (original) and client (reply) namespaces (``delivered``);
+  server (original) and client (reply) namespaces (``delivered``), and of
+  them the TCP segments that carried payload (``data_segs``, the receiver's
+  ``data_segs_in``);
 * the bytes the receiving sockets got (``bytes``).
 
 Beside the connections: each namespace's rule counters and named counters of
@@ -49,6 +51,7 @@ class ConnObservation:
     ct: dict = attrs.field(factory=dict)          # (netns, phase) -> CtLine | None
     slow: dict = attrs.field(factory=dict)        # netns -> {dir: packets the flowtable did not steal}
     delivered: dict = attrs.field(factory=dict)   # dir -> packets into the receiving host
+    data_segs: dict = attrs.field(factory=dict)   # dir -> of them, TCP segments with payload (data_segs_in)
     bytes: dict = attrs.field(factory=dict)       # dir -> bytes the receiving socket got
 
 
@@ -108,6 +111,12 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
             "original": srv.counters.get(("inet", PROBE_TABLE, f"{t.tag}_in_original"), (None,))[0] if srv else None,
             "reply": cli.counters.get(("inet", PROBE_TABLE, f"{t.tag}_in_reply"), (None,))[0] if cli else None,
         }
+        if t.proto == "tcp":
+            c.data_segs = {
+                "original": srv.counters.get(("inet", PROBE_TABLE, f"{t.tag}_data_original"), (None,))[0]
+                if srv else None,
+                "reply": cli.counters.get(("inet", PROBE_TABLE, f"{t.tag}_data_reply"), (None,))[0] if cli else None,
+            }
         c.bytes = {"original": received.get(f"{t.tag}.srv"), "reply": received.get(f"{t.tag}.cli")}
         obs.conns[t.name] = c
     for ns, state in nft_end.items():

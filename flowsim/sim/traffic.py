@@ -252,6 +252,7 @@ class Endpoint:
         self.acks = AckState()  # the receiver's ACK clock (acks = "linux")
         self.pure_acks = 0  # ACKs of the ACK clock (acks = "linux"), not the handshake's or the FIN's
         self.received = 0  # packets delivered to this endpoint
+        self.data_segs_in = 0  # of them, TCP segments with payload (tcp_segs_in: tp->data_segs_in)
         self.bytes_received = 0
         self.done = False  # all data sent
         self.icmp_errors: list[tuple[int, int, int]] = []  # (type, code, mtu/info)
@@ -405,6 +406,8 @@ class Endpoint:
         seq = int.from_bytes(skb.buf[info.l4off + 4:info.l4off + 8], "big")
         doff = (skb.buf[info.l4off + 12] >> 4) * 4
         datalen = info.l3off + info.tot_len - info.l4off - doff
+        if datalen > 0:
+            self.data_segs_in += 1
         if flags & TCP_ACK and self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")) \
                 and self.conv.spec.acks == "linux":
             self.conv.maybe_close(kernel)
