@@ -253,9 +253,13 @@ def _coalesced(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) 
     one segment: ``tcp_sendmsg_locked`` appends to the unsent tail skb when ``tcp_push`` held it back
     (autocorking, ``tcp_should_autocork``; TSQ, ``tcp_small_queue_check``; a full congestion window,
     ``tcp_write_xmit``).  Whether it does depends on when softirqs run, so the guest measures it: its probe
-    counts the segments that carried payload (``data_segs_in``), the model counts its own.
+    counts the segments that carried payload (``data_segs_in``), the model counts its own.  Only when the
+    kernel's receiver got every byte: fewer segments of a stalled transfer are data never sent.
     """
     if c is None or t.proto != "tcp":
+        return 0
+    sent = t.packets * t.payload(t.size) if d == "original" else t.reply_packets * t.payload(t.reply_size)
+    if c.bytes.get(d) != sent:
         return 0
     kernel = c.data_segs.get(d)
     sim = report.get("data_segs_in", {}).get(t.name, {}).get(d)
