@@ -42,6 +42,7 @@ from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.ethernet import LoopbackDevice
 from flowsim.kernel.devices.macvlan import MacvlanDevice
 from flowsim.kernel.devices.vlan import VlanDevice
+from flowsim.kernel.headers import mac_aton
 
 __all__ = ["NudState", "NUD_VALID", "NUD_NAMES", "NeighEntry", "NeighTable", "discover"]
 
@@ -97,6 +98,10 @@ class NeighTable:
         # (the fast path reads the neighbour of a flow's next hop for every packet)
         self.version = 0
         self.frozen = False  # the table of a loaded description (flowsim.config.network.Topology.freeze)
+        # neigh->hh: the hardware headers built for valid entries, (dev, addr, source MAC, protocol) -> header,
+        # for the table version they were built at (neigh_hh_init; any change rebuilds them)
+        self._hh: dict[tuple, bytes | None] = {}
+        self._hh_version = -1
 
     def _mutable(self) -> None:
         if self.frozen:
@@ -111,6 +116,25 @@ class NeighTable:
     def lookup(self, dev: str, addr: IPAddress) -> NeighEntry | None:
         """``neigh_lookup``: the entry for *addr* on *dev*, or None."""
         return self.entries.get((dev, addr))
+
+    def hh_header(self, dev: str, addr: IPAddress, src_mac: str, proto: int) -> bytes | None:
+        """``neigh_hh_output``'s cached header (``neigh->hh``, filled by ``neigh_hh_init``): the Ethernet header
+        to the valid entry for *addr* on *dev* from *src_mac*, or None when there is no valid entry with an
+        address (``neigh_resolve_output`` would queue and solicit).  Built once per table version, device MAC
+        and protocol instead of per packet."""
+        if self._hh_version != self.version:
+            self._hh.clear()
+            self._hh_version = self.version
+        key = (dev, addr, src_mac, proto)
+        try:
+            return self._hh[key]
+        except KeyError:
+            n = self.entries.get((dev, addr))
+            hh = None
+            if n is not None and n.lladdr and n.valid:
+                hh = mac_aton(n.lladdr) + mac_aton(src_mac) + proto.to_bytes(2, "big")  # eth_header
+            self._hh[key] = hh
+            return hh
 
     def add(self, entry: NeighEntry, *, replace: bool = True) -> NeighEntry:
         """``neigh_add``; with *replace* False an existing entry is kept (returned)."""

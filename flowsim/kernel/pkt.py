@@ -46,7 +46,7 @@ from flowsim.kernel.headers import (
 from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
 
 __all__ = [
-    "PktInfo", "parse_ip", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
+    "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
     "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header",
     "fix_l4_checksum", "ICMP_DEST_UNREACH",
@@ -85,6 +85,17 @@ def _addr4(raw: bytes) -> ipaddress.IPv4Address:
 @functools.lru_cache(maxsize=8192)
 def _addr6(raw: bytes) -> ipaddress.IPv6Address:
     return _V6ADDR(raw)
+
+
+def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address object :func:`parse_ip` gives for *addr*'s value, or *addr* itself when that is not equal
+    (an IPv6 scope id).
+
+    A socket or route key holding the parser's own object is found by identity, without a Python-level
+    ``IPv6Address.__eq__`` per packet (the caches keep the objects of the addresses in use).
+    """
+    parsed = _addr4(addr.packed) if addr.version == 4 else _addr6(addr.packed)
+    return parsed if parsed == addr else addr
 
 
 def new_skb(packet: bytes, tag: SkbTag | None, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:

@@ -72,7 +72,7 @@ from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
-from flowsim.kernel.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, tcp_segment, udp_datagram
+from flowsim.kernel.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, ip_addr, tcp_segment, udp_datagram
 from flowsim.kernel.stack.core import ORIGIN_HOST
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
@@ -237,7 +237,8 @@ class Endpoint:
         self.role = role  # client | server
         self.direction = "original" if role == "client" else "reply"
         self.netns = netns
-        self.laddr, self.lport, self.raddr, self.rport = laddr, lport, raddr, rport
+        # the parser's objects for the addresses: the socket and route lookups of received packets hit by identity
+        self.laddr, self.lport, self.raddr, self.rport = ip_addr(laddr), lport, ip_addr(raddr), rport
         self.state = "closed"
         seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
         self.isn = seed & 0x7FFFFFFF

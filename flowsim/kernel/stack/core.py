@@ -221,6 +221,9 @@ class NetnsState:
     ft_by_model: dict = attrs.Factory(dict)  # id(nft_model.Flowtable) -> Flowtable: the per-packet lookup
     ct_active: bool = False  # conntrack hooks registered (the ruleset has L3 chains or flowtables)
     routes: dict = attrs.Factory(dict)  # (daddr, oif) -> Route (the FIB does not change during a run)
+    # what the stack derives per packet from the devices and sysctls (ip_tunnel_lookup, IN_DEV_FORWARD), kept
+    # until a run event changes the namespace: key -> answer
+    conf_cache: dict = attrs.Factory(dict)
     frags: dict = attrs.Factory(dict)  # (src, dst, id, proto) -> FragQueue
     sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
     ip_ident: int = 0
@@ -249,6 +252,13 @@ class NetnsState:
 
     def forwarding(self, dev, version: int) -> bool:
         """IN_DEV_FORWARD(in_dev) for IPv4 (per device, else ``all`` / ``ip_forward``); IPv6's global switch."""
+        key = ("forwarding", dev.name, version)
+        on = self.conf_cache.get(key)
+        if on is None:
+            on = self.conf_cache[key] = self._forwarding(dev, version)
+        return on
+
+    def _forwarding(self, dev, version: int) -> bool:
         if version == 4:
             sysctls = self.ns.sysctls
             for name in (dev.name.replace(".", "/"), dev.name):
@@ -403,6 +413,7 @@ class Kernel:
         """
         st = self.netns[netns]
         st.routes.clear()
+        st.conf_cache.clear()
         st.gen += 1
         up: list[str] = []
         down: list[str] = []
@@ -446,6 +457,7 @@ class Kernel:
         self._vlan_uppers.clear()
         st.hook_cache.clear()
         st.routes.clear()
+        st.conf_cache.clear()
         st.gen += 1
         if self.tracing:
             what = f"NETDEV_REGISTER ({why})" + (f": flowtable {', '.join(bound)} hooked" if bound else "")

@@ -380,7 +380,17 @@ def _icmp_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
 # ----------------------------------------------------------------- tunnels
 
 def _tunnel_lookup(st, info: PktInfo):
-    """``ip_tunnel_lookup`` / ``ip6_tnl_lookup``: exact local+remote first, then one wildcard side."""
+    """``ip_tunnel_lookup`` / ``ip6_tnl_lookup``: exact local+remote first, then one wildcard side (the answer
+    kept per outer address pair until a run event changes the namespace's devices)."""
+    key = ("tunnel", info.version, info.src, info.dst)
+    try:
+        return st.conf_cache[key]
+    except KeyError:
+        tun = st.conf_cache[key] = _tunnel_find(st, info)
+        return tun
+
+
+def _tunnel_find(st, info: PktInfo):
     kind = IpipDevice if info.version == 4 else Ip6tnlDevice
     best, rank = None, 9
     for dev in st.ns.devices.values():

@@ -535,14 +535,15 @@ def _xmit_one(kernel, dev, skb: SkBuff) -> None:
 
 
 def neigh_output(kernel, dev, skb: SkBuff, nexthop) -> None:
-    """``neigh_output``: Ethernet header from a valid neighbour entry; L3 devices transmit as is."""
+    """``neigh_output``: the cached Ethernet header of a valid neighbour entry (``neigh_hh_output``); L3
+    devices transmit as is."""
     lt = dev.link_type
     if lt == "ether":
-        n = kernel.netns[dev.netns].ns.neigh.lookup(dev.name, nexthop)
-        if n is None or not n.lladdr or not n.valid:
+        hh = kernel.netns[dev.netns].ns.neigh.hh_header(dev.name, nexthop, dev.mac, skb.protocol)
+        if hh is None:
             kernel.drop(skb, "neigh-unresolved", f"{dev.netns} {dev.name}", nexthop=nexthop)
             return
-        skb.push(eth_header(mac_aton(n.lladdr), mac_aton(dev.mac), skb.protocol))
+        skb.push(hh)
         skb.mac_header = skb.data
     elif lt == "loopback":
         skb.push(eth_header(bytes(6), bytes(6), skb.protocol))
