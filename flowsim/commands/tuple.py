@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
+from itertools import islice
 
 from flowsim.commands._args import IFINDEX_MAX, count_type, headlen_type
 from flowsim.errors import CaptureError, KernelBugError
@@ -96,51 +98,82 @@ def _frame_obj(index: int, res: tuple | None) -> dict:
 
 
 class _JsonWriter:
-    """``json.dumps({"schema": …, **frame_result(…)})`` of a tuple, written by hand: the same text (checked by
-    tests/test_tuple_fast.py and tests/test_cli_tuple.py), a quarter of the cost.  Addresses are ASCII
-    (digits, hex, dots, colons), numbers integers, so nothing needs escaping; an address, an encap list
-    or a tunnel is formatted once per distinct value (a capture repeats them)."""
+    """``json.dumps({"schema": …, **frame_result(…)})`` of each frame, a tuple's line written by hand: the same
+    text (checked by tests/test_tuple_fast.py and tests/test_cli_tuple.py), a quarter of the cost.  Addresses are
+    ASCII (digits, hex, dots, colons), numbers integers, so nothing needs escaping; an address, an encap list or
+    a tunnel is formatted once per distinct value (a capture repeats them).  Addresses are remembered per
+    family: an IPv4 address is a 16-byte union whose last 12 bytes are zero, as is an IPv6 address such as
+    ``2001:db8::``, and the two are written differently."""
 
     _CACHE_MAX = 1 << 16
 
     def __init__(self) -> None:
         self.prefix = f'{{"schema": {json.dumps(schema_id("tuple"))}, "index": '
-        self.addrs: dict[bytes, str] = {}
-        self.tails: dict[tuple, str] = {}
+        self.schema = {"schema": schema_id("tuple")}
+        # the text after the ports, and the address cache of the family, per (iifidx, l3proto, l4proto,
+        # encap, tun, offset, tun_hdr_size): the same for every frame of a flow's layout
+        self.tails: dict[tuple, tuple[str, dict[bytes, str]]] = {}
+        self.addrs: dict[int, dict[bytes, str]] = {}
 
-    def addr(self, raw: bytes, l3proto: int) -> str:
-        """:func:`~flowsim.kernel.headers.addr_text` of *raw*, remembered."""
-        if len(self.addrs) >= self._CACHE_MAX:
-            self.addrs.clear()
-        text = self.addrs[raw] = addr_text(raw, l3proto)
-        return text
+    def extend(self, pending: list[str], results: Iterable[tuple | None], index: int) -> None:
+        """Append the line of each of *results* (:func:`frame_parser`'s, of frames *index*, *index* + 1, …)
+        to *pending*; what *results* raises goes through, the lines before it appended."""
+        append = pending.append
+        prefix = self.prefix
+        tails = self.tails
+        for index, res in enumerate(results, index):  # noqa: B020  # the start, then each frame's index
+            if res is not None and len(res) == 6:
+                key, offset, _hdrsize, tun_hdr_size, _tun_proto, _ether_type = res
+                src, dst, sport, dport, iifidx, l3proto, l4proto, encap, tun = key
+                shape = (iifidx, l3proto, l4proto, encap, tun, offset, tun_hdr_size)
+                known = tails.get(shape)
+                if known is None:
+                    known = self.tail(shape)
+                tail, addrs = known
+                s = addrs.get(src)
+                if s is None:
+                    s = self.addr(addrs, src, l3proto)
+                d = addrs.get(dst)
+                if d is None:
+                    d = self.addr(addrs, dst, l3proto)
+                append(f'{prefix}{index}, "result": "tuple", "reason": null, "tuple": {{"src": "{s}", "dst": "{d}", '
+                       f'"sport": {sport}, "dport": {dport}, {tail}')
+            else:
+                append(json.dumps({**self.schema, **_frame_obj(index, res)}) + "\n")
 
     def line(self, index: int, res: tuple) -> str:
-        key, offset, _hdrsize, tun_hdr_size, _tun_proto, _ether_type = res
-        src, dst, sport, dport, iifidx, l3proto, l4proto, encap, tun = key
-        addrs = self.addrs
-        s = addrs.get(src) or self.addr(src, l3proto)
-        d = addrs.get(dst) or self.addr(dst, l3proto)
-        # what follows the ports is the same for every frame of a flow's layout: formatted once
-        shape = (iifidx, l3proto, l4proto, encap, tun, offset, tun_hdr_size)
-        tail = self.tails.get(shape)
-        if tail is None:
-            tail = self.tail(shape)
-        return (f'{self.prefix}{index}, "result": "tuple", "reason": null, "tuple": {{"src": "{s}", "dst": "{d}", '
-                f'"sport": {sport}, "dport": {dport}, {tail}')
+        """The line of one frame."""
+        out: list[str] = []
+        self.extend(out, (res,), index)
+        return out[0]
 
-    def tail(self, shape: tuple) -> str:
+    def addr(self, addrs: dict[bytes, str], raw: bytes, l3proto: int) -> str:
+        """:func:`~flowsim.kernel.headers.addr_text` of *raw*, remembered in *addrs* (its family's)."""
+        if len(addrs) >= self._CACHE_MAX:
+            addrs.clear()
+        text = addrs[raw] = addr_text(raw, l3proto)
+        return text
+
+    def tail(self, shape: tuple) -> tuple[str, dict[bytes, str]]:
         iifidx, l3proto, l4proto, encap, tun, offset, tun_hdr_size = shape
         if len(self.tails) >= self._CACHE_MAX:
             self.tails.clear()
         e = ", ".join(f'{{"id": {x.id}, "proto": {x.proto}}}' for x in encap)
         t = "null" if tun is None else json.dumps(tun.to_dict())
-        text = self.tails[shape] = (f'"l3proto": {l3proto}, "l4proto": {l4proto}, "iifidx": {iifidx}, '
-                                    f'"encap": [{e}], "tun": {t}}}, "offset": {offset}, "tun_hdr_size": {tun_hdr_size}}}\n')
-        return text
+        text = (f'"l3proto": {l3proto}, "l4proto": {l4proto}, "iifidx": {iifidx}, '
+                f'"encap": [{e}], "tun": {t}}}, "offset": {offset}, "tun_hdr_size": {tun_hdr_size}}}\n')
+        known = self.tails[shape] = text, self.addrs.setdefault(l3proto, {})
+        return known
 
 
 _CHUNK = 4096  # lines per write
+
+
+def _text_lines(pending: list[str], results: Iterable[tuple | None], index: int) -> None:
+    """:meth:`_JsonWriter.extend` for the text form."""
+    append = pending.append
+    for index, res in enumerate(results, index):  # noqa: B020  # the start, then each frame's index
+        append(_text(_frame_obj(index, res)) + "\n")
 
 
 def run(args) -> int:
@@ -150,22 +183,19 @@ def run(args) -> int:
     try:
         if args.headlen is None:
             # the whole frame in the linear area: the hook's parse straight from the frame's bytes
-            # (frame_parser), the result the skb path gives (tests/test_tuple_fast.py)
+            # (frame_parser), the result the skb path gives (tests/test_tuple_fast.py); a chunk of frames
+            # at a time, read and parsed by map (no Python loop of its own), written by one loop
             parse = frame_parser(profile, args.family, args.iif)
-            writer = _JsonWriter() if args.json else None
-            schema = {"schema": schema_id("tuple")}
-            for index, frame in enumerate(read_frames(args.capture), 1):
-                res = parse(frame)
-                if writer is not None:
-                    if res is not None and len(res) == 6:
-                        pending.append(writer.line(index, res))
-                    else:
-                        pending.append(json.dumps({**schema, **_frame_obj(index, res)}) + "\n")
-                else:
-                    pending.append(_text(_frame_obj(index, res)) + "\n")
-                if len(pending) >= _CHUNK:
-                    out.write("".join(pending))
-                    pending.clear()
+            extend = _JsonWriter().extend if args.json else _text_lines
+            frames = read_frames(args.capture)
+            index = 1
+            while True:
+                extend(pending, map(parse, islice(frames, _CHUNK)), index)
+                if len(pending) < _CHUNK:
+                    break
+                index += _CHUNK
+                out.write("".join(pending))
+                pending.clear()
         else:
             for frame in read_capture(args.capture):
                 obj = frame_result(frame.index, frame.data, iif=args.iif, family=args.family, profile=profile,
