@@ -24,6 +24,7 @@ import io
 import mmap
 import struct
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import BinaryIO
 
@@ -161,12 +162,9 @@ def _read_exact(fh: BinaryIO, n: int, path: str, offset: int, what: str) -> byte
     return data
 
 
-def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool, frames_only: bool = False) -> Iterator:
-    """The records of a classic pcap as :data:`_Raw` tuples, or with *frames_only* as Ethernet frames (bytes:
-    :func:`read_frames`, the same checks, the link type's error at the first record as :func:`read_capture`)."""
-    header = _read_exact(fh, 20, path, 4, "pcap file header")
-    linktype = struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
-    convert = frames_only and linktype != LINKTYPE_ETHERNET
+def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool) -> Iterator[_Raw]:
+    """The records of a classic pcap as :data:`_Raw` tuples."""
+    linktype = _pcap_linktype(fh, path, endian)
     # the records are read from one buffer (a memory map of the file when it has one): a slice per frame
     # instead of two reads, which is most of the reader's cost on a large capture
     data = _file_buffer(fh)
@@ -179,22 +177,67 @@ def _pcap_frames(fh: BinaryIO, path: str, endian: str, nano: bool, frames_only: 
             raise CaptureError(f"{path}: offset {offset}: truncated pcap record header ({end - offset} of 16 bytes)")
         sec, frac, caplen, wirelen = record(data, offset)
         if caplen > _MAX_RECORD:
-            raise CaptureError(f"{path}: offset {offset}: pcap record length {caplen} is not plausible "
-                               f"(expected at most {_MAX_RECORD})")
+            raise _implausible(path, offset, caplen)
         start = offset + 16
         stop = start + caplen
         if stop > end:
             raise CaptureError(f"{path}: offset {offset}: truncated pcap record ({end - start} of {caplen} bytes)")
-        if not frames_only:
-            yield data[start:stop], linktype, wirelen, offset, sec + frac / scale, None, None
-        elif not convert:
-            yield data[start:stop]
-        else:
-            frame = _to_ethernet(data[start:stop], linktype)
-            if frame is None:  # the link type is the file's: the first record fails
-                raise _unsupported(path, offset, 1, linktype)
-            yield frame
+        yield data[start:stop], linktype, wirelen, offset, sec + frac / scale, None, None
         offset = stop
+
+
+def _pcap_linktype(fh: BinaryIO, path: str, endian: str) -> int:
+    header = _read_exact(fh, 20, path, 4, "pcap file header")
+    return struct.unpack(endian + "HHiIII", header)[5] & 0x0FFFFFFF  # the top bits carry FCS flags
+
+
+def _implausible(path: str, offset: int, caplen: int) -> CaptureError:
+    return CaptureError(f"{path}: offset {offset}: pcap record length {caplen} is not plausible "
+                        f"(expected at most {_MAX_RECORD})")
+
+
+_BATCH = range(1024)  # frames per list of _pcap_batches
+
+
+def _pcap_batches(fh: BinaryIO, path: str, endian: str) -> Iterator[list[bytes]]:
+    """The records of a classic pcap as Ethernet frames, in lists of up to 1024 (:func:`read_frames` chains
+    them: a list iterator per frame, not a generator's frame), with :func:`_pcap_frames`'s checks and errors:
+    the list of the frames before a bad record comes first, then the error; the link type's error at the
+    first record, as :func:`read_capture`."""
+    linktype = _pcap_linktype(fh, path, endian)
+    convert = linktype != LINKTYPE_ETHERNET
+    data = _file_buffer(fh)
+    end = len(data)
+    caplen_at = struct.Struct(endian + "8xI").unpack_from  # the captured length of the record at an offset
+    offset = 24
+    error = None
+    while offset < end and error is None:
+        batch: list[bytes] = []
+        append = batch.append
+        for _ in _BATCH:
+            if offset >= end:
+                break
+            if offset + 16 > end:
+                error = CaptureError(f"{path}: offset {offset}: truncated pcap record header "
+                                     f"({end - offset} of 16 bytes)")
+                break
+            caplen = caplen_at(data, offset)[0]
+            stop = offset + 16 + caplen
+            if stop > end or caplen > _MAX_RECORD:
+                error = (_implausible(path, offset, caplen) if caplen > _MAX_RECORD else
+                         CaptureError(f"{path}: offset {offset}: truncated pcap record "
+                                      f"({end - offset - 16} of {caplen} bytes)"))
+                break
+            append(data[offset + 16:stop])
+            offset = stop
+        if convert and batch:
+            frames = [_to_ethernet(frame, linktype) for frame in batch]
+            if frames[0] is None:  # the link type is the file's: the first record fails
+                raise _unsupported(path, 24, 1, linktype)
+            batch = frames  # type: ignore[assignment]  # None only for an unknown link type, refused above
+        yield batch
+    if error is not None:
+        raise error
 
 
 def _file_buffer(fh: BinaryIO):
@@ -337,9 +380,18 @@ def _pcapng_frames(fh: BinaryIO, path: str) -> Iterator[_Raw]:
         # other blocks (name resolution, statistics, secrets, custom) carry no frames
 
 
+def _pcapng_ether(fh: BinaryIO, path: str) -> Iterator[bytes]:
+    """The frames of a pcapng as Ethernet frames."""
+    for index, (data, linktype, _wirelen, offset, _ts, _direction, _name) in enumerate(_pcapng_frames(fh, path), 1):
+        frame = data if linktype == LINKTYPE_ETHERNET else _to_ethernet(data, linktype)
+        if frame is None:
+            raise _unsupported(path, offset, index, linktype)
+        yield frame
+
+
 def _raw_frames(path: str, frames_only: bool = False) -> Iterator:
     """The records of a pcap or pcapng file, as they are stored (see :func:`read_capture` for the errors),
-    or with *frames_only* as Ethernet frames (:func:`read_frames`)."""
+    or with *frames_only* iterables of its Ethernet frames, in order (:func:`read_frames` chains them)."""
     try:
         # not a `with` around the try: only open() may raise the "cannot open" error;
         # the `with fh:` below closes it
@@ -352,18 +404,16 @@ def _raw_frames(path: str, frames_only: bool = False) -> Iterator:
         except OSError as exc:  # a directory, or an unreadable device
             raise CaptureError(f"{path}: cannot read: {exc.strerror}") from None
         if magic in _PCAP_MAGICS:
-            yield from _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO, frames_only)
+            if frames_only:
+                yield from _pcap_batches(fh, path, _PCAP_MAGICS[magic])
+            else:
+                yield from _pcap_frames(fh, path, _PCAP_MAGICS[magic], magic in _PCAP_NANO)
         elif len(magic) == 4 and struct.unpack("<I", magic)[0] == _PCAPNG_SHB:
             fh.seek(0)
-            if not frames_only:
+            if frames_only:
+                yield _pcapng_ether(fh, path)  # one iterable of all the frames, read while the file is open
+            else:
                 yield from _pcapng_frames(fh, path)
-                return
-            for index, (data, linktype, _wirelen, offset, _ts, _direction, _name) in enumerate(
-                    _pcapng_frames(fh, path), 1):
-                frame = data if linktype == LINKTYPE_ETHERNET else _to_ethernet(data, linktype)
-                if frame is None:
-                    raise _unsupported(path, offset, index, linktype)
-                yield frame
         else:
             raise CaptureError(f"{path}: not a pcap or pcapng capture (magic {magic.hex() or 'empty'})")
 
@@ -395,7 +445,7 @@ def read_frames(path: str | Path) -> Iterator[bytes]:
     """The frames of :func:`read_capture` as Ethernet frames only (the *n*-th yielded is frame *n*), with
     the same errors at the same frame: for a consumer that needs nothing else (``flowsim tuple``), without
     a :class:`Frame` or a record tuple per frame."""
-    return _raw_frames(str(path), frames_only=True)
+    return chain.from_iterable(_raw_frames(str(path), frames_only=True))
 
 
 class PcapWriter:
