@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -58,7 +58,7 @@ from flowsim.kernel.headers import (
     AF_INET, AF_INET6, ETH_HLEN, Encap, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_GRE,
     IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPP_TO_ETHERTYPE, PPPOE_SES_HLEN, VLAN_HLEN,
     addr_bytes,
-    addr_text, ipv6_ext_hdr, ipv6_skip_exthdr, pppoe_proto_to_ethertype,
+    addr_text, ipv6_ext_hdr, ipv6_skip_exthdr,
 )
 from flowsim.kernel.skb import SkBuff
 from flowsim.profiles import Profile, get_profile
@@ -203,6 +203,8 @@ class TupleResult(NamedTuple):
 # A failure is returned as a (reason id, detail) pair; success as
 # (key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type): the tuple and nf_flowtable_ctx.
 
+_PPP_TO_ETHERTYPE = PPP_TO_ETHERTYPE.get  # pppoe_proto_to_ethertype(p) is _PPP_TO_ETHERTYPE(p, 0)
+_IPV6_EXT_HDRS = frozenset(n for n in range(256) if ipv6_ext_hdr(n))  # ipv6_ext_hdr(n) is n in _IPV6_EXT_HDRS
 _PPPOE_PULL = ETH_HLEN + PPPOE_SES_HLEN  # nf_flow_pppoe_proto pulls this much from skb->data (kernel quirk)
 _Parse = Callable[..., Any]  # the closure _make_parser builds
 
@@ -226,7 +228,7 @@ def _inet_dispatch(buf, d: int, m: int, lin: int, protocol: int, skb) -> int | t
     elif proto == ETH_P_PPP_SES:
         if d + _PPPOE_PULL > lin and (skb is None or not skb.may_pull(_PPPOE_PULL)):  # nf_flow_pppoe_proto
             return "header-truncated", "PPPoE session header truncated"
-        proto = pppoe_proto_to_ethertype((buf[m + 6] << 8) | buf[m + 7])
+        proto = _PPP_TO_ETHERTYPE((buf[m + 6] << 8) | buf[m + 7], 0)  # pppoe_proto_to_ethertype without the call
     if proto in (ETH_P_IP, ETH_P_IPV6):
         return proto
     if protocol == ETH_P_PPP_SES:
@@ -247,7 +249,8 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
     ether_type_check = profile.hook_ether_type_check
     pppoe_mapped = profile.tuple_encap_pppoe_proto == "mapped"
     hdrsizes = L4_HDRSIZE
-    ppp_to_ethertype = PPP_TO_ETHERTYPE.get  # pppoe_proto_to_ethertype without the call
+    ppp_to_ethertype = _PPP_TO_ETHERTYPE  # pppoe_proto_to_ethertype without the call
+    ext_hdrs = _IPV6_EXT_HDRS
     # nf_flowtable_ctx as it stood when the parse failed, written just before every failure (a failure
     # is a (reason, detail) pair, so the context travels beside it); read by nf_flow_offload_lookup
     failed_ctx = [0, 0, 0, 0, 0]
@@ -281,8 +284,8 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     dispatched = _inet_dispatch(buf, d, m, lin, protocol, None)
                     if dispatched.__class__ is tuple:
                         failed_ctx[:] = _NO_CTX
-                        return cast(tuple, dispatched)
-                    proto = cast(int, dispatched)
+                        return dispatched  # (reason, detail)
+                    proto = dispatched  # type: ignore[assignment]  # the protocol under the in-band header
 
         # --- nf_flow_skb_encap_protocol: one in-band VLAN / PPPoE header, then the tunnel check
         if ether_type_check:
@@ -415,7 +418,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     return "ttl-expired", f"IPv6 hop limit {hop_limit}"
                 nexthdr = hdr[o + 6]
                 if ip6_exthdr_slowpath:
-                    if ipv6_ext_hdr(nexthdr):
+                    if nexthdr in ext_hdrs:  # ipv6_ext_hdr
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "ipv6-exthdr", f"extension header {nexthdr} after the IPv6 header"
                     hdrlen = IPV6_HLEN + start
@@ -482,7 +485,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             l4proto = buf[o + 6]
             size = hdrsizes.get(l4proto)
             if size is None:
-                if ipv6_ext_hdr(l4proto):
+                if l4proto in ext_hdrs:  # ipv6_ext_hdr
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "ipv6-exthdr", f"IPv6 extension header {l4proto}"
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
@@ -615,9 +618,9 @@ def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profi
         if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
             dispatched = _inet_dispatch(buf, d, m, lin, protocol, skb)
             if dispatched.__class__ is tuple:
-                reason, detail = cast(tuple[str, str], dispatched)
+                reason, detail = dispatched  # (reason, detail)
                 return TupleResult(None, FlowtableCtx(iifidx), reason, detail, None)
-            proto = cast(int, dispatched)
+            proto = dispatched  # type: ignore[assignment]  # the protocol under the in-band header
             lin = skb.linear_end
     vlan = _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None
     parse = _parser(profile, family)
