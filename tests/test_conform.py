@@ -26,7 +26,7 @@ from flowsim.conform import known
 from flowsim.conform.guest import (
     ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
 )
-from flowsim.conform.harness import run_conformance, update_doc
+from flowsim.conform.harness import plan_traffic, run_conformance, update_doc
 from flowsim.conform.parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
 from flowsim.errors import ConfigError, TopologyError
 from flowsim.kernel.devices.base import Command
@@ -490,3 +490,17 @@ def test_simulation_counts_data_segments_per_receiver():
         want = {"original": spec.packets, "reply": spec.reply_packets} if spec.proto == "tcp" else \
             {"original": 0, "reply": 0}
         assert report["data_segs_in"][spec.name] == want
+
+
+def test_socat_mode_simulates_a_server_that_replies_after_the_first_data():
+    """socat's server forks its writer after accept, so the client's first segment arrives (and is quick-ACKed)
+    before any reply: the plan simulates TCP with reply_after = "data" and says so; --frames plays flowsim's
+    own frames and keeps the table's."""
+    topo = load_topology(ROOT / "topologies/conform-forward.toml")
+    plan = plan_scenario(topo)
+    assert {t.reply_after for t in plan.traffic if t.proto == "tcp"} == {"data"}
+    assert {t.reply_after for t in plan.traffic if t.proto == "udp"} == {"accept"}
+    assert any('reply_after = "data"' in a for a in plan.adjustments)
+    specs = plan_traffic(topo, plan)
+    assert {s.reply_after for s in specs if s.proto == "tcp"} == {"data"}
+    assert {t.reply_after for t in plan_scenario(topo, frames=True).traffic} == {"accept"}

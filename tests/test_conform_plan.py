@@ -106,11 +106,12 @@ def test_max_packets_caps_the_plan_and_the_simulation():
     plain = plan_scenario(topo)
     assert [a for a in plain.adjustments if a.startswith("TCP simulated with acks")] == [
         'TCP simulated with acks = "linux" (the guest\'s sockets send Linux\'s pure ACKs), back-to-back writes '
-        "1 ms apart (socat's writes in the guest come slower than the ACK of the last segment): "
+        "1 ms apart (socat's writes in the guest come slower than the ACK of the last segment), reply_after = "
+        '"data" (socat\'s server forks its writer after accept, so it first ACKs the client\'s first segment): '
         + ", ".join(t.name for t in topo.traffic if t.proto == "tcp")]
     file_specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
-    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE) if s.proto == "tcp"
-                                         else s for s in file_specs]
+    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE, reply_after="data")
+                                         if s.proto == "tcp" else s for s in file_specs]
     assert plan_traffic(topo, plan_scenario(topo, frames=True)) is None  # frames: flowsim's own frames
 
 

@@ -124,3 +124,31 @@ def test_acks_key_is_checked():
     worse = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nacks = "delayed"\n')
     with pytest.raises(TopologyError, match=r"x\.toml:\d+: bad acks 'delayed'.*\"none\" or \"linux\""):
         load_topology_text(worse, "x.toml")
+
+
+def test_reply_after_data_quick_acks_the_first_segment_before_replying():
+    """reply_after = "data": the server's first packet after the SYN-ACK is the quick ACK of the client's first
+    segment (tcp_event_data_recv → quick-ACK mode, __tcp_ack_snd_check), then its replies, as socat's server,
+    whose writer forks after accept, sends them (ipip.toml on 7.2/7.3: the reply direction's slow-path bytes
+    at the router are SYN-ACK + ACK, 112).  The default writes as soon as the handshake completes."""
+    _sim, conv, sent = _run(FORWARD, "tcp4", acks="linux", reply_after="data")
+    server = [kind for _t, d, kind in sent if d == "reply"]
+    assert server[:3] == ["synack", "ack", "data"]
+    first_data = next(t for t, d, kind in sent if d == "original" and kind == "data")
+    first_reply = next(t for t, d, kind in sent if d == "reply" and kind == "data")
+    assert first_reply >= first_data and conv.server.writes == 20
+    _sim, conv, sent = _run(FORWARD, "tcp4", acks="linux")
+    assert [kind for _t, d, kind in sent if d == "reply"][:2] == ["synack", "data"]
+
+
+def test_reply_after_key_is_checked():
+    """reply_after takes "accept" or "data", and only for TCP; errors name the file and line."""
+    text = FORWARD.read_text()
+    bad = text.replace('name = "udp4"\nproto = "udp"\n', 'name = "udp4"\nproto = "udp"\nreply_after = "data"\n')
+    with pytest.raises(TopologyError, match="reply_after is only for tcp"):
+        load_topology_text(bad, "x.toml")
+    worse = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nreply_after = 1\n')
+    with pytest.raises(TopologyError, match=r"x\.toml:\d+: bad reply_after 1.*\"accept\" or \"data\""):
+        load_topology_text(worse, "x.toml")
+    ok = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nreply_after = "data"\n')
+    assert next(t for t in load_topology_text(ok, "x.toml").traffic if t.name == "tcp4").reply_after == "data"

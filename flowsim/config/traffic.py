@@ -17,8 +17,11 @@ optional keys are ``src`` (an address configured in ``from``; default its
 first non-loopback address of ``to``'s family), ``sport``, ``packets`` /
 ``size`` and ``reply_packets`` / ``reply_size`` (IP lengths), ``handshake``
 and ``close`` (TCP only, default on), ``rate`` (packets per second),
-``start`` (seconds), ``gso_size``, ``flows``, ``df`` and ``acks`` (TCP:
-``"linux"`` adds the pure ACKs a Linux receiver sends; default ``"none"``).  The tables are checked after the
+``start`` (seconds), ``gso_size``, ``flows``, ``df``, ``acks`` (TCP:
+``"linux"`` adds the pure ACKs a Linux receiver sends; default ``"none"``) and
+``reply_after`` (TCP: ``"data"`` starts the server's replies with the client's
+first data segment, as a server that reads a request first; default
+``"accept"``).  The tables are checked after the
 namespaces' commands ran and L2 discovery is done, so ``from`` and ``src``
 are checked against the built :class:`~flowsim.config.topology.Topology`.
 
@@ -44,9 +47,10 @@ from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import IPAddress
 from flowsim.kernel.pkt import IP_DEFAULT_TTL
 
-__all__ = ["Traffic", "TRAFFIC_KEYS", "ACK_MODELS", "read_traffic"]
+__all__ = ["Traffic", "TRAFFIC_KEYS", "ACK_MODELS", "REPLY_STARTS", "read_traffic"]
 
 ACK_MODELS = ("none", "linux")  # acks = …: no pure ACKs, or a Linux receiver's (quick and delayed ACKs)
+REPLY_STARTS = ("accept", "data")  # reply_after = …: the server writes once connected, or after the first data
 
 
 @attrs.frozen
@@ -88,11 +92,13 @@ class Traffic:
     df: bool | None = None  # IPv4 DF: None = TCP always, UDP when it fits the path MTU; False = ip_no_pmtu_disc
     gso_size: int | None = None  # data as GSO skbs (TSO / UDP_SEGMENT) with segments of this many payload bytes
     acks: str = "none"  # TCP pure ACKs: "none" (the table's reply_packets model them) or "linux" (delayed ACKs)
+    reply_after: str = "accept"  # TCP: the server's replies start once connected, or after the first data
     line: int | None = None
 
 
 TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
-                 "reply_size", "handshake", "close", "rate", "start", "gso_size", "flows", "df", "acks"}
+                 "reply_size", "handshake", "close", "rate", "start", "gso_size", "flows", "df", "acks",
+                 "reply_after"}
 
 
 def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic]:
@@ -152,6 +158,12 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
         raise bad(f"bad acks {short(acks)}", acks, " or ".join(f'"{a}"' for a in ACK_MODELS), "acks")
     if acks != "none" and proto != "tcp":
         raise bad("acks is only for tcp", acks, "no acks key for udp", "acks")
+    reply_after = item.get("reply_after", "accept")
+    if reply_after not in REPLY_STARTS:
+        raise bad(f"bad reply_after {short(reply_after)}", reply_after,
+                  " or ".join(f'"{a}"' for a in REPLY_STARTS), "reply_after")
+    if reply_after != "accept" and proto != "tcp":
+        raise bad("reply_after is only for tcp", reply_after, "no reply_after key for udp", "reply_after")
     df = item.get("df")
     if df is not None and not isinstance(df, bool):
         raise bad(f"bad df {short(df)}", df, "true or false", "df")
@@ -172,6 +184,7 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=rate, start=start,
                    gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df, acks=acks,
+                   reply_after=reply_after,
                    line=line)
 
 

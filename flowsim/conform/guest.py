@@ -126,6 +126,7 @@ class TrafficPlan:
     file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
     df: bool | None = None  # the table's `df` key: False = both sockets IP_PMTUDISC_DONT (ip_no_pmtu_disc)
     acks: str = "none"  # the simulation's ACK model: "linux" for TCP in socat mode (the guest's sockets ACK)
+    reply_after: str = "accept"  # the simulated server's first write: "data" in socat mode (its writer forks)
     sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
 
     @property
@@ -260,7 +261,9 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             packets, reply_packets = min(packets, max_packets), min(reply_packets, max_packets)
         acks = "linux" if t.proto == "tcp" and not frames else t.acks  # socat: real Linux TCP at both ends
         sim_rate = SOCAT_SIM_TCP_RATE if t.proto == "tcp" and not frames and not t.rate else 0.0
-        if acks != t.acks or sim_rate:
+        # socat's server forks its writer after accept: the client's first segment arrives first, is quick-ACKed
+        reply_after = "data" if t.proto == "tcp" and not frames else t.reply_after
+        if acks != t.acks or sim_rate or reply_after != t.reply_after:
             acked.append(t.name)
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
         sport = t.sport or BASE_SPORT + 100 * order[id(t)]
@@ -269,11 +272,13 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
             close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
-            acks=acks, sim_rate=sim_rate))
+            acks=acks, sim_rate=sim_rate, reply_after=reply_after))
     if acked:
         notes.append("TCP simulated with acks = \"linux\" (the guest's sockets send Linux's pure ACKs), "
                      f"back-to-back writes {1000 / SOCAT_SIM_TCP_RATE:g} ms apart (socat's writes in the guest "
-                     "come slower than the ACK of the last segment): " + ", ".join(acked))
+                     "come slower than the ACK of the last segment), reply_after = \"data\" (socat's server "
+                     "forks its writer after accept, so it first ACKs the client's first segment): "
+                     + ", ".join(acked))
     for name in topo.namespaces:
         for dev in absent_interfaces(topo, name):
             notes.append(f"{name}'s ruleset: 'meta oif/iif {dev}' loaded as 'meta oifname/iifname {dev}': the "

@@ -240,7 +240,8 @@ def plan_traffic(topo: Topology, plan: ScenarioPlan) -> list[TrafficSpec] | None
     for tp in plan.traffic:
         s = specs[tp.file_index]
         specs[tp.file_index] = attrs.evolve(s, packets=tp.packets, size=tp.size, reply_packets=tp.reply_packets,
-                                            reply_size=tp.reply_size, acks=tp.acks, rate=tp.sim_rate or s.rate)
+                                            reply_size=tp.reply_size, acks=tp.acks, rate=tp.sim_rate or s.rate,
+                                            reply_after=tp.reply_after)
     return specs
 
 

@@ -417,6 +417,8 @@ class Endpoint:
         if datalen and self.conv.spec.acks == "linux" and state in ("established", "fin_wait") \
                 and not flags & (TCP_RST | TCP_FIN):
             self.acks.data_received(self, kernel, datalen)
+        if datalen > 0 and self.data_segs_in == 1 and self.role == "server" and self.conv.spec.reply_after == "data":
+            kernel.schedule(kernel.now, self.conv.start_replies, kernel)  # after this segment's quick ACK
 
     def tcp_ack(self, ack: int) -> bool:
         """``tcp_ack``: an acknowledgement moves ``snd_una`` and cleans the retransmission queue
@@ -526,6 +528,7 @@ class Conversation:
         self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, spec.dport)
         self.server: Endpoint | None = None
         self.closing = False
+        self.replying = False  # the server's replies started (start_replies)
 
     def start(self, kernel) -> None:
         """The client opens the conversation (at ``spec.start``)."""
@@ -570,6 +573,17 @@ class Conversation:
         s.send(kernel, "synack", TCP_SYN | TCP_ACK)
 
     def server_established(self, kernel) -> None:
+        """The server's connection is up: it starts its replies now, or with ``reply_after = "data"`` when the
+        client's first data segment arrives (:meth:`Endpoint.rx`), as a server that reads a request first
+        or forks its writer after ``accept`` does: that segment's quick ACK then goes out before any reply."""
+        if self.spec.reply_after == "data" and not self.server.data_segs_in:
+            return
+        self.start_replies(kernel)
+
+    def start_replies(self, kernel) -> None:
+        if self.replying:
+            return
+        self.replying = True
         s = self.server
         n = self.spec.reply_packets
         if n:
