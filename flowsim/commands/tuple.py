@@ -18,9 +18,7 @@ from flowsim.errors import CaptureError, KernelBugError
 from flowsim.kernel.capture import read_capture, read_frames
 from flowsim.kernel.flowtable.tuple import HOOKS, flow_tuple_from_skb, frame_parser
 from flowsim.kernel.headers import ETH_P_8021AD, ETH_P_8021Q, addr_text
-from flowsim.kernel.skb import skb_from_frame, skb_vlan_untag
 from flowsim.profiles import profile_from_cli
-from flowsim.reasons import reason
 from flowsim.schemas import schema_id
 
 __all__ = ["register", "run", "frame_result"]
@@ -49,6 +47,8 @@ def register(sub) -> None:
 def frame_result(index: int, frame: bytes, *, iif: int, family: str, profile, rx_vlan_offload: bool,
                  headlen: int | None) -> dict:
     """The JSON object for one frame."""
+    from flowsim.kernel.skb import skb_from_frame, skb_vlan_untag  # --headlen only: not at start-up
+
     skb = skb_from_frame(frame, iif=iif, headlen=headlen, rx_vlan_offload=rx_vlan_offload)
     if (skb is not None and not rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD)
             and not skb_vlan_untag(skb)):
@@ -77,7 +77,12 @@ def _text(obj: dict) -> str:
                 f"l3proto {t['l3proto']} l4proto {t['l4proto']} iif {t['iifidx']} encap {encap} tun {tun}")
     if obj["result"] == "kernel-bug":
         return f"{obj['index']:>5} KERNEL BUG {obj['detail']}"
-    return f"{obj['index']:>5} slowpath {obj['reason']}: {obj['detail'] or reason(obj['reason']).text}"
+    detail = obj["detail"]
+    if not detail:
+        from flowsim.reasons import reason  # the reason's text, for a frame without a detail of its own
+
+        detail = reason(obj["reason"]).text
+    return f"{obj['index']:>5} slowpath {obj['reason']}: {detail}"
 
 
 def _tuple_obj(index: int, res: tuple) -> dict:

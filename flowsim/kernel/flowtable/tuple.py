@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -60,8 +60,10 @@ from flowsim.kernel.headers import (
     addr_bytes,
     addr_text, ipv6_ext_hdr, ipv6_skip_exthdr,
 )
-from flowsim.kernel.skb import SkBuff
 from flowsim.profiles import Profile, get_profile
+
+if TYPE_CHECKING:  # annotations only: flowsim tuple's frame path builds no skb
+    from flowsim.kernel.skb import SkBuff
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
