@@ -7,7 +7,8 @@ side.  Each side turns a frame into (source, destination, ports, L4 protocol):
 * ``struct``        the floor: a bare ``struct.unpack_from`` walk of the layouts, no check at all;
 * ``flowsim``       ``flow_tuple_from_frame``: the flowtable hook's parse with every kernel check, in the
                     kernel's order (what ``flowsim tuple`` runs per frame);
-* ``flowsim+json``  the same and the ``--json`` line (``flowsim tuple``'s per-frame work, reader aside);
+* ``flowsim+json``  the same and the ``--json`` line, as ``flowsim tuple`` runs them (one parser for the
+                    run, :meth:`_JsonWriter.extend` over its results): the command's per-frame work, reader aside;
 * ``flowsim-skb``   ``skb_from_frame`` + ``flow_tuple_from_skb``: the simulator's path (an skb per frame);
 * ``dpkt``          ``dpkt.ethernet.Ethernet`` and a walk to the innermost IP header (when installed:
                     ``pip install '.[bench]'``);
@@ -34,7 +35,7 @@ from _bench import interleave, last_line, targets, verdict  # noqa: E402
 
 from flowsim.commands.tuple import _JsonWriter  # noqa: E402
 from flowsim.kernel.capture import read_frames  # noqa: E402
-from flowsim.kernel.flowtable.tuple import flow_tuple_from_frame, flow_tuple_from_skb  # noqa: E402
+from flowsim.kernel.flowtable.tuple import flow_tuple_from_frame, flow_tuple_from_skb, frame_parser  # noqa: E402
 from flowsim.kernel.skb import skb_from_frame  # noqa: E402
 from flowsim.profiles import get_profile  # noqa: E402
 
@@ -142,9 +143,8 @@ def main() -> int:
             flow_tuple_from_frame(f, 1, "inet", profile)
 
     def flowsim_json():
-        line = _JsonWriter().line
-        for index, f in enumerate(frames, 1):
-            line(index, flow_tuple_from_frame(f, 1, "inet", profile))
+        # as flowsim tuple runs it: one parser for the run, the writer's loop over its results
+        _JsonWriter().extend([], map(frame_parser(profile, "inet", 1), frames), 1)
 
     def flowsim_skb():
         for f in frames:
