@@ -268,21 +268,31 @@ def l4_checksum(src, dst, proto: int, segment: bytes | bytearray) -> int:
     return internet_checksum(segment, _pseudo_sum(src, dst, proto, len(segment)))
 
 
+def _segment_checksum(src, dst, proto: int, hdr: bytes | bytearray, payload: bytes) -> int:
+    """:func:`l4_checksum` of the segment *hdr* + *payload* (*hdr* of even length, its checksum field zero).
+
+    A payload of zeros, what the simulated hosts send, adds nothing to the one's-complement sum: only the
+    header's words are summed then (the pseudo-header still counts the whole length) — a 20-byte remainder
+    instead of a 1400-byte one per packet.
+    """
+    data = hdr if payload == bytes(len(payload)) else hdr + payload
+    return internet_checksum(data, _pseudo_sum(src, dst, proto, len(hdr) + len(payload)))
+
+
 def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
                 window: int = 65535) -> bytes:
     """A TCP header (20 bytes, no options) and *payload*, checksum included."""
-    seg = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
-                                window, 0, 0) + payload)
-    struct.pack_into("!H", seg, 16, l4_checksum(src, dst, IPPROTO_TCP, seg))
-    return bytes(seg)
+    hdr = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
+                                window, 0, 0))
+    struct.pack_into("!H", hdr, 16, _segment_checksum(src, dst, IPPROTO_TCP, hdr, payload))
+    return bytes(hdr) + payload
 
 
 def udp_datagram(src, dst, sport: int, dport: int, payload: bytes = b"") -> bytes:
     """A UDP header and *payload*, checksum included (0 is sent as 0xFFFF)."""
-    seg = bytearray(struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
-    check = l4_checksum(src, dst, IPPROTO_UDP, seg) or 0xFFFF
-    struct.pack_into("!H", seg, 6, check)
-    return bytes(seg)
+    hdr = bytearray(struct.pack("!HHHH", sport, dport, 8 + len(payload), 0))
+    struct.pack_into("!H", hdr, 6, _segment_checksum(src, dst, IPPROTO_UDP, hdr, payload) or 0xFFFF)
+    return bytes(hdr) + payload
 
 
 def fix_l4_checksum(buf: bytearray, info: PktInfo) -> None:

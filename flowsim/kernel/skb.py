@@ -49,6 +49,9 @@ class SkbTag(Protocol):
     @property
     def direction(self) -> str | None: ...
 
+    #: (source, destination, L4 segment) as the sending host checksummed it, until a receiver verified it
+    sent_l4: tuple | None
+
 __all__ = ["SkbCost", "SkBuff", "skb_from_frame", "NET_SKB_PAD"]
 
 NET_SKB_PAD = 64  # headroom drivers reserve (max(32, L1_CACHE_BYTES) on x86-64)

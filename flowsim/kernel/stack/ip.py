@@ -338,8 +338,17 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
 
 
 def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
-    """The receiving host's checksum verification (``skb_checksum_init`` in ``tcp_v4_rcv`` / ``udp_rcv``)."""
+    """The receiving host's checksum verification (``skb_checksum_init`` in ``tcp_v4_rcv`` / ``udp_rcv``).
+
+    A segment that arrives byte for byte as its sending host checksummed it, between the same addresses
+    (``tag.sent_l4``), verifies by construction: the sum is taken only over what the network changed.
+    """
     seg = skb.buf[info.l4off:info.l3off + info.tot_len]
+    tag = skb.tag
+    if tag is not None and tag.sent_l4 is not None:
+        sent, tag.sent_l4 = tag.sent_l4, None  # one receiver: a copy delivered elsewhere (flooding) is summed
+        if sent == (info.src, info.dst, seg):  # tuples compare addresses by identity first
+            return True
     if info.l4proto == IPPROTO_UDP and info.version == 4 and seg[6:8] == b"\0\0":
         return True  # no checksum
     return l4_checksum(info.src, info.dst, info.l4proto, seg) == 0
