@@ -167,11 +167,17 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
         end = len(buf)
     if end - off < 1:
         return None
+    # every field in a local first, the PktInfo built once at the end: this runs at every hop of every packet
     version = buf[off] >> 4
+    df = mf = frag = False
+    frag_off = ident = 0
+    first = True
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
     if version == 4:
         if end - off < 20:
             return None
-        vihl, tos, tot_len, ident, frag, ttl, proto, _csum, s, d = _V4.unpack_from(buf, off)
+        vihl, tos, tot_len, ident, fo, ttl, l4proto, _csum, s, d = _V4.unpack_from(buf, off)
         ihl = (vihl & 0x0F) * 4
         if ihl < 20 or off + ihl > end:
             return None
@@ -179,55 +185,54 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
             tot_len = min(tot_len, end - off)
         elif tot_len < ihl or off + tot_len > end or internet_checksum(buf[off:off + ihl]) != 0:
             return None
-        info = PktInfo(4, off, tot_len, proto, off + ihl, _addr4(s), _addr4(d), ttl, tos >> 2,
-                       bool(frag & IP_DF), bool(frag & IP_MF), frag & IP_OFFSET, ident,
-                       bool(frag & (IP_MF | IP_OFFSET)), not frag & IP_OFFSET)
+        src, dst, dscp, l4off = _addr4(s), _addr4(d), tos >> 2, off + ihl
+        df, mf, frag_off = bool(fo & IP_DF), bool(fo & IP_MF), fo & IP_OFFSET
+        frag, first = bool(fo & (IP_MF | IP_OFFSET)), not frag_off
     elif version == 6:
         if end - off < 40:
             return None
-        first, plen, nh, hlim, s, d = _V6.unpack_from(buf, off)
+        word, plen, nh, ttl, s, d = _V6.unpack_from(buf, off)
         tot_len = 40 + plen
         if off + tot_len > end:
             if not quoted:
                 return None
             tot_len = end - off
         # traffic class: bits 20..27 of the first word; DSCP its upper six
-        info = PktInfo(6, off, tot_len, nh, off + 40, _addr6(s), _addr6(d), hlim, (first >> 22) & 0x3F)
+        src, dst, dscp = _addr6(s), _addr6(d), (word >> 22) & 0x3F
         pos, stop = off + 40, off + tot_len
         while nh in _EXT_HDRS:  # ipv6_ext_hdr; ipv6_skip_exthdr, remembering the fragment header
             if nh == 59 or pos + 8 > stop:
-                info.l4proto, info.l4off = 59, stop
-                return info
+                return PktInfo(6, off, tot_len, 59, stop, src, dst, ttl, dscp, df, mf, frag_off, ident, frag, first)
             if nh == NEXTHDR_FRAGMENT:
                 fo = (buf[pos + 2] << 8) | buf[pos + 3]
-                info.frag, info.frag_off, info.mf = True, fo >> 3, bool(fo & 1)
-                info.ident = int.from_bytes(buf[pos + 4:pos + 8], "big")
-                info.first = not fo >> 3
+                frag, frag_off, mf = True, fo >> 3, bool(fo & 1)
+                ident = int.from_bytes(buf[pos + 4:pos + 8], "big")
+                first = not fo >> 3
                 hdrlen = 8
             elif nh == 51:
                 hdrlen = (buf[pos + 1] + 2) << 2
             else:
                 hdrlen = (buf[pos + 1] + 1) << 3
             nh, pos = buf[pos], pos + hdrlen
-            if not info.first:
+            if not first:
                 break
-        info.l4proto, info.l4off = nh, pos
+        l4proto, l4off = nh, pos
     else:
         return None
-    if not info.first:
-        return info
-    # the L4 header: ports, TCP flags, ICMP type/code (within the packet and the buffer)
-    p, at = info.l4proto, info.l4off
-    end = min(end, off + info.tot_len)
-    if p in (IPPROTO_TCP, IPPROTO_UDP) and at + 4 <= end:
-        info.sport, info.dport = _PORTS.unpack_from(buf, at)
-        if p == IPPROTO_TCP and at + 14 <= end:
-            info.tcp_flags = buf[at + 13]
-    elif p in (IPPROTO_ICMP, IPPROTO_ICMPV6) and at + 2 <= end:
-        info.icmp_type, info.icmp_code = buf[at], buf[at + 1]
-        if at + 6 <= end:
-            info.sport, info.dport = (buf[at + 4] << 8) | buf[at + 5], 0  # echo id, as conntrack keys it
-    return info
+    sport = dport = tcp_flags = icmp_type = icmp_code = None
+    if first:
+        # the L4 header: ports, TCP flags, ICMP type/code (within the packet and the buffer)
+        at, end = l4off, min(end, off + tot_len)
+        if l4proto in (IPPROTO_TCP, IPPROTO_UDP) and at + 4 <= end:
+            sport, dport = _PORTS.unpack_from(buf, at)
+            if l4proto == IPPROTO_TCP and at + 14 <= end:
+                tcp_flags = buf[at + 13]
+        elif l4proto in (IPPROTO_ICMP, IPPROTO_ICMPV6) and at + 2 <= end:
+            icmp_type, icmp_code = buf[at], buf[at + 1]
+            if at + 6 <= end:
+                sport, dport = (buf[at + 4] << 8) | buf[at + 5], 0  # echo id, as conntrack keys it
+    return PktInfo(version, off, tot_len, l4proto, l4off, src, dst, ttl, dscp, df, mf, frag_off, ident, frag, first,
+                   sport, dport, tcp_flags, icmp_type, icmp_code)
 
 
 # ----------------------------------------------------------------- building

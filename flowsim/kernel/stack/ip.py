@@ -118,10 +118,11 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
         skb, info = ip_defrag(kernel, st, skb, info, conntrack=True)
         if skb is None:
             return
-    info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
-    if why is not None:
-        kernel.drop(skb, why, f"{where} prerouting")
-        return
+    if st.nft is not None or st.ct_active:  # NF_HOOK: nf_hook_slow only when the netns has hooks
+        info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
+        if why is not None:
+            kernel.drop(skb, why, f"{where} prerouting")
+            return
     rt = st.route(info.dst)
     if rt.type == "local":
         ip_local_deliver(kernel, st, dev, skb, info, nfc)
@@ -174,10 +175,11 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
             return
         ipv6_decrease_hoplimit(skb.buf, info.l3off)
     info.ttl -= 1
-    info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
-    if why is not None:
-        kernel.drop(skb, why, where)
-        return
+    if st.nft is not None or st.ct_active:
+        info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
+        if why is not None:
+            kernel.drop(skb, why, where)
+            return
     if type(rt) is stack_xfrm.XfrmRoute:  # dst_output of an xfrm bundle: xfrm4_output
         stack_xfrm.xfrm4_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
         return
@@ -186,10 +188,11 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
 
 def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, in_dev=None) -> None:
     """``ip_output``: POSTROUTING, then ``ip_finish_output`` (fragmentation) and ``ip_finish_output2``."""
-    info, why = nf_hook(kernel, st, "postrouting", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
-    if why is not None:
-        kernel.drop(skb, why, f"{st.name} postrouting")
-        return
+    if st.nft is not None or st.ct_active:
+        info, why = nf_hook(kernel, st, "postrouting", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
+        if why is not None:
+            kernel.drop(skb, why, f"{st.name} postrouting")
+            return
     mtu = st.route_mtu(rt)
     nexthop = rt.nexthop(info.dst)
     if skb.gso_size and info.tot_len > mtu and out_dev.link_type != "loopback":
@@ -296,10 +299,11 @@ def ip_local_out(kernel, st, skb: SkBuff, route=None, nfc: NfCtx | None = None) 
     out_dev = st.ns.devices["lo" if rt.type == "local" else rt.dev]
     nfc = nfc or NfCtx()
     dst = info.dst
-    info, why = nf_hook(kernel, st, "output", skb, info, nfc, out_dev=out_dev, route=rt)
-    if why is not None:
-        kernel.drop(skb, why, f"{st.name} output")
-        return
+    if st.nft is not None or st.ct_active:
+        info, why = nf_hook(kernel, st, "output", skb, info, nfc, out_dev=out_dev, route=rt)
+        if why is not None:
+            kernel.drop(skb, why, f"{st.name} output")
+            return
     if info.dst is not dst and info.dst != dst:  # ip_route_me_harder after DNAT in OUTPUT
         rt = st.route(info.dst)
         if rt.error:
@@ -318,10 +322,11 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         skb, info = ip_defrag(kernel, st, skb, info)
         if skb is None:
             return
-    info, why = nf_hook(kernel, st, "input", skb, info, nfc, in_dev=in_dev)
-    if why is not None:
-        kernel.drop(skb, why, where)
-        return
+    if st.nft is not None or st.ct_active:
+        info, why = nf_hook(kernel, st, "input", skb, info, nfc, in_dev=in_dev)
+        if why is not None:
+            kernel.drop(skb, why, where)
+            return
     proto = info.l4proto
     if proto in _TUNNEL_KINDS:
         ip_tunnel_rcv(kernel, st, skb, info, nfc)
