@@ -10,7 +10,6 @@ that the shipped files equal what the builder produces.
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 __all__ = ["NAMES", "VERSION", "schema_id", "load"]
 
@@ -26,6 +25,8 @@ def schema_id(name: str) -> str:
 
 def load(name: str) -> dict:
     """The schema of output *name* (one of :data:`NAMES`)."""
+    from importlib import resources  # here, not at import: a command that only writes its schema id skips it
+
     if name not in NAMES:
         raise KeyError(name)
     return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text())
