@@ -70,3 +70,18 @@ def test_errors_are_one_line_exit_2(argv, match):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("flowsim: error:") and match in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_json_addresses_of_both_families_with_the_same_leading_bytes(tmp_path, capsys):
+    """--json caches address texts per family: 2001:db8:: after 32.1.13.184 (the same first four bytes, the
+    rest zero) prints as IPv6, and the reverse order too (the writer once keyed the cache by bytes alone)."""
+    from scapy.layers.inet6 import IPv6
+    v4 = Ether() / IP(src="32.1.13.184", dst="10.0.0.2") / TCP(sport=1000, dport=80)
+    v6 = Ether() / IPv6(src="2001:db8::", dst="2001:db8::2") / TCP(sport=1000, dport=80)
+    for order in ([v4, v6], [v6, v4]):
+        cap = tmp_path / "mixed.pcap"
+        wrpcap(str(cap), order)
+        rc, out, _ = run(capsys, "tuple", str(cap), "--json")
+        assert rc == 0
+        srcs = {json.loads(line)["tuple"]["src"] for line in out.splitlines()}
+        assert srcs == {"32.1.13.184", "2001:db8::"}
