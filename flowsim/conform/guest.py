@@ -231,7 +231,8 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     A size too small for a socket payload is raised to :func:`smallest_size` (socat mode only: ``--frames``
     injects flowsim's own frames, no socket sends anything, and a TCP table without a handshake is fine
     there too); *max_packets* caps every traffic direction; in socat mode TCP is simulated with
-    ``acks = "linux"``, since the guest's sockets acknowledge as Linux does.  Each change is a line of
+    ``acks = "linux"``, since the guest's sockets acknowledge as Linux does, and ``reply_after = "data"``,
+    since socat's server forks its writer after ``accept``.  Each change is a line of
     :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
     traffic (:func:`flowsim.conform.harness.plan_traffic`).
     """
