@@ -62,12 +62,12 @@ def test_the_flow_of_a_stale_route_is_replaced_at_once_and_the_gc_frees_the_old_
     assert old.test(NF_FLOW_TEARDOWN) and not ct.status & IPS_OFFLOAD and ft.reasons == {"route-stale": 1}
     assert add_flow(kernel, state, "f1", ct, 0, "veth0")  # the same packet's flow add, on the slow path
     new = ft.flows[2]
-    assert [ft.table[h.key] for h in old.tuplehash] == new.tuplehash
+    assert tuple(ft.table[h.key] for h in old.tuplehash) == new.tuplehash
     assert [ft.shadowed[h.key] for h in old.tuplehash] == [[old.tuplehash[0]], [old.tuplehash[1]]]
     assert hook(kernel, state, "veth0", packet(family)) == "stolen"
     ft.nf_flow_offload_work_gc(kernel, state)
     assert list(ft.flows.values()) == [new] and not ft.shadowed and ft.flows_removed == 1
-    assert [ft.table[h.key] for h in new.tuplehash] == new.tuplehash
+    assert tuple(ft.table[h.key] for h in new.tuplehash) == new.tuplehash
     assert hook(kernel, state, "veth0", packet(family)) == "stolen"
     assert (ft.fastpath, ft.slowpath, ft.flows_created) == (2, 1, 2)
 

@@ -73,7 +73,7 @@ def test_flow_offload_add_puts_a_same_key_entry_at_the_head_of_the_bucket():
     twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
     assert ft.flow_offload_add(twin, kernel.now, state.ns) is None
     assert list(ft.flows.values()) == [flow, twin] and ft.flows_created == 2
-    assert [ft.table[h.key] for h in flow.tuplehash] == twin.tuplehash
+    assert tuple(ft.table[h.key] for h in flow.tuplehash) == twin.tuplehash
     assert [ft.shadowed[h.key] for h in flow.tuplehash] == [[flow.tuplehash[0]], [flow.tuplehash[1]]]
 
 
@@ -84,7 +84,7 @@ def test_flow_offload_del_removes_that_very_entry():
     twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
     ft.flow_offload_add(twin, kernel.now, state.ns)
     ft._remove(flow, kernel.now)
-    assert [ft.table[h.key] for h in twin.tuplehash] == twin.tuplehash and not ft.shadowed
+    assert tuple(ft.table[h.key] for h in twin.tuplehash) == twin.tuplehash and not ft.shadowed
     assert len(ft.by_addrs) == 2 and all(h.flow is twin for h in ft.by_addrs.values())
     ft._remove(twin, kernel.now)
     assert not ft.table and not ft.shadowed and not ft.by_addrs and ft.flows_removed == 2
@@ -97,7 +97,7 @@ def test_removing_the_head_brings_the_older_entry_back():
     twin.tuplehash[0].key, twin.tuplehash[1].key = flow.tuplehash[0].key, flow.tuplehash[1].key
     ft.flow_offload_add(twin, kernel.now, state.ns)
     ft._remove(twin, kernel.now)
-    assert [ft.table[h.key] for h in flow.tuplehash] == flow.tuplehash and not ft.shadowed
+    assert tuple(ft.table[h.key] for h in flow.tuplehash) == flow.tuplehash and not ft.shadowed
 
 
 def test_flow_offload_lookup_finds_the_direction_of_the_packet():

@@ -77,8 +77,19 @@ def offload_timeout(ns, l4proto: int) -> float:
     return float(value) if value is not None else NF_FLOW_TIMEOUT
 
 
+#: address -> its 16-byte union: every flow of the same hosts shares the key's address bytes (issue 16: memory per
+#: flow entry); a new one past _ADDR16_MAX starts the memo afresh
+_ADDR16: dict = {}
+_ADDR16_MAX = 65536
+
+
 def _addr16(addr) -> bytes:
-    return ipaddress.ip_address(addr).packed.ljust(16, b"\0")
+    packed = _ADDR16.get(addr)
+    if packed is None:
+        if len(_ADDR16) >= _ADDR16_MAX:
+            _ADDR16.clear()
+        packed = _ADDR16[addr] = ipaddress.ip_address(addr).packed.ljust(16, b"\0")
+    return packed
 
 
 @attrs.define(slots=True, eq=False)
@@ -130,7 +141,7 @@ class FlowOffloadTuple:
 class FlowOffload:
     """``struct flow_offload``: one connection's two directions."""
 
-    tuplehash: list[FlowOffloadTuple]  # [ORIGINAL, REPLY]
+    tuplehash: tuple[FlowOffloadTuple, ...]  # (ORIGINAL, REPLY)
     ct: CtEntry
     flags: int = 0
     timeout: float = 0.0
@@ -160,13 +171,15 @@ def flow_offload_alloc(ct: CtEntry) -> FlowOffload | None:
     """
     if ct.dying:
         return None
-    flow = FlowOffload(tuplehash=[], ct=ct)
+    flow = FlowOffload(tuplehash=(), ct=ct)
+    halves = []
     for d in (IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY):
         t = ct.tuplehash[d]
         ports = (t.sport, t.dport) if t.l4proto in (IPPROTO_TCP, IPPROTO_UDP) else (0, 0)
         l3 = AF_INET if t.l3proto == 2 else AF_INET6
         key = FlowTuple(_addr16(t.src), _addr16(t.dst), ports[0], ports[1], 0, l3, t.l4proto)
-        flow.tuplehash.append(FlowOffloadTuple(key=key, dir=d, flow=flow))
+        halves.append(FlowOffloadTuple(key=key, dir=d, flow=flow))
+    flow.tuplehash = tuple(halves)
     if ct.status & IPS_SRC_NAT:
         flow.set(NF_FLOW_SNAT)
     if ct.status & IPS_DST_NAT:
@@ -174,10 +187,17 @@ def flow_offload_alloc(ct: CtEntry) -> FlowOffload | None:
     return flow
 
 
+#: the tunnel keys in use, one object per tunnel shared by its flows (issue 16: memory per flow entry)
+_TUNNELS: dict[Tunnel, Tunnel] = {}
+
+
 def _tunnel_key(tun) -> Tunnel | None:
     if tun is None:
         return None
-    return Tunnel(_addr16(tun.src), _addr16(tun.dst), tun.l3_proto)
+    key = Tunnel(_addr16(tun.src), _addr16(tun.dst), tun.l3_proto)
+    if len(_TUNNELS) >= _ADDR16_MAX:
+        _TUNNELS.clear()
+    return _TUNNELS.setdefault(key, key)
 
 
 def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
