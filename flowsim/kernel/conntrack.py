@@ -195,16 +195,12 @@ class CtTuple:
         return CtTuple(self.dst, self.src, self.dport, self.sport, self.l3proto, self.l4proto)
 
 
-@attrs.define(slots=True)
+@attrs.frozen
 class CtCounter:
-    """struct nf_conn_counter: one direction's accounting."""
+    """struct nf_conn_counter: one direction's accounting, as read (``CtEntry.acct``; the entry keeps the numbers)."""
 
     packets: int = 0
     bytes: int = 0
-
-
-def _acct_pair():
-    return [CtCounter(), CtCounter()]
 
 
 @attrs.define(slots=True, eq=False)
@@ -219,7 +215,11 @@ class CtEntry:
     tcp_seen_flags: list = attrs.Factory(lambda: [0, 0])  # ip_ct_tcp.seen[dir].flags
     tcp_last_dir: int = 0
     tcp_last_index: int = _NONE
-    acct: list = attrs.Factory(_acct_pair)
+    # struct nf_conn_acct, ORIGINAL then REPLY, kept flat (issue 16: memory per conntrack entry); read with .acct
+    orig_packets: int = 0
+    orig_bytes: int = 0
+    reply_packets: int = 0
+    reply_bytes: int = 0
     helper: str | None = None  # name of an attached conntrack helper (nfct_help)
     udp_stream_ts: float = 0.0
     id: int = 0
@@ -235,6 +235,11 @@ class CtEntry:
     @property
     def l4proto(self) -> int:
         return self.tuplehash[0].l4proto
+
+    @property
+    def acct(self) -> tuple[CtCounter, CtCounter]:
+        """The two directions' counters (ORIGINAL, REPLY), read-only: nf_ct_acct_update counts."""
+        return CtCounter(self.orig_packets, self.orig_bytes), CtCounter(self.reply_packets, self.reply_bytes)
 
     def test(self, bit: int) -> bool:
         return bool(self.status & bit)
@@ -295,9 +300,12 @@ def flow_offload_ct_tcp(ct: CtEntry) -> None:
 
 def nf_ct_acct_update(ct: CtEntry, dir: int, length: int, packets: int = 1) -> None:
     """Account *packets* of *length* bytes total to direction *dir* (slow path, or fast path with `counter`)."""
-    c = ct.acct[dir]
-    c.packets += packets
-    c.bytes += length
+    if dir == IP_CT_DIR_ORIGINAL:
+        ct.orig_packets += packets
+        ct.orig_bytes += length
+    else:
+        ct.reply_packets += packets
+        ct.reply_bytes += length
 
 
 def _refresh_acct(ct: CtEntry, dir: int, length: int, now: float, extra: float) -> None:
