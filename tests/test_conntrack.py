@@ -125,7 +125,7 @@ def test_tcp_midstream_pickup():
     r = ConntrackTable().nf_conntrack_in(tup(), 0, tcp_flags=TCP_ACK)
     ct = r.entry
     assert (ct.tcp_state, ct.timeout, ct.test(IPS_ASSURED)) == (S.ESTABLISHED, 300, False)
-    assert ct.tcp_seen_flags == [IP_CT_TCP_FLAG_BE_LIBERAL] * 2
+    assert ct.tcp_seen_flags == (IP_CT_TCP_FLAG_BE_LIBERAL,) * 2
     assert ConntrackTable(tcp_loose=False).nf_conntrack_in(tup(), 0, tcp_flags=TCP_ACK).entry is None
 
 

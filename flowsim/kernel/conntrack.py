@@ -212,7 +212,10 @@ class CtEntry:
     timeout: float = 0.0
     mark: int = 0
     tcp_state: TcpConntrack = TcpConntrack.NONE
-    tcp_seen_flags: list = attrs.Factory(lambda: [0, 0])  # ip_ct_tcp.seen[dir].flags
+    # ip_ct_tcp.seen[ORIGINAL / REPLY].flags, kept flat (issue 16: memory per conntrack entry); read with
+    # .tcp_seen_flags
+    tcp_seen0: int = 0
+    tcp_seen1: int = 0
     tcp_last_dir: int = 0
     tcp_last_index: int = _NONE
     # struct nf_conn_acct, ORIGINAL then REPLY, kept flat (issue 16: memory per conntrack entry); read with .acct
@@ -235,6 +238,11 @@ class CtEntry:
     @property
     def l4proto(self) -> int:
         return self.tuplehash[0].l4proto
+
+    @property
+    def tcp_seen_flags(self) -> tuple[int, int]:
+        """ip_ct_tcp.seen[].flags of (ORIGINAL, REPLY), read-only: the conntrack functions set them."""
+        return self.tcp_seen0, self.tcp_seen1
 
     @property
     def acct(self) -> tuple[CtCounter, CtCounter]:
@@ -294,8 +302,8 @@ def nf_conntrack_tcp_established(ct: CtEntry) -> bool:
 
 def flow_offload_ct_tcp(ct: CtEntry) -> None:
     """Set IP_CT_TCP_FLAG_BE_LIBERAL both ways: conntrack will miss offloaded segments (``nft_flow_offload_eval``)."""
-    ct.tcp_seen_flags[0] |= IP_CT_TCP_FLAG_BE_LIBERAL
-    ct.tcp_seen_flags[1] |= IP_CT_TCP_FLAG_BE_LIBERAL
+    ct.tcp_seen0 |= IP_CT_TCP_FLAG_BE_LIBERAL
+    ct.tcp_seen1 |= IP_CT_TCP_FLAG_BE_LIBERAL
 
 
 def nf_ct_acct_update(ct: CtEntry, dir: int, length: int, packets: int = 1) -> None:
@@ -328,7 +336,7 @@ def nf_conntrack_tcp_packet(ct: CtEntry, dir: int, flags: int, length: int, now:
     index = _tcp_index(flags)
     new = _TCP_CONNTRACKS[dir][index][old]
     if new == _S.SYN_SENT and old >= _S.TIME_WAIT:
-        seen = ct.tcp_seen_flags[0] | ct.tcp_seen_flags[1]
+        seen = ct.tcp_seen0 | ct.tcp_seen1
         if seen & IP_CT_TCP_FLAG_CLOSE_INIT or (ct.tcp_last_dir == dir and ct.tcp_last_index == _RST):
             return "repeat"  # reopened connection: delete this one, look up again
         new = _S.IGNORE
@@ -340,7 +348,10 @@ def nf_conntrack_tcp_packet(ct: CtEntry, dir: int, flags: int, length: int, now:
     ct.tcp_last_dir, ct.tcp_last_index = dir, index
     ct.tcp_state = new
     if old != new and new == _S.FIN_WAIT:
-        ct.tcp_seen_flags[dir] |= IP_CT_TCP_FLAG_CLOSE_INIT
+        if dir == IP_CT_DIR_ORIGINAL:
+            ct.tcp_seen0 |= IP_CT_TCP_FLAG_CLOSE_INIT
+        else:
+            ct.tcp_seen1 |= IP_CT_TCP_FLAG_CLOSE_INIT
     timeout = timeouts.tcp[_S.CLOSE] if index == _RST else timeouts.tcp[new]
     if not ct.test(IPS_SEEN_REPLY):
         if flags & TCP_RST:
@@ -493,7 +504,7 @@ class ConntrackTable:
             if first == _S.MAX or (first == _S.ESTABLISHED and not self.tcp_loose):
                 return "TCP segment cannot start a connection"
             if first == _S.ESTABLISHED:  # mid-stream pickup: no window knowledge at all
-                ct.tcp_seen_flags = [IP_CT_TCP_FLAG_BE_LIBERAL, IP_CT_TCP_FLAG_BE_LIBERAL]
+                ct.tcp_seen0 = ct.tcp_seen1 = IP_CT_TCP_FLAG_BE_LIBERAL
         elif t.l4proto in _ICMP_ECHO and icmp_type is not None and icmp_type != _ICMP_ECHO[t.l4proto][0]:
             return "ICMP type cannot start a connection"
         return "accept"
@@ -544,9 +555,9 @@ class ConntrackTable:
                 state, expired = ct.tcp_state, flow_expired
             ct.tcp_state = state  # flow_offload_fixup_tcp
             if state == _S.CLOSE:
-                ct.tcp_seen_flags[0] |= IP_CT_TCP_FLAG_CLOSE_INIT  # a new SYN reopens
-            ct.tcp_seen_flags[0] &= ~IP_CT_TCP_FLAG_MAXACK_SET
-            ct.tcp_seen_flags[1] &= ~IP_CT_TCP_FLAG_MAXACK_SET
+                ct.tcp_seen0 |= IP_CT_TCP_FLAG_CLOSE_INIT  # a new SYN reopens
+            ct.tcp_seen0 &= ~IP_CT_TCP_FLAG_MAXACK_SET
+            ct.tcp_seen1 &= ~IP_CT_TCP_FLAG_MAXACK_SET
             timeout = self.timeouts.tcp[state]
         elif ct.l4proto == 17:
             timeout = self.timeouts.udp_replied if ct.test(IPS_SEEN_REPLY) else self.timeouts.udp_unreplied
