@@ -115,15 +115,26 @@ def test_a_pmtu_drop_resends_the_lost_segments_cut_to_the_new_mss(acks):
     assert conv.client.rtx_queue == [] or acks == "none"  # every segment acknowledged (tcp_clean_rtx_queue)
 
 
-def test_acks_key_is_checked():
-    """acks takes "none" or "linux", and only for TCP; errors name the file and line."""
-    text = FORWARD.read_text()
-    bad = text.replace('name = "udp4"\nproto = "udp"\n', 'name = "udp4"\nproto = "udp"\nacks = "linux"\n')
-    with pytest.raises(TopologyError, match="acks is only for tcp"):
-        load_topology_text(bad, "x.toml")
-    worse = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nacks = "delayed"\n')
-    with pytest.raises(TopologyError, match=r"x\.toml:\d+: bad acks 'delayed'.*\"none\" or \"linux\""):
-        load_topology_text(worse, "x.toml")
+def _with_key(table: str, line: str):
+    """conform-forward.toml with *line* added to the traffic table *table* (tcp4 or udp4), loaded as x.toml."""
+    proto = table[:3]
+    head = f'name = "{table}"\nproto = "{proto}"\n'
+    return load_topology_text(FORWARD.read_text().replace(head, head + line + "\n"), "x.toml")
+
+
+@pytest.mark.parametrize("key, good, bad, expected", [
+    ("acks", '"linux"', '"delayed"', r"bad acks 'delayed'.*\"none\" or \"linux\""),
+    ("reply_after", '"data"', "1", r"bad reply_after 1.*\"accept\" or \"data\""),
+])
+def test_tcp_only_keys_are_checked(key, good, bad, expected):
+    """acks ("none" or "linux") and reply_after ("accept" or "data") are checked, and only for TCP; errors
+    name the file and line; a good value reaches the table."""
+    with pytest.raises(TopologyError, match=f"{key} is only for tcp"):
+        _with_key("udp4", f"{key} = {good}")
+    with pytest.raises(TopologyError, match=r"x\.toml:\d+: " + expected):
+        _with_key("tcp4", f"{key} = {bad}")
+    tcp4 = next(t for t in _with_key("tcp4", f"{key} = {good}").traffic if t.name == "tcp4")
+    assert getattr(tcp4, key) == good.strip('"')
 
 
 def test_reply_after_data_quick_acks_the_first_segment_before_replying():
@@ -139,16 +150,3 @@ def test_reply_after_data_quick_acks_the_first_segment_before_replying():
     assert first_reply >= first_data and conv.server.writes == 20
     _sim, conv, sent = _run(FORWARD, "tcp4", acks="linux")
     assert [kind for _t, d, kind in sent if d == "reply"][:2] == ["synack", "data"]
-
-
-def test_reply_after_key_is_checked():
-    """reply_after takes "accept" or "data", and only for TCP; errors name the file and line."""
-    text = FORWARD.read_text()
-    bad = text.replace('name = "udp4"\nproto = "udp"\n', 'name = "udp4"\nproto = "udp"\nreply_after = "data"\n')
-    with pytest.raises(TopologyError, match="reply_after is only for tcp"):
-        load_topology_text(bad, "x.toml")
-    worse = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nreply_after = 1\n')
-    with pytest.raises(TopologyError, match=r"x\.toml:\d+: bad reply_after 1.*\"accept\" or \"data\""):
-        load_topology_text(worse, "x.toml")
-    ok = text.replace('name = "tcp4"\nproto = "tcp"\n', 'name = "tcp4"\nproto = "tcp"\nreply_after = "data"\n')
-    assert next(t for t in load_topology_text(ok, "x.toml").traffic if t.name == "tcp4").reply_after == "data"
