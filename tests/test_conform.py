@@ -469,7 +469,7 @@ def test_coalesced_writes_move_the_low_end(kernel_segs, allowance):
     t = next(x for x in plan.traffic if x.proto == "tcp")
     c = ConnObservation(t.name, t.proto)
     c.data_segs = {"original": None, "reply": kernel_segs}
-    c.bytes = {"original": None, "reply": t.reply_packets * t.payload(t.reply_size)}
+    c.bytes = {"original": None, "reply": t.stream_bytes("reply")}
     report = {"data_segs_in": {t.name: {"original": 20, "reply": 100}}}
     n = cc._coalesced(report, t, c, "reply")
     assert n == allowance and cc._coalesced(report, t, c, "original") == 0

@@ -258,8 +258,7 @@ def _coalesced(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) 
     """
     if c is None or t.proto != "tcp":
         return 0
-    sent = t.packets * t.payload(t.size) if d == "original" else t.reply_packets * t.payload(t.reply_size)
-    if c.bytes.get(d) != sent:
+    if c.bytes.get(d) != t.stream_bytes(d):
         return 0
     kernel = c.data_segs.get(d)
     sim = report.get("data_segs_in", {}).get(t.name, {}).get(d)

@@ -138,6 +138,12 @@ class TrafficPlan:
         :mod:`flowsim.sim.traffic`); TCP segments carry the timestamp option Linux negotiates."""
         return size - IP_HEADER[self.family] - L4_HEADER[self.proto]
 
+    def stream_bytes(self, direction: str) -> int:
+        """The bytes a TCP direction writes (all of them arrive: what the guest's ``wait_bytes`` waits for)."""
+        if direction == "original":
+            return self.packets * self.payload(self.size)
+        return self.reply_packets * self.payload(self.reply_size)
+
     @property
     def unit(self) -> int:
         """UDP bytes each datagram leaves in the receivers' files (recv truncates to the smaller block)."""
@@ -480,7 +486,7 @@ def _bg(netns: str, command: str, var: str) -> str:
 def _traffic_start(t: TrafficPlan) -> list[str]:
     d = f"/tmp/{t.tag}"
     q = shlex.quote
-    out_bytes, back_bytes = t.packets * t.payload(t.size), t.reply_packets * t.payload(t.reply_size)
+    out_bytes, back_bytes = t.stream_bytes("original"), t.stream_bytes("reply")
     if t.proto == "tcp":
         # mss pins the segment: Linux subtracts the 12-byte timestamp option from it.  Both sides get the
         # larger direction's (a side's TCP_MAXSEG also clamps the MSS it advertises, so the smaller one would
