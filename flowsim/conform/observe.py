@@ -104,19 +104,12 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
                 c.ct[(ns, phase)] = find_ct(parse_conntrack(sec.text), t) if sec else None
             state = nft_end.get(ns)
             if state is not None:
-                c.slow[ns] = {d: state.counters.get(("inet", PROBE_TABLE, f"{t.tag}_slow_{d}"), (None,))[0]
-                              for d in DIRS}
-        srv, cli = nft_end.get(t.server), nft_end.get(t.client)
-        c.delivered = {
-            "original": srv.counters.get(("inet", PROBE_TABLE, f"{t.tag}_in_original"), (None,))[0] if srv else None,
-            "reply": cli.counters.get(("inet", PROBE_TABLE, f"{t.tag}_in_reply"), (None,))[0] if cli else None,
-        }
+                c.slow[ns] = {d: _probe_count(state, f"{t.tag}_slow_{d}") for d in DIRS}
+        # each direction's receiving end: the server gets the original direction, the client the reply
+        ends = {"original": nft_end.get(t.server), "reply": nft_end.get(t.client)}
+        c.delivered = {d: _probe_count(ends[d], f"{t.tag}_in_{d}") for d in DIRS}
         if t.proto == "tcp":
-            c.data_segs = {
-                "original": srv.counters.get(("inet", PROBE_TABLE, f"{t.tag}_data_original"), (None,))[0]
-                if srv else None,
-                "reply": cli.counters.get(("inet", PROBE_TABLE, f"{t.tag}_data_reply"), (None,))[0] if cli else None,
-            }
+            c.data_segs = {d: _probe_count(ends[d], f"{t.tag}_data_{d}") for d in DIRS}
         c.bytes = {"original": received.get(f"{t.tag}.srv"), "reply": received.get(f"{t.tag}.cli")}
         obs.conns[t.name] = c
     for ns, state in nft_end.items():
@@ -131,6 +124,13 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
     elif ("uptime", None, "end") not in by and not obs.errors:
         obs.errors.append("the scenario did not finish (no end snapshot)")
     return obs
+
+
+def _probe_count(state, name: str) -> int | None:
+    """Packets of the probe table's named counter *name* in a namespace's end state (None: not there)."""
+    if state is None:
+        return None
+    return state.counters.get(("inet", PROBE_TABLE, name), (None,))[0]
 
 
 def describe(obs: ScenarioObservation) -> list[str]:
