@@ -493,9 +493,9 @@ def test_simulation_counts_data_segments_per_receiver():
 
 
 def test_socat_mode_simulates_a_server_that_replies_after_the_first_data():
-    """socat's server forks its writer after accept, so the client's first segment arrives (and is quick-ACKed)
-    before any reply: the plan simulates TCP with reply_after = "data" and says so; --frames plays flowsim's
-    own frames and keeps the table's."""
+    """The guest's server writes once the client's first byte arrived, so the client's first segment arrives
+    (and is quick-ACKed) before any reply: the plan simulates TCP with reply_after = "data" and says so;
+    --frames plays flowsim's own frames and keeps the table's."""
     topo = load_topology(ROOT / "topologies/conform-forward.toml")
     plan = plan_scenario(topo)
     assert {t.reply_after for t in plan.traffic if t.proto == "tcp"} == {"data"}

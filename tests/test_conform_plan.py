@@ -107,7 +107,7 @@ def test_max_packets_caps_the_plan_and_the_simulation():
     assert [a for a in plain.adjustments if a.startswith("TCP simulated with acks")] == [
         'TCP simulated with acks = "linux" (the guest\'s sockets send Linux\'s pure ACKs), back-to-back writes '
         "1 ms apart (socat's writes in the guest come slower than the ACK of the last segment), reply_after = "
-        '"data" (socat\'s server forks its writer after accept, so it first ACKs the client\'s first segment): '
+        '"data" (the guest\'s server writes once the client\'s first byte arrived, which it first quick-ACKs): '
         + ", ".join(t.name for t in topo.traffic if t.proto == "tcp")]
     file_specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
     assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE, reply_after="data")

@@ -238,7 +238,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     injects flowsim's own frames, no socket sends anything, and a TCP table without a handshake is fine
     there too); *max_packets* caps every traffic direction; in socat mode TCP is simulated with
     ``acks = "linux"``, since the guest's sockets acknowledge as Linux does, and ``reply_after = "data"``,
-    since socat's server forks its writer after ``accept``.  Each change is a line of
+    since the guest's server writes once the client's first byte arrived.  Each change is a line of
     :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
     traffic (:func:`flowsim.conform.harness.plan_traffic`).
     """
@@ -268,7 +268,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             packets, reply_packets = min(packets, max_packets), min(reply_packets, max_packets)
         acks = "linux" if t.proto == "tcp" and not frames else t.acks  # socat: real Linux TCP at both ends
         sim_rate = SOCAT_SIM_TCP_RATE if t.proto == "tcp" and not frames and not t.rate else 0.0
-        # socat's server forks its writer after accept: the client's first segment arrives first, is quick-ACKed
+        # the guest's server writes after the client's first byte (_traffic_start), which it quick-ACKs first
         reply_after = "data" if t.proto == "tcp" and not frames else t.reply_after
         if acks != t.acks or sim_rate or reply_after != t.reply_after:
             acked.append(t.name)
@@ -283,8 +283,8 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     if acked:
         notes.append("TCP simulated with acks = \"linux\" (the guest's sockets send Linux's pure ACKs), "
                      f"back-to-back writes {1000 / SOCAT_SIM_TCP_RATE:g} ms apart (socat's writes in the guest "
-                     "come slower than the ACK of the last segment), reply_after = \"data\" (socat's server "
-                     "forks its writer after accept, so it first ACKs the client's first segment): "
+                     "come slower than the ACK of the last segment), reply_after = \"data\" (the guest's "
+                     "server writes once the client's first byte arrived, which it first quick-ACKs): "
                      + ", ".join(acked))
     for name in topo.namespaces:
         for dev in absent_interfaces(topo, name):
@@ -467,15 +467,58 @@ def _sock(t: TrafficPlan, listen: bool) -> str:
     return f"{proto}:{dst}:{t.dport},bind={src}:{t.sport}{nodf}"
 
 
-def _writer(count: int, size: int, rate: float) -> str:
-    """Shell that writes *count* blocks of *size* zero bytes, paced at *rate* blocks/s when given."""
+def _writer(count: int, size: int, rate: float, after_each: str = "") -> str:
+    """Shell that writes *count* blocks of *size* zero bytes, paced at *rate* blocks/s when given
+    (*after_each*: more shell after each paced block's pause)."""
     if count == 0:
         return ":"
     if not rate:
         return f"dd if=/dev/zero bs={size} count={count} 2>/dev/null"
     gap = max(int(1_000_000 / rate), 1)
     return (f"i=0; while [ $i -lt {count} ]; do dd if=/dev/zero bs={size} count=1 2>/dev/null; "
-            f"usleep {gap}; i=$((i+1)); done")
+            f"usleep {gap}; {after_each}i=$((i+1)); done")
+
+
+# How long a UDP end waits for the other's packet that the simulation has come first (udp_order): polls of
+# UDP_ORDER_POLL_US, at most UDP_ORDER_POLLS per wait (about a second, more with the guest's fork of usleep),
+# and how often a wait may run out (a datagram too big for the path, conform-mtu's first, is never answered)
+# before the client stops waiting: the harness's wait_bytes gives up after 3 s without progress.
+UDP_ORDER_POLL_US, UDP_ORDER_POLLS, UDP_ORDER_TIMEOUTS = 10_000, 100, 1
+
+
+def _await(unmet: str) -> str:
+    """Shell: poll while the test *unmet* holds, at most UDP_ORDER_POLLS times."""
+    return f"n=0; while {unmet} && [ $n -lt {UDP_ORDER_POLLS} ]; do usleep {UDP_ORDER_POLL_US}; n=$((n+1)); done; "
+
+
+def udp_order(t: TrafficPlan) -> tuple[str, str]:
+    """Shell that puts a UDP table's first reply where the simulation puts it: (the server's, before its
+    first reply; the client's, after each paced datagram's pause, counting the waits that ran out in ``$m``).
+
+    Back to back (``rate = 0``, :data:`flowsim.sim.traffic.DEFAULT_GAP`), the simulated client's second
+    datagram passes the router before the first reply comes back, so the flow exists and every reply is
+    fast-pathed: the guest's server answers only once it holds two datagrams.  Paced (a gap of milliseconds
+    against the simulation's microseconds of path), the reply to a datagram passes the router before the
+    next datagram: the guest's client, until its first reply arrived, waits for it after each pause.
+    """
+    d = f"/tmp/{t.tag}"
+    if not t.reply_packets or t.packets < 2:
+        return "", ""
+    if not t.rate:
+        return _await(f"[ $(cat {d}.srv 2>/dev/null | wc -c) -lt {2 * t.unit} ]"), ""
+    return "", (f"[ -s {d}.cli ] || [ $m -ge {UDP_ORDER_TIMEOUTS} ] || {{ {_await(f'[ ! -s {d}.cli ]')}"
+                f"[ -s {d}.cli ] || m=$((m+1)); }}; ")
+
+
+SOCAT_ADDRESS_MAX = 511  # socat 1.7.4 refuses a longer address ('E address "…" too long'); measured
+
+
+def _system(command: str) -> str:
+    """socat's ``SYSTEM:`` address running *command*: the harness's own shell, kept short enough for socat."""
+    address = f"SYSTEM:{command}"
+    if len(address) > SOCAT_ADDRESS_MAX:
+        raise ValueError(f"socat address of {len(address)} bytes (at most {SOCAT_ADDRESS_MAX}): {address[:60]}…")
+    return shlex.quote(address)
 
 
 def _bg(netns: str, command: str, var: str) -> str:
@@ -494,12 +537,16 @@ def _traffic_start(t: TrafficPlan) -> list[str]:
         # each write of one segment's payload, with nodelay, is then one segment of exactly its size.
         pin = max(max(t.size, t.reply_size) - IP_HEADER[t.family] - 20, TCP_MIN_MSS)
         mss = f",mss={pin},nodelay"
-        srv = f"{_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; cat > {d}.srv"
+        # The server writes once the client's first byte arrived, as the simulated server does with
+        # reply_after = "data": socat forks its writer at accept, and whether the client's first segment or
+        # the server's passed the router first was the two processes' race (dd reads exactly one byte).
+        srv = (f"dd bs=1 count=1 > {d}.srv 2>/dev/null; {_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; "
+               f"cat >> {d}.srv")
         cli = (f"{_writer(t.packets, t.payload(t.size), t.rate)}; "
                f"while [ ! -e {d}.close ] && [ ! -e /tmp/stop ]; do usleep 20000; done")
         return [
             # -b = one segment's payload: each read of the writer's dd blocks is one write, one segment.
-            _bg(t.server, f"socat -b {t.payload(t.reply_size)} -t 5 {_sock(t, True)}{mss} SYSTEM:{q(srv)} "
+            _bg(t.server, f"socat -b {t.payload(t.reply_size)} -t 5 {_sock(t, True)}{mss} {_system(srv)} "
                           f"2>{d}.srv.err", f"{t.tag}_srv"),
             f"wait_listen {q(t.server)} {t.listen_port} tcp",
             f"sh -c {q(cli)} | " + _bg(t.client, f"socat -b {t.payload(t.size)} -t 5 - {_sock(t, False)}{mss} "
@@ -507,15 +554,22 @@ def _traffic_start(t: TrafficPlan) -> list[str]:
             f"wait_bytes {d}.srv {out_bytes} {d}.cli {back_bytes}",
         ]
     # UDP: socat -b cuts one datagram per block.  The server starts answering when the first datagram
-    # arrived (socat starts its child then), at the same rate, as the simulator's server does.
+    # arrived (socat starts its child then), at the same rate, as the simulator's server does.  Which of the
+    # client's second datagram and the server's first reply meets the router first decides whether conntrack
+    # ever sees a reply (nft_flow_offload_eval adds the flow at the first packet of a confirmed entry, and
+    # every later reply takes the fast path: [UNREPLIED]); the simulation's order is made the guest's, not
+    # left to how fast socat forks (udp_order).
     # exec 4<&0: a background job of a non-interactive shell would read /dev/null instead of stdin.
-    srv = f"exec 4<&0; cat <&4 > {d}.srv & {_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; wait"
-    cli = f"{_writer(t.packets, t.payload(t.size), t.rate)}; cat > {d}.cli"
+    first_reply, next_datagram = udp_order(t)
+    srv = (f"exec 4<&0; cat <&4 > {d}.srv & {first_reply}"
+           f"{_writer(t.reply_packets, t.payload(t.reply_size), t.rate)}; wait")
+    cli = (f"exec 4<&0; cat <&4 > {d}.cli & {'m=0; ' if next_datagram else ''}"
+           f"{_writer(t.packets, t.payload(t.size), t.rate, after_each=next_datagram)}; wait")
     return [
-        _bg(t.server, f"socat -b {t.payload(t.reply_size)} -T 120 {_sock(t, True)} SYSTEM:{q(srv)} "
+        _bg(t.server, f"socat -b {t.payload(t.reply_size)} -T 120 {_sock(t, True)} {_system(srv)} "
                       f"2>{d}.srv.err", f"{t.tag}_srv"),
         f"wait_listen {q(t.server)} {t.listen_port} udp",
-        _bg(t.client, f"socat -b {t.payload(t.size)} -T 120 {_sock(t, False)} SYSTEM:{q(cli)} 2>{d}.cli.err",
+        _bg(t.client, f"socat -b {t.payload(t.size)} -T 120 {_sock(t, False)} {_system(cli)} 2>{d}.cli.err",
             f"{t.tag}_cli"),
         f"wait_bytes {d}.srv {t.packets * t.unit} {d}.cli {t.reply_packets * t.unit}",
     ]

@@ -1,0 +1,157 @@
+"""The guest's ends put the first reply where the simulation puts it (flowsim.conform.guest: udp_order, and
+the TCP server that writes after the client's first byte, as reply_after = "data" simulates).
+
+Whether the client's second datagram or the server's first reply meets the router first decides whether
+conntrack sees a reply before nft_flow_offload_eval adds the flow (net/netfilter/nft_flow_offload.c): the flow
+is added at the second original packet (the first confirmed one), and every later reply takes the fast path,
+so the entry stays [UNREPLIED].  socat forks its child at the first datagram, so in the guest the order was a
+race.  These tests run the very shell lines the guest runs, with socat over the loopback, against a Python
+peer that plays the other end slowly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flowsim.conform.guest import IP, TrafficPlan, _traffic_start, udp_order
+
+pytestmark = pytest.mark.skipif(not (shutil.which("socat") and shutil.which("busybox")),
+                                reason="socat and busybox (usleep) are needed")
+
+
+def _plan(rate: float, port: int, packets: int = 4, reply_packets: int = 4, proto: str = "udp") -> TrafficPlan:
+    return TrafficPlan(index=7, name="u", proto=proto, family=4, client="c", server="s", src="127.0.0.1",
+                       dst="127.0.0.1", dport=port, listen_port=port, sport=port + 1, packets=packets, size=100,
+                       reply_packets=reply_packets, reply_size=100, close=False, rate=rate)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(line: str, tmp: Path, bindir: Path) -> subprocess.Popen:
+    """One of the guest's background lines, without its netns and $PIDS bookkeeping, files under *tmp* (a
+    short path: socat's address length is checked for the guest's /tmp)."""
+    m = re.fullmatch(rf"{re.escape(IP)} netns exec \S+ (.*) & t\d+_(srv|cli)=\$!; PIDS=.*", line)
+    assert m, line
+    command = m.group(1).replace("/tmp/t7", str(tmp / "t7"))
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    return subprocess.Popen(command, shell=True, env=env, start_new_session=True)
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="fr", dir="/tmp"))
+    yield d
+    shutil.rmtree(d)
+
+
+@pytest.fixture
+def bindir(tmp_path: Path) -> Path:
+    """usleep, which the guest's busybox has and Debian's userland does not."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "usleep").symlink_to(shutil.which("busybox"))
+    return d
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, 9)
+    proc.wait()
+
+
+def test_back_to_back_server_answers_after_the_second_datagram(tmp_path, bindir):
+    """rate = 0: the simulated second datagram passes the router before the first reply: the guest's server
+    waits for two datagrams, however slowly the second comes."""
+    port = _free_port()
+    srv_line = _traffic_start(_plan(0, port))[0]
+    proc = _spawn(srv_line, tmp_path, bindir)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
+            c.settimeout(0.6)
+            time.sleep(0.3)                      # socat listening (wait_listen in the guest)
+            c.sendto(b"\0" * 72, ("127.0.0.1", port))
+            with pytest.raises(socket.timeout):  # socat forked its child at once: no answer to one datagram
+                c.recv(2048)
+            c.sendto(b"\0" * 72, ("127.0.0.1", port))
+            c.settimeout(5)
+            assert len(c.recv(2048)) == 72
+    finally:
+        _stop(proc)
+
+
+def test_paced_client_waits_for_the_first_reply(tmp_path, bindir):
+    """rate > 0: the simulated reply passes the router before the next datagram: the guest's client sends
+    its second datagram only after the first reply came, even when the server answers after the gap."""
+    port = _free_port()
+    plan = _plan(20, port)                       # a 50 ms gap; the server below answers after 400 ms
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", port))
+        s.settimeout(5)
+        proc = _spawn(_traffic_start(plan)[2], tmp_path, bindir)
+        try:
+            _, peer = s.recvfrom(2048)
+            s.settimeout(0.4)
+            with pytest.raises(socket.timeout):  # nothing more while no reply arrived
+                s.recvfrom(2048)
+            s.sendto(b"\0" * 72, peer)
+            s.settimeout(5)
+            got = [s.recvfrom(2048)[0] for _ in range(plan.packets - 1)]
+            assert [len(g) for g in got] == [72] * (plan.packets - 1)
+        finally:
+            _stop(proc)
+
+
+def test_tcp_server_writes_after_the_first_byte(tmp_path, bindir):
+    """socat forks the server's writer at accept; the guest's writer starts only once the client's first
+    byte arrived (whether the client's first segment or the server's passed the router first was a race of
+    the two processes, seen on 6.1), as the simulated server with reply_after = "data"."""
+    port = _free_port()
+    proc = _spawn(_traffic_start(_plan(0, port, proto="tcp"))[0], tmp_path, bindir)
+    try:
+        for _ in range(100):
+            try:
+                c = socket.create_connection(("127.0.0.1", port), timeout=0.5)
+                break
+            except OSError:
+                time.sleep(0.05)
+        with c:
+            with pytest.raises(socket.timeout):  # connected, nothing written yet
+                c.recv(4096)
+            c.sendall(b"\0" * 48)
+            c.settimeout(5)
+            got = b""
+            while len(got) < 4 * 48:
+                chunk = c.recv(4096)
+                assert chunk
+                got += chunk
+            assert got == b"\0" * (4 * 48)
+            srv = tmp_path / "t7.srv"
+            for _ in range(100):                 # the first byte by dd, the rest by cat, in order
+                if srv.stat().st_size >= 48:
+                    break
+                time.sleep(0.05)
+            assert srv.read_bytes() == b"\0" * 48
+    finally:
+        _stop(proc)
+
+
+def test_no_wait_without_replies_or_a_second_datagram():
+    assert udp_order(_plan(0, 1, reply_packets=0)) == ("", "")
+    assert udp_order(_plan(10, 1, packets=1)) == ("", "")
+    first, after = udp_order(_plan(0, 1))
+    assert "-lt 144 ]" in first and after == ""                 # two datagrams of 72 bytes
+    first, after = udp_order(_plan(10, 1))
+    assert first == "" and "[ ! -s /tmp/t7.cli ]" in after
