@@ -41,10 +41,12 @@ accounting that includes fast-path packets), less the pure ACKs the model
 sent there (the window keeps its width and moves down by them), plus 3 retransmitted segments
 (tail-loss probes and RTOs happen when TCG stalls a virtual CPU), by 2
 elsewhere, and be 1 below it (and the model's pure ACKs below, where counted).  Where every packet
-is counted the low end also moves down by the writes the kernel's sender coalesced: sub-MSS writes
-queued while an earlier segment has not left the host merge into one segment (autocorking, TSQ, a full
-congestion window), which depends on when softirqs run; the guest's probe counts the data segments each
-receiver got and the difference from the model's is the allowance, shown in the tolerance column.
+is counted the window also moves by the data segments the kernel's sender made of the same writes: sub-MSS
+writes queued while an earlier segment has not left the host merge into one segment (autocorking, TSQ, a
+full congestion window), and writes queued into one GSO skb leave cut at the receive window's edge when the
+receiver reads slowly; both depend on when softirqs and processes run.  The guest's probe counts the data
+segments each receiver got, and the difference from the model's moves the low end (fewer) or the high end
+(more) by exactly that many, shown in the tolerance column, only when every byte arrived.
 Byte counts get the same allowance, ACKs
 counted at the largest control packet (an IP header plus 40 bytes of TCP
 header and options) and retransmissions at the data packet size.  The rule
@@ -222,13 +224,16 @@ def sim_ct_shown(e: dict | None) -> str:
 # ---------------------------------------------------------------------- tolerances
 
 def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, size: int = 0,
-                   sim_acks: int = 0, coalesced: int = 0) -> Tolerance:
+                   sim_acks: int = 0, segments: int = 0, split: str = "") -> Tolerance:
     """The TCP allowance of the module docstring; *hdr* > 1 scales it to bytes (*size*: a data segment's).
 
     *sim_acks*: the pure ACKs the simulation itself sent in direction *d* (``acks = "linux"``); where ACKs are
     counted the window moves down by them, keeping its width: the kernel may send fewer or more than the model.
-    *coalesced*: the data segments the kernel's receiver got fewer than the model's (:func:`_coalesced`);
-    where every packet is counted the window's low end moves down by them.
+    *segments*: the data segments the kernel's receiver got more (> 0) or fewer (< 0) than the model's
+    (:func:`_segments_measured`); where every packet is counted that end of the window moves by them.
+    *split* says where the pieces of a write the kernel split can go when the model's writes are too big for
+    the fast path (``nf_flow_exceeds_mtu``) and take the slow path in bulk: pieces that fit are fast-pathed,
+    so a slow-path count (``"leaves"``) may lose the whole write, a fast-path count (``"joins"``) gain both.
     """
     if t.proto != "tcp":
         return EXACT
@@ -237,24 +242,38 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
     high = max(TCP_CONTROL_SLACK + (other_data if acks_counted else 0) - shift, TCP_CONTROL_SLACK)
     low = -1 - shift
     why = "TCP control" + (" + pure ACKs" if acks_counted else "")
+    data = 0  # bytes of data segments the window's low end also moves by
     if acks_counted:  # what counts every packet also counts retransmissions (TLP/RTO under emulation)
         why += " + retransmissions"
-        if coalesced:
-            low -= coalesced
-            why += f" + {coalesced} writes coalesced"
-        return Tolerance(low * hdr, high * hdr + TCP_RETRANSMITS * (size or 1), why)
-    return Tolerance(low * hdr, high * hdr, why)
+        if segments < 0:
+            low += segments
+            why += f" + {-segments} writes coalesced"
+        elif segments > 0:
+            high += segments
+            why += f" + {segments} writes split"
+    if segments > 0 and split == "leaves":
+        low, data = low - segments, segments * (size or 1)
+        why += f" + {segments} split writes fast-pathed"
+    elif segments > 0 and split == "joins":
+        high += 2 * segments
+        why += f" + {segments} split writes fast-pathed"
+    retrans = TCP_RETRANSMITS * (size or 1) if acks_counted else 0
+    return Tolerance(low * hdr - (data if hdr > 1 else 0), high * hdr + retrans, why)
 
 
-def _coalesced(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) -> int:
-    """How many fewer data segments the kernel's receiver counted in direction *d* than the model's.
+def _segments_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) -> int:
+    """How many more (> 0) or fewer (< 0) data segments the kernel's receiver counted in direction *d* than
+    the model's: what the real sender's timing made of the same writes.
 
-    Writes smaller than the MSS that the sender queues before the previous segment left the host merge into
-    one segment: ``tcp_sendmsg_locked`` appends to the unsent tail skb when ``tcp_push`` held it back
-    (autocorking, ``tcp_should_autocork``; TSQ, ``tcp_small_queue_check``; a full congestion window,
-    ``tcp_write_xmit``).  Whether it does depends on when softirqs run, so the guest measures it: its probe
-    counts the segments that carried payload (``data_segs_in``), the model counts its own.  Only when the
-    kernel's receiver got every byte: fewer segments of a stalled transfer are data never sent.
+    Fewer: writes smaller than the MSS that the sender queues before the previous segment left the host merge
+    into one segment (``tcp_sendmsg_locked`` appends to the unsent tail skb when ``tcp_push`` held it back:
+    autocorking, ``tcp_should_autocork``; TSQ, ``tcp_small_queue_check``; a full congestion window,
+    ``tcp_write_xmit``).  More: writes queued into one GSO-sized skb (``tcp_xmit_size_goal``) leave cut at
+    the receive window's edge, not at write boundaries (``tcp_write_xmit`` → ``tcp_mss_split_point``) when
+    the receiving application reads slowly.  Both depend on when softirqs and processes run, so the guest
+    measures it: its probe counts the segments that carried payload (``data_segs_in``), the model counts its
+    own.  Only when the kernel's receiver got every byte: fewer segments of a stalled transfer are data
+    never sent.
     """
     if c is None or t.proto != "tcp":
         return 0
@@ -262,7 +281,7 @@ def _coalesced(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) 
         return 0
     kernel = c.data_segs.get(d)
     sim = report.get("data_segs_in", {}).get(t.name, {}).get(d)
-    return max(0, sim - kernel) if kernel is not None and sim is not None else 0
+    return kernel - sim if kernel is not None and sim is not None else 0
 
 
 def _sim_acks(report: dict, t: TrafficPlan, d: str) -> int:
@@ -324,20 +343,31 @@ def _compare_conn(rows: list, plan: ScenarioPlan, t: TrafficPlan, c: ConnObserva
             # conntrack counts fast-path packets only with the flowtable counter flag: then ACKs count too.
             counts_all = sd.get("packets", 0) > (_sim_slow(plan, dirs.get(d, {})) or 0)
             acks = counts_all or _bulk(dirs.get(d, {}), _sim_slow(plan, dirs.get(d, {})))
-            na, nc = _sim_acks(report, t, d), _coalesced(report, t, c, d)
+            na, nc = _sim_acks(report, t, d), _segments_measured(report, t, c, d)
+            split = "" if counts_all else _split_path(plan, dirs.get(d, {}), "leaves")
             _fact(rows, s, t.name, f"{ns}: ct packets {d}", kd.packets, sd.get("packets"),
-                  _tcp_tolerance(t, d, acks, sim_acks=na, coalesced=nc))
+                  _tcp_tolerance(t, d, acks, sim_acks=na, segments=nc, split=split))
             _fact(rows, s, t.name, f"{ns}: ct bytes {d}", kd.bytes, sd.get("bytes"),
                   _tcp_tolerance(t, d, acks, IP_HEADER[t.family] + 40,
-                                 t.size if d == "original" else t.reply_size, sim_acks=na, coalesced=nc))
+                                 t.size if d == "original" else t.reply_size, sim_acks=na, segments=nc,
+                                 split=split))
     for d in DIRS:
-        sd, na, nc = dirs.get(d, {}), _sim_acks(report, t, d), _coalesced(report, t, c, d)
+        sd, na, nc = dirs.get(d, {}), _sim_acks(report, t, d), _segments_measured(report, t, c, d)
         _fact(rows, s, t.name, f"slow path {d}", _kernel_slow(c, d), _sim_slow(plan, sd),
-              _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)), sim_acks=na, coalesced=nc))
+              _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)), sim_acks=na, segments=nc,
+                             split=_split_path(plan, sd, "leaves")))
         _fact(rows, s, t.name, f"fast path {d}", kfast[d], sd.get("fastpath"),
-              _tcp_tolerance(t, d, bool(sd.get("fastpath")), sim_acks=na, coalesced=nc))
+              _tcp_tolerance(t, d, bool(sd.get("fastpath")), sim_acks=na, segments=nc,
+                             split=_split_path(plan, sd, "joins")))
         _fact(rows, s, t.name, f"delivered {d}", c.delivered.get(d), sd.get("delivered"),
-              _tcp_tolerance(t, d, True, sim_acks=na, coalesced=nc))
+              _tcp_tolerance(t, d, True, sim_acks=na, segments=nc))
+
+
+def _split_path(plan: ScenarioPlan, direction: dict, way: str) -> str:
+    """*way* when the model's direction has a flow (some packets fast-pathed) but took the slow path in bulk
+    (its writes too big for the flow's MTU), so that pieces of a write the kernel split may take the fast
+    path; else ``""``."""
+    return way if direction.get("fastpath") and _bulk(direction, _sim_slow(plan, direction)) else ""
 
 
 def _kernel_slow(c: ConnObservation, d: str) -> int | None:
@@ -371,7 +401,7 @@ def _aggregate_tolerance(plan: ScenarioPlan, report: dict, text: str, netns: str
             sd = traffic.get("directions", {}).get(d, {})
             tol = _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)) or netns in (t.client, t.server),
                                  sim_acks=_sim_acks(report, t, d),
-                                 coalesced=_coalesced(report, t, obs.conns.get(t.name) if obs else None, d))
+                                 segments=_segments_measured(report, t, obs.conns.get(t.name) if obs else None, d))
             low, high = low + tol.low, high + tol.high
     return Tolerance(low, high, "sum over TCP connections") if (low or high) else EXACT
 
