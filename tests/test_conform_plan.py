@@ -15,7 +15,9 @@ import pytest
 from flowsim.config.topology import load_topology
 from flowsim.conform import compare as cc
 from flowsim.conform import known
-from flowsim.conform.guest import SOCAT_SIM_TCP_RATE, ScenarioSkipped, TCP_MIN_MSS, plan_scenario, render_init
+from flowsim.conform.guest import (
+    SOCAT_SIM_TCP_RATE, TCP_MIN_MSS, ScenarioSkipped, plan_scenario, render_init, render_scenario, start_pause,
+)
 from flowsim.conform.harness import (
     DEFAULT_MAX_PACKETS, default_cap, load_scenarios, plan_traffic, run_conformance,
 )
@@ -230,3 +232,21 @@ def test_oif_of_a_deleted_device_loads_as_a_name_match():
     assert any("'meta oif/iif br0' loaded as" in a for a in plan_scenario(topo).adjustments)
     files = render_init([(topo, plan_scenario(topo))])
     assert b'meta oifname "br0"' in next(v for k, v in files.items() if k.endswith("/nsr1.nft"))
+
+
+def test_a_table_that_starts_after_a_pause_waits_the_simulated_idle_time():
+    """openwrt-fw4's udp-voip-after-pause (start = 80) comes 60.1 s after udp-voip's last datagram (200 at
+    10/s) in the simulation, longer than nf_flowtable_udp_timeout: the guest, which plays the tables one
+    after the other, sleeps the whole idle time (rounded up) after the tables before it, and says so."""
+    topo = load_topology(ROOT / "topologies/openwrt-fw4.toml")
+    plan = plan_scenario(topo)
+    pauses = {t.name: t.pause for t in plan.traffic}
+    assert pauses["udp-voip-after-pause"] == 61 and set(pauses.values()) == {0, 61}
+    assert any("udp-voip-after-pause" in a and "starts 61 s after" in a for a in plan.adjustments)
+    script = render_scenario(topo, plan)
+    assert "  sleep 61\n  note traffic t5 udp-voip-after-pause\n" in script
+    voip = next(t for t in topo.traffic if t.name == "udp-voip")
+    later = attrs.evolve(voip, start=10.5)
+    assert start_pause(later, [voip]) == 0                    # inside the earlier table's own run
+    assert start_pause(attrs.evolve(voip, start=25), [voip]) == 6
+    assert start_pause(voip, []) == 0

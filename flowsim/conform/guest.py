@@ -22,7 +22,8 @@ the simulator builds the same topology:
    it; then the namespaces' nft rulesets are loaded as written, plus the
    harness's own ``table inet flowsim_probe`` (:func:`probe_ruleset`).
 4. The traffic, one ``[[traffic]]`` table after the other (sorted by
-   ``start``), with socat.  Sizes are IP packet lengths, as in
+   ``start``; a table whose ``start`` comes after the simulated end of the
+   ones before it waits that pause first, :func:`start_pause`), with socat.  Sizes are IP packet lengths, as in
    :mod:`flowsim.sim.traffic`.  TCP: ``packets`` data segments one way and
    ``reply_packets`` back, each exactly ``size`` bytes long (``mss`` pinned,
    the 12-byte timestamp option Linux negotiates subtracted, one segment's
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import gzip
 import ipaddress
+import math
 import re
 import shlex
 import stat
@@ -128,6 +130,7 @@ class TrafficPlan:
     acks: str = "none"  # the simulation's ACK model: "linux" for TCP in socat mode (the guest's sockets ACK)
     reply_after: str = "accept"  # the simulated server's first write: "data" in socat mode (its writer forks)
     sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
+    pause: int = 0  # whole seconds the guest waits before the table, after the ones before it (start_pause)
 
     @property
     def tag(self) -> str:
@@ -230,6 +233,24 @@ def _skip_reason(topo: Topology) -> None:
 SOCAT_SIM_TCP_RATE = 1000.0
 
 
+def _sim_end(t) -> float:
+    """When a traffic table's last write is sent in the simulation (its ``rate`` paces both directions over
+    the same time, :attr:`flowsim.sim.traffic.TrafficSpec.reply_gap`; back to back counts as no time)."""
+    return t.start + ((t.packets - 1) / t.rate if t.rate else 0.0)
+
+
+def start_pause(t, before) -> int:
+    """Whole seconds the guest waits before traffic table *t*, once the tables *before* it ended: the idle
+    time the simulation has between their last write and *t*'s ``start`` (rounded up), so that a flow that
+    expires in that pause (``nf_flow_has_expired``, conntrack's timeouts) does so in the guest too.  The
+    guest plays the tables one after the other, so it cannot wait until an absolute ``start``: the earlier
+    tables may have taken longer there than in the simulation."""
+    if t.start <= 0:
+        return 0
+    idle = t.start - max((_sim_end(b) for b in before), default=0.0)
+    return max(0, math.ceil(idle))
+
+
 def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
                   max_packets: int | None = None) -> ScenarioPlan:
     """What the guest will run for *topo*; skips what it cannot run (:class:`ScenarioSkipped`, with file:line).
@@ -245,7 +266,8 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     _skip_reason(topo)
     plans, notes, acked = [], [], []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
-    for i, t in enumerate(sorted(topo.traffic, key=lambda t: t.start)):
+    ordered = sorted(topo.traffic, key=lambda t: t.start)
+    for i, t in enumerate(ordered):
         if t.proto == "tcp" and not t.handshake and not frames:
             raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
                        t.line, "handshake = true")
@@ -279,7 +301,10 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
             close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
-            acks=acks, sim_rate=sim_rate, reply_after=reply_after))
+            acks=acks, sim_rate=sim_rate, reply_after=reply_after, pause=start_pause(t, ordered[:i])))
+        if plans[-1].pause:
+            notes.append(f"{who}: starts {plans[-1].pause} s after the tables before it ended (start = "
+                         f"{t.start:g} s; the simulation's idle time before it)")
     if acked:
         notes.append("TCP simulated with acks = \"linux\" (the guest's sockets send Linux's pure ACKs), "
                      f"back-to-back writes {1000 / SOCAT_SIM_TCP_RATE:g} ms apart (socat's writes in the guest "
@@ -624,6 +649,8 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
         out.append(f"  NS {q(name)} {GUEST_BIN['conntrack']} -F >/dev/null 2>&1")
     out.append("  PIDS=")
     for t in plan.traffic:
+        if t.pause:
+            out.append(f"  sleep {t.pause}")
         out.append(f"  note traffic {t.tag} {q(t.name)}")
         out.extend("  " + line for line in _traffic_start(t))
     out.append(f"  snapshot {s} mid {' '.join(map(q, plan.namespaces))}")
