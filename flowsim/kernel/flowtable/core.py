@@ -105,7 +105,7 @@ class FlowOffloadTuple:
     dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     ifidx: int = 0  # NEIGH/XFRM egress device
     out_ifidx: int = 0  # DIRECT egress device
-    out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the device that really transmits
+    out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the real device, for hardware offload only (software xmits on out_ifidx)
     h_source: str = "00:00:00:00:00:00"
     h_dest: str = "00:00:00:00:00:00"
     in_vlan_ingress: int = 0

@@ -346,9 +346,10 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
 
 def nf_flow_xmit_direct(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
                         ip_daddr: bytes, v4: bool) -> str:
-    """``case FLOW_OFFLOAD_XMIT_DIRECT``: the cached MACs on ``out.ifidx`` (≤ 6.18: ``out.hw_ifidx``)."""
-    legacy = kernel.profile.encap_push_order == "legacy"
-    outdev = ns_state.ns.by_index.get(th.out_hw_ifidx if legacy and th.out_hw_ifidx else th.out_ifidx)
+    """``case FLOW_OFFLOAD_XMIT_DIRECT``: the cached MACs on ``out.ifidx`` — up to 6.18 the path's first VLAN
+    or PPPoE device (``info->outdev``), whose own xmit adds its header; ``out.hw_ifidx``, the real device,
+    served only hardware offload (nf_flow_table_offload.c)."""
+    outdev = ns_state.ns.by_index.get(th.out_ifidx)
     if outdev is None:
         ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
         return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
@@ -362,9 +363,11 @@ XMIT: dict[XmitType, Callable[..., str]] = {_NEIGH: nf_flow_xmit_neigh, _DIRECT:
 
 def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple, outdev,
                        hh: bytes | None) -> str:
-    """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple, the Ethernet header, ``dev_queue_xmit``."""
-    if other.key.encap:
-        order = kernel.profile.encap_push_order
+    """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple (6.19 on: ``nf_flow_encap_push``; up to
+    6.18 nothing is pushed, the VLAN or PPPoE device *outdev* adds its header), the Ethernet header,
+    ``dev_queue_xmit``."""
+    order = kernel.profile.encap_push_order
+    if other.key.encap and order != "legacy":
         if skb.gso_size and th.needs_gso_segment:
             return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
         if not nf_flow_encap_push(skb, other, order):
