@@ -285,10 +285,10 @@ def _segment_checksum(src, dst, proto: int, hdr: bytes | bytearray, payload: byt
 
 
 def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
-                window: int = 65535) -> bytes:
-    """A TCP header (20 bytes, no options) and *payload*, checksum included."""
-    hdr = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags,
-                                window, 0, 0))
+                window: int = 65535, options: bytes = b"") -> bytes:
+    """A TCP header (20 bytes and *options*, a multiple of 4 bytes) and *payload*, checksum included."""
+    hdr = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
+                                (5 + len(options) // 4) << 4, flags, window, 0, 0) + options)
     struct.pack_into("!H", hdr, 16, _segment_checksum(src, dst, IPPROTO_TCP, hdr, payload))
     return bytes(hdr) + payload
 

@@ -37,7 +37,10 @@ default) sends no pure ACKs — a table models its ACK stream as
 ``reply_packets`` of ACK size (``reply_size = 60``, as ``ip6ip6-rx.toml``
 does); ``"linux"`` is a Linux receiver (:class:`AckState`: quick ACKs,
 then one per two full segments or on the delayed-ACK timer), and the
-client then closes only once everything is acknowledged.  UDP: the client's
+client then closes only once everything is acknowledged; both ends then
+also send Linux's TCP options (``tcp_options_write``: MSS, SACK permitted,
+timestamps and window scale on SYN and SYN/ACK, the timestamp after), so
+their control packets have Linux's lengths and data 12 bytes less payload.  UDP: the client's
 datagrams, the server's replies once the first datagram arrived; IPv4
 datagrams larger than the path MTU are sent without DF (fragmented by the
 sending host), like ``IP_PMTUDISC_WANT``.
@@ -64,6 +67,7 @@ server), a sequence number, its kind and the flow index.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import attrs
@@ -89,6 +93,15 @@ def client_port(base: int, offset: int) -> int:
     return port if port <= 65535 else _PORT_LOW + (port - _PORT_LOW) % _PORT_SPAN
 _HDR = {4: 20, 6: 40}
 _L4HDR = {"tcp": 20, "udp": 8}
+# The options a Linux TCP sends (tcp_options_write, net/ipv4/tcp_output.c) with the sysctl defaults
+# (timestamps, SACK, window scaling on): NOP NOP TIMESTAMP on every segment after the handshake, and on SYN
+# and SYN/ACK MSS, SACK_PERM + TIMESTAMP, NOP WSCALE.  acks = "linux" endpoints send them (the ACK clock
+# and the byte counts of a Linux peer); the table's size stays the IP length, so data carries 12 bytes less.
+TCPOLEN_TSTAMP_ALIGNED = 12
+TCPOLEN_SYN_OPTIONS = 20
+TCP_WSCALE = 7  # tcp_select_initial_window with the default tcp_rmem[2] (6 MB)
+_TS_OPTION = struct.Struct("!BBBBII")        # NOP NOP kind 8 len 10 TSval TSecr
+_SYN_OPTIONS = struct.Struct("!BBHBBBBIIBBBB")  # MSS, SACK_PERM, TIMESTAMP, NOP WSCALE
 MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the largest GSO skb TCP builds
 
@@ -229,6 +242,23 @@ class TrafficSpec(Traffic):
         return self.gap * self.packets / self.reply_packets if self.reply_packets else self.gap
 
 
+def _tsval(buf, at: int, end: int, default: int) -> int:
+    """``tcp_parse_options``: the TSval of a received segment's timestamp option, else *default*."""
+    while at < end:
+        kind = buf[at]
+        if kind == 0:  # TCPOPT_EOL
+            break
+        if kind == 1:  # TCPOPT_NOP
+            at += 1
+            continue
+        if at + 1 >= end or buf[at + 1] < 2:
+            break
+        if kind == 8 and buf[at + 1] == 10 and at + 10 <= end:
+            return int.from_bytes(buf[at + 2:at + 6], "big")
+        at += buf[at + 1]
+    return default
+
+
 class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
@@ -257,6 +287,10 @@ class Endpoint:
         self.bytes_received = 0
         self.done = False  # all data sent
         self.icmp_errors: list[tuple[int, int, int]] = []  # (type, code, mtu/info)
+        # Linux's TCP options (acks = "linux"): the header is 12 bytes longer after the handshake
+        self.options = conv.spec.proto == "tcp" and conv.spec.acks == "linux"
+        self.ts_off = seed >> 1  # tcp_sk(sk)->tsoffset: a per-connection random offset (secure_tcp_ts_off)
+        self.ts_recent = 0  # the peer's last TSval, echoed as TSecr (tcp_store_ts_recent)
 
     @property
     def key(self) -> tuple:
@@ -275,8 +309,24 @@ class Endpoint:
         return min(size, self.pmtu or size)
 
     def mss(self) -> int:
-        """``tcp_current_mss`` without options: the path MTU less the IP and TCP headers."""
-        return max(1, (self.pmtu or 65535) - _HDR[self.laddr.version] - 20)
+        """``tcp_current_mss``: the path MTU less the IP and TCP headers, options included."""
+        return max(1, (self.pmtu or 65535) - _HDR[self.laddr.version] - self.tcp_hdrlen())
+
+    def tcp_hdrlen(self) -> int:
+        """The TCP header of a segment after the handshake: 20 bytes, 32 with Linux's timestamps."""
+        return 20 + TCPOLEN_TSTAMP_ALIGNED if self.options else 20
+
+    def tcp_options(self, kernel, flags: int) -> bytes:
+        """``tcp_options_write``: on SYN and SYN/ACK the MSS this end advertises (``tcp_advertise_mss``: the
+        route MTU less 40 / 60 bytes), SACK permitted, the timestamp and the window scale; else the timestamp.
+        TSval is the millisecond clock plus the connection's offset, TSecr the peer's last TSval."""
+        if not self.options:
+            return b""
+        tsval = (int(kernel.now * 1000) + self.ts_off) & 0xFFFFFFFF
+        if flags & TCP_SYN:
+            mss = (self.pmtu or 1500) - _HDR[self.laddr.version] - 20
+            return _SYN_OPTIONS.pack(2, 4, mss, 4, 2, 8, 10, tsval, self.ts_recent, 1, 3, 3, TCP_WSCALE)
+        return _TS_OPTION.pack(1, 1, 8, 10, tsval, self.ts_recent)
 
     def send(self, kernel, kind: str, flags: int = 0, size: int | None = None, *, payload: int | None = None,
              seq: int | None = None) -> None:
@@ -284,7 +334,7 @@ class Endpoint:
         sender already cut, at *seq* for a retransmission) and hand it to ``ip_local_out``."""
         spec = self.conv.spec
         v = self.laddr.version
-        l4 = _L4HDR[spec.proto]
+        l4 = self.tcp_hdrlen() if spec.proto == "tcp" else _L4HDR[spec.proto]
         gso_size = 0
         if payload is not None:
             payload_len = payload
@@ -308,7 +358,8 @@ class Endpoint:
         if spec.proto == "tcp":
             at = self.snd_nxt if seq is None else seq
             seg = tcp_segment(self.laddr, self.raddr, self.lport, self.rport, at,
-                              self.rcv_nxt if flags & TCP_ACK else 0, flags, payload)
+                              self.rcv_nxt if flags & TCP_ACK else 0, flags, payload,
+                              options=self.tcp_options(kernel, flags) if self.options else b"")
             if seq is None:
                 self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
                 if payload_len:
@@ -341,7 +392,7 @@ class Endpoint:
             return
         spec = self.conv.spec
         if spec.proto == "tcp" and not spec.gso_size:
-            self.tcp_sendmsg(kernel, max(size - _HDR[self.laddr.version] - 20, 0))
+            self.tcp_sendmsg(kernel, max(size - _HDR[self.laddr.version] - self.tcp_hdrlen(), 0))
         else:
             self.send(kernel, "data", TCP_ACK | TCP_PSH if spec.proto == "tcp" else 0, size)
             self.sent += 1
@@ -408,6 +459,8 @@ class Endpoint:
         seq = int.from_bytes(skb.buf[info.l4off + 4:info.l4off + 8], "big")
         doff = (skb.buf[info.l4off + 12] >> 4) * 4
         datalen = info.l3off + info.tot_len - info.l4off - doff
+        if self.options and doff > 20:
+            self.ts_recent = _tsval(skb.buf, info.l4off + 20, info.l4off + doff, self.ts_recent)
         if datalen > 0:
             self.data_segs_in += 1
         if flags & TCP_ACK and self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")) \
