@@ -155,3 +155,32 @@ def test_no_wait_without_replies_or_a_second_datagram():
     assert "-lt 144 ]" in first and after == ""                 # two datagrams of 72 bytes
     first, after = udp_order(_plan(10, 1))
     assert first == "" and "[ ! -s /tmp/t7.cli ]" in after
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
+def test_pin_neigh_makes_resolved_entries_permanent():
+    """init.sh's pin_neigh on two namespaces joined by a veth pair, after a ping resolved both sides: every
+    entry is PERMANENT with its address, so no neighbour goes stale and is probed in a long scenario."""
+    import flowsim.conform.guest as guest
+    init = (Path(guest.__file__).parent / "data" / "init.sh").read_text()
+    body = init[init.index("pin_neigh() {"):]
+    body = body[:body.index("\n}\n") + 3]
+    tag = f"fr{os.getpid()}"
+    a, b = f"{tag}a", f"{tag}b"
+    sh = subprocess.run
+    try:
+        for ns in (a, b):
+            sh(["ip", "netns", "add", ns], check=True)
+        sh(["ip", "-n", a, "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", b], check=True)
+        for ns, dev, addr in ((a, "v0", "10.99.0.1/24"), (b, "v1", "10.99.0.2/24")):
+            sh(["ip", "-n", ns, "addr", "add", addr, "dev", dev], check=True)
+            sh(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        sh(["ip", "netns", "exec", a, shutil.which("busybox"), "ping", "-c1", "-W2", "10.99.0.2"], check=True,
+           capture_output=True)
+        sh(["sh", "-c", f"IP={shutil.which('ip')}\n{body}\npin_neigh {a} {b}"], check=True)
+        for ns, peer in ((a, "10.99.0.2"), (b, "10.99.0.1")):
+            shown = sh(["ip", "-n", ns, "-4", "neigh", "show", peer], capture_output=True, text=True).stdout
+            assert "PERMANENT" in shown and "lladdr" in shown, (ns, shown)
+    finally:
+        for ns in (a, b):
+            sh(["ip", "netns", "del", ns], capture_output=True)

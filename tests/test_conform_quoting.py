@@ -36,7 +36,7 @@ fi
 
 # The helpers of flowsim/conform/data/init.sh the scenario calls, reduced to nothing or a log line.
 PRELUDE = """
-begin() { :; }; note() { :; }; warm_neigh() { :; }; wait_listen() { :; }; wait_bytes() { :; }
+begin() { :; }; note() { :; }; warm_neigh() { :; }; pin_neigh() { :; }; wait_listen() { :; }; wait_bytes() { :; }
 wait_gone() { :; }; files() { :; }; sleep() { :; }; touch() { :; }
 harness_settings() { printf 'harness %s\\036' "$1" >> "$LOG"; }
 snapshot() { shift 2; for ns in "$@"; do printf 'snapshot %s\\036' "$ns" >> "$LOG"; done; }

@@ -19,7 +19,9 @@ the simulator builds the same topology:
 3. Neighbour warm-up: every neighbour the simulator's loader pre-resolves
    (:func:`flowsim.kernel.neigh.discover`) is pinged once from its namespace,
    *before* any ruleset exists, so neither conntrack nor a rule counter sees
-   it; then the namespaces' nft rulesets are loaded as written, plus the
+   it, and every resolved entry is made permanent (``pin_neigh``: the
+   simulator's never go stale, so no probe of a long scenario reaches a
+   rule); then the namespaces' nft rulesets are loaded as written, plus the
    harness's own ``table inet flowsim_probe`` (:func:`probe_ruleset`).
 4. The traffic, one ``[[traffic]]`` table after the other (sorted by
    ``start``; a table whose ``start`` comes after the simulated end of the
@@ -641,6 +643,8 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
         pings = [f"{e.dev}:{e.addr}" for e in ns.neigh if str(e.addr) and getattr(e, "origin", "") == "discovered"]
         if pings:
             out.append(f"  warm_neigh {q(name)} {' '.join(map(q, pings))}")
+    if any("warm_neigh" in line for line in out):
+        out.append(f"  pin_neigh {' '.join(map(q, plan.namespaces))}")
     for name, ns in topo.namespaces.items():
         if ns.nft is not None:
             out.append(f"  run {q(f'{ns.nft.file}:{ns.nft.line}')} NS {q(name)} {GUEST_BIN['nft']} -f "

@@ -59,6 +59,20 @@ warm_neigh() {
   wait
 }
 
+# pin_neigh NS...: every resolved neighbour entry becomes permanent, as the simulator's pre-resolved ones
+# are: no entry goes stale and is probed again (neigh_timer_handler: NUD_DELAY -> NUD_PROBE, a unicast
+# ARP request or NS) in a long scenario, which a rule counting the router's input would see.
+pin_neigh() {
+  for ns in "$@"; do
+    for fam in -4 -6; do
+      $IP -n "$ns" $fam neigh show nud reachable nud stale nud delay nud probe 2>/dev/null |
+      while read -r addr _ dev _ lladdr _; do
+        [ -n "$lladdr" ] && $IP -n "$ns" neigh replace "$addr" lladdr "$lladdr" dev "$dev" nud permanent
+      done
+    done
+  done
+}
+
 # wait_listen NS PORT PROTO: until a socket listens on PORT (TCP state 0A, or any UDP).
 wait_listen() {
   hex=$(printf ':%04X ' "$2"); n=0
