@@ -184,3 +184,38 @@ def test_pin_neigh_makes_resolved_entries_permanent():
     finally:
         for ns in (a, b):
             sh(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_tcp_client_pauses_after_its_first_write(tmp_path, bindir):
+    """The guest's TCP client sends its first segment, then waits FIRST_WRITE_PAUSE_US before the rest, as
+    the simulation's writes are a millisecond apart against microseconds of path: a Packet Too Big or the
+    server's quick ACK the first segment brings back arrives before the second, whatever the host's load."""
+    from flowsim.conform.guest import FIRST_WRITE_PAUSE_US
+    port = _free_port()
+    plan = _plan(0, port, proto="tcp")
+    line = _traffic_start(plan)[2]
+    m = re.fullmatch(rf"(sh -c '.*') \| {re.escape(IP)} netns exec \S+ (socat .*) > (\S+) 2>\S+ & t7_cli=.*",
+                     line)
+    assert m, line
+    writer = m.group(1).replace("/tmp/t7", str(tmp_path / "t7"))
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        s.settimeout(5)
+        proc = subprocess.Popen(f"{writer} | {m.group(2)} > /dev/null", shell=True, env=env, start_new_session=True)
+        try:
+            c, _ = s.accept()
+            with c:
+                c.settimeout(5)
+                first = c.recv(4096)
+                t0 = time.monotonic()
+                rest = b""
+                while len(first) + len(rest) < plan.packets * plan.payload(plan.size):
+                    chunk = c.recv(4096)
+                    assert chunk
+                    rest += chunk
+                assert len(first) == plan.payload(plan.size)          # the first write alone
+                assert time.monotonic() - t0 >= 0.9 * FIRST_WRITE_PAUSE_US / 1e6
+        finally:
+            _stop(proc)
