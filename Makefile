@@ -57,6 +57,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_slowpath.py
 	$(BIN)/python benchmarks/bench_ovpn.py
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_scale.py
 
 # The real-kernel matrix (qemu, TCG): every shipped topology on Debian's 6.1 and 6.12 and on
 # sid's 7.2 and experimental's 7.3, in socat mode (updates docs/conformance.md) and frame by

@@ -262,6 +262,12 @@ def _tsval(buf, at: int, end: int, default: int) -> int:
 class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
+    # slots: a run of a million connections holds two of these per connection
+    __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
+                 "snd_nxt", "rcv_nxt", "ident", "pmtu", "sent", "writes", "una", "rtx_queue", "acks",
+                 "pure_acks", "received", "data_segs_in", "bytes_received", "done", "icmp_errors", "options",
+                 "ts_off", "ts_recent")
+
     def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
         self.conv = conv
         self.role = role  # client | server
@@ -280,13 +286,14 @@ class Endpoint:
         self.writes = 0  # writes of the table's size done
         self.una = self.isn  # oldest unacknowledged sequence number (tcp_ack)
         self.rtx_queue: list[tuple[int, int]] = []  # (seq, length) of data segments sent, oldest first
-        self.acks = AckState()  # the receiver's ACK clock (acks = "linux")
+        # the receiver's ACK clock, only with acks = "linux" (every use is behind that test)
+        self.acks: AckState = AckState() if conv.spec.acks == "linux" else None  # type: ignore[assignment]
         self.pure_acks = 0  # ACKs of the ACK clock (acks = "linux"), not the handshake's or the FIN's
         self.received = 0  # packets delivered to this endpoint
         self.data_segs_in = 0  # of them, TCP segments with payload (tcp_segs_in: tp->data_segs_in)
         self.bytes_received = 0
         self.done = False  # all data sent
-        self.icmp_errors: list[tuple[int, int, int]] = []  # (type, code, mtu/info)
+        self.icmp_errors: list[tuple[int, int, int]] | None = None  # (type, code, mtu/info), from the first
         # Linux's TCP options (acks = "linux"): the header is 12 bytes longer after the handshake
         self.options = conv.spec.proto == "tcp" and conv.spec.acks == "linux"
         self.ts_off = seed >> 1  # tcp_sk(sk)->tsoffset: a per-connection random offset (secure_tcp_ts_off)
@@ -536,6 +543,8 @@ class Endpoint:
     def icmp_error(self, kernel, st, info, inner, skb) -> None:
         at = info.l4off
         value = int.from_bytes(skb.buf[at + 4:at + 8], "big")
+        if self.icmp_errors is None:
+            self.icmp_errors = []
         self.icmp_errors.append((info.icmp_type, info.icmp_code, value))
         frag_needed = (info.l4proto == IPPROTO_ICMP and info.icmp_type == 3 and info.icmp_code == 4)
         too_big = info.l4proto != IPPROTO_ICMP and info.icmp_type == 2
@@ -552,7 +561,7 @@ class Endpoint:
     def report(self) -> dict:
         return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
                 "remote": f"{_fmt(self.raddr)}:{self.rport}", "state": self.state, "sent": self.sent,
-                "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors)}
+                "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors or ())}
 
 
 _TCP_RX = {
@@ -573,6 +582,8 @@ def _fmt(addr) -> str:
 
 class Conversation:
     """One flow of a traffic table: a client, and the server it finds."""
+
+    __slots__ = ("spec", "flow", "seq", "client", "server", "closing", "replying")
 
     def __init__(self, spec: TrafficSpec, flow: int = 0):
         self.spec = spec
