@@ -65,7 +65,9 @@ slack.  This mode compares frames, byte for byte, with no tolerance:
    kernel's counters give totals, not the frame.  A received frame with a
    flowsim verdict is ``slowpath`` on the kernel's side when its L3 packet
    (the frame's bytes after the Ethernet and VLAN headers) is among the
-   namespace's logged packets (each logged packet is used once), else
+   namespace's logged packets (each logged packet is used once per device:
+   a packet that passes stacked flowtable devices, a VLAN and the PPPoE
+   session on it, meets each of their hooks and is logged once), else
    ``fastpath`` (a frame the hook dropped would show as a missing frame on
    the egress device).  flowsim's ``drop`` counts as not slow path.
 5. **Comparison** (:func:`compare_frames`): per device and direction the
@@ -682,7 +684,9 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
                                  "exact", "differs", "\n".join(note)))
             if outbound or not any(f.verdict for f in want):
                 continue
-            pool = logged.get(ns, collections.Counter())
+            # each device its own copy: a packet received through stacked flowtable devices (wan, then wan.7,
+            # then the PPPoE session pppoe-wan) meets every one of their hooks and is logged once, at prerouting
+            pool = collections.Counter(logged.get(ns, ()))
             kv, sv = [], []
             for i, sf in enumerate(want):
                 if sf.verdict is None:
