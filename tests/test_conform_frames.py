@@ -4,6 +4,7 @@ results channel, the byte and verdict comparison (including the cases that must 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import collections
 import json
 import shlex
@@ -528,3 +529,32 @@ def test_a_packet_through_stacked_flowtable_devices_is_logged_once():
 
 def _key(f) -> bytes:
     return l3_bytes(f.data, f.linktype)
+
+
+def test_esp_frames_are_compared_by_header_and_plaintext():
+    """The IV of an ESP frame is the sequence number XOR a salt the kernel draws per SA (seqiv_aead_encrypt,
+    crypto/seqiv.c; aead_init_geniv, crypto/geniv.c): IV, ciphertext and ICV differ per boot.  With the SA's
+    key the frames are opened and compared: the same header and plaintext is the known, kernel-random
+    difference; another plaintext, or no key, is a real one."""
+    from flowsim.conform import known
+    from flowsim.conform.frames import kernel_random_fields
+    from flowsim.kernel import esp
+    from flowsim.kernel.pkt import build_ipv4, ip_addr, tcp_segment
+
+    src, dst = ip_addr(ipaddress.ip_address("10.0.1.99")), ip_addr(ipaddress.ip_address("10.0.2.99"))
+    inner = build_ipv4(src, dst, 6, tcp_segment(src, dst, 40000, 12345, 1, 0, 0x02))
+    other = build_ipv4(src, dst, 6, tcp_segment(src, dst, 40000, 12345, 2, 0, 0x02))
+    kernel_sa = esp.XfrmState(spi=0x1001, mode="tunnel", iv_salt=0x5A5A1234, tunnel=("192.168.10.1", "192.168.10.2"))
+    model_sa = attrs.evolve(kernel_sa, iv_salt=0)
+    eth = b"\x02" * 12 + b"\x08\x00"
+    k = eth + esp.xfrm_tunnel_esp_output(kernel_sa, inner, 7, 4, 0)[0]
+    s = eth + esp.xfrm_tunnel_esp_output(model_sa, inner, 7, 4, 0)[0]
+    assert k != s
+    keys = {0x1001: kernel_sa.key}
+    assert kernel_random_fields(k, s, LINKTYPE_ETHERNET, keys) == ("ESP IV, ciphertext and ICV",)
+    assert kernel_random_fields(k, s, LINKTYPE_ETHERNET) is None                   # no key: a real difference
+    s_other = eth + esp.xfrm_tunnel_esp_output(model_sa, other, 7, 4, 0)[0]
+    assert kernel_random_fields(k, s_other, LINKTYPE_ETHERNET, keys) is None       # another plaintext
+    s_seq = eth + esp.xfrm_tunnel_esp_output(model_sa, inner, 8, 4, 0)[0]
+    assert kernel_random_fields(k, s_seq, LINKTYPE_ETHERNET, keys) is None         # another sequence number
+    assert "ESP IV, ciphertext and ICV" in known.KERNEL_RANDOM

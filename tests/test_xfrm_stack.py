@@ -264,3 +264,25 @@ def test_gso_skbs_are_segmented_before_esp(flowtables):
     assert totals["delivered"] == totals["injected"] and not totals["dropped"]
     # 9000-byte skbs with 1300-byte segments: 7 ESP packets each, none above the link MTU
     assert len(esp_sizes) >= 20 * 7 and max(esp_sizes) <= 1514
+
+
+def test_tunnel_mode_decapsulation_keeps_the_frames_link_layer_header(tmp_path):
+    """xfrm_input's tunnel mode (net/xfrm/xfrm_input.c) calls skb_mac_header_rebuild before the inner packet
+    is received again on the same device: a capture there shows the ESP frame, then the inner packet with the
+    same Ethernet addresses (as tcpdump does on Debian 6.1's ipsec-tunnel in qemu), not zeros."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.ipsec import ESP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap
+
+    from flowsim.config.topology import load_topology
+    from flowsim.sim.simulation import Simulation
+
+    topo = load_topology(Path(__file__).resolve().parent.parent / "topologies" / "ipsec-tunnel.toml")
+    Simulation(topo, pcap_dir=tmp_path).run()
+    frames = rdpcap(str(tmp_path / "nsr2-veth0.pcap"))
+    pairs = [(a, b) for a, b in zip(frames, frames[1:]) if ESP in a and TCP in b and ESP not in b]
+    assert pairs
+    for esp_frame, inner in pairs:
+        assert (inner[Ether].src, inner[Ether].dst) == (esp_frame[Ether].src, esp_frame[Ether].dst)
+        assert inner[Ether].type == 0x0800 and inner[IP].proto == 6

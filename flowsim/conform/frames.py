@@ -153,6 +153,7 @@ class FramePlan:
     router_netns: tuple[str, ...]               # namespaces with a flowtable (log chain)
     max_packets: int | None = None
     capped: tuple[str, ...] = ()                # traffic tables the cap shortened
+    esp_keys: tuple[tuple[int, bytes], ...] = ()  # (SPI, rfc4106 key + salt) of the topology's ESP SAs
 
     def expected(self, netns: str, dev: str, outbound: bool) -> list[SimFrame]:
         return [f for f in self.frames if f.netns == netns and f.dev == dev and f.outbound == outbound]
@@ -238,8 +239,10 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
         for e in space.neigh.entries.values():
             if e.lladdr:
                 neigh.append((name, e.dev, str(e.addr), e.lladdr))
+    esp_keys = {(sa.spi, sa.key) for ns in live.namespaces.values() if getattr(ns, "xfrm", None)
+                for sa in ns.xfrm.states if sa.key}
     return FramePlan(tuple(frames), inject, tuple(captured), endpoints, tuple(wires), tuple(macs), tuple(neigh),
-                     plan.flowtable_netns, max_packets, tuple(capped))
+                     plan.flowtable_netns, max_packets, tuple(capped), tuple(sorted(esp_keys)))
 
 
 # ---------------------------------------------------------------------- guest
@@ -510,7 +513,25 @@ def _l3_offset(data: bytes, linktype: int) -> int:
         16 if linktype == LINKTYPE_LINUX_SLL else 0
 
 
-def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str, ...] | None:
+def _esp_same_plaintext(k: bytearray, s: bytearray, at: int, keys: dict[int, bytes]) -> bool:
+    """Both frames carry, from *at*, the same ESP header (SPI, sequence number) and, opened with that SA's key
+    (``esp_input``), the same plaintext and next header: only the IV, and with it the ciphertext and the
+    ICV, differ.  The IV is the sequence number XOR a salt ``aead_init_geniv`` draws at random per SA
+    (crypto/seqiv.c, crypto/geniv.c), so no model can write the kernel's."""
+    from flowsim.kernel.esp import ESP_HEADER_LEN, XfrmState, esp_input
+
+    if len(k) < at + ESP_HEADER_LEN or k[at:at + 8] != s[at:at + 8]:
+        return False
+    key = keys.get(int.from_bytes(k[at:at + 4], "big"))
+    if key is None:
+        return False
+    state = XfrmState(spi=int.from_bytes(k[at:at + 4], "big"), key=key)
+    mine, theirs = esp_input(state, bytes(k[at:])), esp_input(state, bytes(s[at:]))
+    return mine is not None and mine == theirs
+
+
+def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
+                         esp_keys: dict[int, bytes] | None = None) -> tuple[str, ...] | None:
     """The :data:`~flowsim.conform.known.KERNEL_RANDOM` fields that alone make two frames differ, or None.
 
     Only tunnel headers are looked at — an IPv4 header carrying IPv4/IPv6 (protocol 4 or 41: its ID and
@@ -518,7 +539,9 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
     a destination options header, the encapsulation limit: its flow label) — walking from the outermost
     header inwards, the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends it
     (its ID and checksum), and the IPv6 header of an ICMPv6 error (type < 128: its flow label); every other
-    byte, the innermost packet's headers and the quoted packet of an error included, must be equal.
+    byte, the innermost packet's headers and the quoted packet of an error included, must be equal.  An ESP
+    packet of an SA whose key *esp_keys* holds (by SPI) is compared by its header and its decrypted
+    plaintext (:func:`_esp_same_plaintext`).
     """
     if len(kernel) != len(sim):
         return None
@@ -536,6 +559,13 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
                 for b in (off + 4, off + 5, off + 10, off + 11):
                     k[b] = s[b] = 0
                 fields.append("ICMP error's IPv4 ID and header checksum")
+                break
+            if k[off + 9] == s[off + 9] == 50 and esp_keys and not fields:
+                if not (_ipv4_checksum_ok(bytes(k[off:off + ihl])) and _ipv4_checksum_ok(bytes(s[off:off + ihl]))):
+                    return None
+                if _esp_same_plaintext(k, s, off + ihl, esp_keys):
+                    k[off + ihl + 8:] = s[off + ihl + 8:]
+                    fields.append("ESP IV, ciphertext and ICV")
                 break
             if k[off + 9] not in (4, 41) or k[off + 9] != s[off + 9] or off + ihl > len(k):
                 break
@@ -556,6 +586,11 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int) -> tuple[str,
                 break
             if nh == 60 and nxt + 8 <= len(k):   # destination options (the tunnel encapsulation limit)
                 nh, nxt = k[nxt], nxt + (k[nxt + 1] + 1) * 8
+            if nh == s[off + 6] == 50 and esp_keys and not fields:
+                if _esp_same_plaintext(k, s, nxt, esp_keys):
+                    k[nxt + 8:] = s[nxt + 8:]
+                    fields.append("ESP IV, ciphertext and ICV")
+                break
             if nh not in (4, 41):
                 break
             k[off + 1] &= 0xF0
@@ -633,6 +668,7 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
     for err in kf.errors:
         rows.append(Fact(name, "guest", "capture", err, None, "", "error"))
     logged = {ns: collections.Counter(map(_log_key, v)) for ns, v in kf.nflog.items()}
+    esp_keys = dict(fplan.esp_keys)
     for ns, dev in fplan.captured:
         for outbound in (False, True):
             subject = f"{ns}/{dev} {'out' if outbound else 'in'}"
@@ -651,7 +687,7 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             masked = 0
             for i, (kb, sb) in enumerate(zip(got, wanted)):
                 if kb != sb:
-                    fields = kernel_random_fields(kb, sb, linktype)
+                    fields = kernel_random_fields(kb, sb, linktype, esp_keys)
                     if fields is None:
                         diff = i
                         break

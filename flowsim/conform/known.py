@@ -51,6 +51,10 @@ KNOWN_DIFFERENCES: list[KnownDifference] = []
 
 # Header fields the kernel fills from a per-boot random key (frames mode): field -> where it comes from.
 KERNEL_RANDOM = {
+    "ESP IV, ciphertext and ICV":
+        "esp_output_tail (net/ipv4/esp4.c, net/ipv6/esp6.c) -> seqiv_aead_encrypt (crypto/seqiv.c): the IV is the "
+        "sequence number XOR ctx->salt, which aead_init_geniv (crypto/geniv.c) draws with crypto_stdrng_get_bytes "
+        "per SA; the ESP header and the plaintext, decrypted with the SA's key, are compared exactly",
     "ipip outer IPv4 ID and header checksum":
         "iptunnel_xmit (net/ipv4/ip_tunnel_core.c) -> __ip_select_ident (net/ipv4/route.c): the ID hashes "
         "the addresses with ip_idents_hashrnd, set by get_random_bytes once per boot",

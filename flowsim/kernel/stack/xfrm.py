@@ -317,6 +317,7 @@ def xfrm4_rcv(kernel, st, in_dev, skb, info) -> None:
         inner = new_skb(plain, skb.tag, skb.mark)
         inner.protocol = ETH_P_IP
         inner.sec_path = secpath(skb) + (sa,)
+        _mac_header_rebuild(skb, inner)
         if kernel.tracing:
             kernel.trace(skb, where, "esp decrypted", spi=hex(spi), seq=int.from_bytes(payload[4:8], "big"))
         netif_receive_skb(kernel, in_dev, inner)  # xfrm_input → netif_rx on skb->dev
@@ -328,6 +329,18 @@ def xfrm4_rcv(kernel, st, in_dev, skb, info) -> None:
     new = new_skb(_fix_v4(packet), skb.tag, skb.mark)
     new.sec_path = secpath(skb) + (sa,)
     netif_receive_skb(kernel, in_dev, new)
+
+
+def _mac_header_rebuild(outer, inner) -> None:
+    """``skb_mac_header_rebuild`` (xfrm_input's tunnel-mode decapsulation, net/xfrm/xfrm_input.c): the received
+    frame's link-layer header, moved in front of the inner packet with the inner protocol, so that the packet
+    taps of the second receive on the same device show the addresses the ESP frame came with."""
+    if outer.mac_header < 0 or outer.mac_header + 12 > len(outer.buf):
+        return
+    d = inner.data
+    inner.buf[d - 14:d - 2] = outer.buf[outer.mac_header:outer.mac_header + 12]
+    inner.buf[d - 2:d] = inner.protocol.to_bytes(2, "big")
+    inner.mac_header = d - 14
 
 
 def _fix_v4(packet: bytes) -> bytes:
