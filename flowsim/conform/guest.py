@@ -132,7 +132,7 @@ class TrafficPlan:
     file_index: int = -1  # the table's place in the topology file (the simulator's client port rule)
     df: bool | None = None  # the table's `df` key: False = both sockets IP_PMTUDISC_DONT (ip_no_pmtu_disc)
     acks: str = "none"  # the simulation's ACK model: "linux" for TCP in socat mode (the guest's sockets ACK)
-    reply_after: str = "accept"  # the simulated server's first write: "data" in socat mode (its writer forks)
+    reply_after: str = "accept"  # the simulated server's first write: "data" in socat mode (after the first byte)
     sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
     pause: int = 0  # whole seconds the guest waits before the table, after the ones before it (start_pause)
 

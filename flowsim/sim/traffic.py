@@ -98,7 +98,6 @@ _L4HDR = {"tcp": 20, "udp": 8}
 # and SYN/ACK MSS, SACK_PERM + TIMESTAMP, NOP WSCALE.  acks = "linux" endpoints send them (the ACK clock
 # and the byte counts of a Linux peer); the table's size stays the IP length, so data carries 12 bytes less.
 TCPOLEN_TSTAMP_ALIGNED = 12
-TCPOLEN_SYN_OPTIONS = 20
 TCP_WSCALE = 7  # tcp_select_initial_window with the default tcp_rmem[2] (6 MB)
 _TS_OPTION = struct.Struct("!BBBBII")        # NOP NOP kind 8 len 10 TSval TSecr
 _SYN_OPTIONS = struct.Struct("!BBHBBBBIIBBBB")  # MSS, SACK_PERM, TIMESTAMP, NOP WSCALE
@@ -326,9 +325,8 @@ class Endpoint:
     def tcp_options(self, kernel, flags: int) -> bytes:
         """``tcp_options_write``: on SYN and SYN/ACK the MSS this end advertises (``tcp_advertise_mss``: the
         route MTU less 40 / 60 bytes), SACK permitted, the timestamp and the window scale; else the timestamp.
-        TSval is the millisecond clock plus the connection's offset, TSecr the peer's last TSval."""
-        if not self.options:
-            return b""
+        TSval is the millisecond clock plus the connection's offset, TSecr the peer's last TSval (only for an
+        endpoint with ``options``; the caller tests it, once per packet)."""
         tsval = (int(kernel.now * 1000) + self.ts_off) & 0xFFFFFFFF
         if flags & TCP_SYN:
             mss = (self.pmtu or 1500) - _HDR[self.laddr.version] - 20
