@@ -264,7 +264,7 @@ class Endpoint:
     # slots: a run of a million connections holds two of these per connection
     __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "sent", "writes", "una", "rtx_queue", "acks",
-                 "pure_acks", "received", "data_segs_in", "bytes_received", "done", "icmp_errors", "options",
+                 "pure_acks", "received", "data_segs_in", "bytes_received", "done", "_icmp_errors", "options",
                  "ts_off", "ts_recent")
 
     def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
@@ -292,11 +292,16 @@ class Endpoint:
         self.data_segs_in = 0  # of them, TCP segments with payload (tcp_segs_in: tp->data_segs_in)
         self.bytes_received = 0
         self.done = False  # all data sent
-        self.icmp_errors: list[tuple[int, int, int]] | None = None  # (type, code, mtu/info), from the first
+        self._icmp_errors: list[tuple[int, int, int]] | None = None  # created at the first error (icmp_errors)
         # Linux's TCP options (acks = "linux"): the header is 12 bytes longer after the handshake
         self.options = conv.spec.proto == "tcp" and conv.spec.acks == "linux"
         self.ts_off = seed >> 1  # tcp_sk(sk)->tsoffset: a per-connection random offset (secure_tcp_ts_off)
         self.ts_recent = 0  # the peer's last TSval, echoed as TSecr (tcp_store_ts_recent)
+
+    @property
+    def icmp_errors(self) -> list[tuple[int, int, int]]:
+        """The ICMP errors this socket received: (type, code, mtu/info), oldest first."""
+        return self._icmp_errors if self._icmp_errors is not None else []
 
     @property
     def key(self) -> tuple:
@@ -541,9 +546,9 @@ class Endpoint:
     def icmp_error(self, kernel, st, info, inner, skb) -> None:
         at = info.l4off
         value = int.from_bytes(skb.buf[at + 4:at + 8], "big")
-        if self.icmp_errors is None:
-            self.icmp_errors = []
-        self.icmp_errors.append((info.icmp_type, info.icmp_code, value))
+        if self._icmp_errors is None:
+            self._icmp_errors = []
+        self._icmp_errors.append((info.icmp_type, info.icmp_code, value))
         frag_needed = (info.l4proto == IPPROTO_ICMP and info.icmp_type == 3 and info.icmp_code == 4)
         too_big = info.l4proto != IPPROTO_ICMP and info.icmp_type == 2
         if frag_needed and self.conv.spec.proto == "tcp" and self.conv.spec.df is False:
@@ -559,7 +564,7 @@ class Endpoint:
     def report(self) -> dict:
         return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
                 "remote": f"{_fmt(self.raddr)}:{self.rport}", "state": self.state, "sent": self.sent,
-                "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors or ())}
+                "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors)}
 
 
 _TCP_RX = {
