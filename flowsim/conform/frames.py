@@ -239,7 +239,7 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
         for e in space.neigh.entries.values():
             if e.lladdr:
                 neigh.append((name, e.dev, str(e.addr), e.lladdr))
-    esp_keys = {(sa.spi, sa.key) for ns in live.namespaces.values() if getattr(ns, "xfrm", None)
+    esp_keys = {(sa.spi, sa.key) for ns in live.namespaces.values() if ns.xfrm is not None
                 for sa in ns.xfrm.states if sa.key}
     return FramePlan(tuple(frames), inject, tuple(captured), endpoints, tuple(wires), tuple(macs), tuple(neigh),
                      plan.flowtable_netns, max_packets, tuple(capped), tuple(sorted(esp_keys)))
@@ -522,10 +522,11 @@ def _esp_same_plaintext(k: bytearray, s: bytearray, at: int, keys: dict[int, byt
 
     if len(k) < at + ESP_HEADER_LEN or k[at:at + 8] != s[at:at + 8]:
         return False
-    key = keys.get(int.from_bytes(k[at:at + 4], "big"))
+    spi = int.from_bytes(k[at:at + 4], "big")
+    key = keys.get(spi)
     if key is None:
         return False
-    state = XfrmState(spi=int.from_bytes(k[at:at + 4], "big"), key=key)
+    state = XfrmState(spi=spi, key=key)
     mine, theirs = esp_input(state, bytes(k[at:])), esp_input(state, bytes(s[at:]))
     return mine is not None and mine == theirs
 
