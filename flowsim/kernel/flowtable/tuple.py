@@ -67,7 +67,8 @@ if TYPE_CHECKING:  # annotations only: flowsim tuple's frame path builds no skb
 
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
-    "flow_tuple_from_skb", "flow_tuple_from_frame", "frame_parser", "nf_flow_offload_lookup", "HOOKS",
+    "flow_tuple_from_skb", "flow_tuple_from_frame", "frame_parser", "nf_flow_offload_lookup", "nf_flow_offload_parse",
+    "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
 
@@ -604,31 +605,40 @@ def flow_tuple_from_skb(skb: SkBuff, *, iifidx: int | None = None, family: str =
     return nf_flow_offload_lookup(skb, skb.iif if iifidx is None else iifidx, family, profile)
 
 
+def nf_flow_offload_parse(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> tuple[tuple, int]:
+    """The hook's parse of *skb* behind the inet hook's dispatch, as the closure answers it, and the protocol
+    of the hook that ran (0: the dispatch refused the packet).
+
+    The answer is ``(key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type)`` or ``(reason, detail)``:
+    the fast-path hook (nf_flow_offload_hook) reads it without building a :class:`TupleResult`."""
+    buf = skb.buf
+    m = skb.mac_header + ETH_HLEN
+    protocol = skb.protocol
+    proto = _HOOK_PROTO[family]
+    lin = skb.linear_end
+    if not proto:
+        proto = protocol
+        if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
+            dispatched = _inet_dispatch(buf, skb.data, m, lin, protocol, skb)
+            if dispatched.__class__ is tuple:
+                return dispatched, 0  # (reason, detail)
+            proto = dispatched  # type: ignore[assignment]  # the protocol under the in-band header
+            lin = skb.linear_end
+    vlan = _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None
+    return _parser(profile, family)(skb.data, skb.network_header, m, lin, protocol, vlan, proto, skb, iifidx,
+                                    buf), proto
+
+
 def nf_flow_offload_lookup(skb: SkBuff, iifidx: int, family: str, profile: Profile) -> TupleResult:
     """``nf_flow_offload_lookup`` / ``nf_flow_offload_ipv6_lookup`` up to the table lookup, behind the
     inet hook's dispatch: :func:`flow_tuple_from_skb` with its arguments checked, once per packet.
 
     The result's ctx is the kernel's ``nf_flowtable_ctx`` as the parse left it."""
-    buf = skb.buf
-    d = skb.data
-    m = skb.mac_header + ETH_HLEN
-    lin = skb.linear_end
-    protocol = skb.protocol
-    proto = _HOOK_PROTO[family]
-    if not proto:
-        proto = protocol
-        if proto != ETH_P_IP and proto != ETH_P_IPV6:  # the dispatch only has work to do for in-band headers
-            dispatched = _inet_dispatch(buf, d, m, lin, protocol, skb)
-            if dispatched.__class__ is tuple:
-                reason, detail = dispatched  # (reason, detail)
-                return TupleResult(None, FlowtableCtx(iifidx), reason, detail, None)
-            proto = dispatched  # type: ignore[assignment]  # the protocol under the in-band header
-            lin = skb.linear_end
-    vlan = _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None
-    parse = _parser(profile, family)
-    res = parse(d, skb.network_header, m, lin, protocol, vlan, proto, skb, iifidx, buf)
+    res, proto = nf_flow_offload_parse(skb, iifidx, family, profile)
     if len(res) == 2:
-        return TupleResult(None, FlowtableCtx(iifidx, *parse.failed_ctx),  # type: ignore[attr-defined]
+        if not proto:  # the inet hook's dispatch: no context yet
+            return TupleResult(None, FlowtableCtx(iifidx), res[0], res[1], None)
+        return TupleResult(None, FlowtableCtx(iifidx, *_parser(profile, family).failed_ctx),  # type: ignore[attr-defined]
                            res[0], res[1], _HOOK_NAME[proto])
     key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type = res
     return _new_tuple(TupleResult, (key, FlowtableCtx(iifidx, offset, hdrsize, tun_hdr_size, tun_proto, ether_type),
