@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
+import attrs
 import pytest
 from ftkit import add_flow, established_ct, setup
 from scapy.layers.inet import IP, TCP, UDP
@@ -391,12 +392,14 @@ def _spoil_closing(kernel, state, flow):
 
 
 def _spoil_ifindex(kernel, state, flow):
-    flow.tuplehash[0].ifidx = 999  # the egress device went away behind a still-valid route
+    half = flow.tuplehash[0]  # the egress device went away behind a still-valid route
+    half.xmit = attrs.evolve(half.xmit, ifidx=999)
 
 
 def _spoil_xmit_type(kernel, state, flow):
     from flowsim.kernel.flowtable.path import XmitType
-    flow.tuplehash[0].xmit_type = XmitType.UNSPEC
+    half = flow.tuplehash[0]
+    half.xmit = attrs.evolve(half.xmit, xmit_type=XmitType.UNSPEC)
 
 
 # (what happened to the flow, TCP flags of the next packet, verdict, reason, flow torn down after)

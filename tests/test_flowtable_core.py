@@ -14,6 +14,8 @@ import functools
 import ipaddress
 import itertools
 
+import attrs
+import pytest
 from ftkit import add_flow, established_ct, setup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,9 +23,12 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
 from scapy.layers.l2 import Ether
 
+from flowsim.kernel.flowtable import core
 from flowsim.kernel.conntrack import IPS_DYING, IPS_OFFLOAD, NF_CT_DAY
 from flowsim.kernel.flowtable.core import NF_FLOW_TEARDOWN, NF_FLOW_TIMEOUT, flow_offload_alloc, offload_timeout
+from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.fastpath import nf_flow_offload_hook
+from flowsim.kernel.flowtable.path import XmitType
 from flowsim.kernel.flowtable.tuple import flow_tuple_from_skb
 from flowsim.kernel.nat import NatRange
 from flowsim.kernel.skb import skb_from_frame
@@ -85,9 +90,9 @@ def test_flow_offload_del_removes_that_very_entry():
     ft.flow_offload_add(twin, kernel.now, state.ns)
     ft._remove(flow, kernel.now)
     assert tuple(ft.table[h.key] for h in twin.tuplehash) == twin.tuplehash and not ft.shadowed
-    assert len(ft.by_addrs) == 2 and all(h.flow is twin for h in ft.by_addrs.values())
+    assert list(ft.flows.values()) == [twin]
     ft._remove(twin, kernel.now)
-    assert not ft.table and not ft.shadowed and not ft.by_addrs and ft.flows_removed == 2
+    assert not ft.table and not ft.shadowed and not ft.flows and ft.flows_removed == 2
 
 
 def test_removing_the_head_brings_the_older_entry_back():
@@ -110,6 +115,46 @@ def test_flow_offload_lookup_finds_the_direction_of_the_packet():
     assert ft.table.get(flow_tuple_from_skb(back).tuple) is flow.tuplehash[1]
     wrong_iif = skb_from_frame(tcp4(), iif=state.ns.devices["veth1"].ifindex)
     assert ft.table.get(flow_tuple_from_skb(wrong_iif).tuple) is None
+
+
+def test_flows_of_one_route_share_its_xmit_fields():
+    """flow_offload_fill_route writes the same route fields into every flow of one path: the model keeps them
+    once (FlowXmit), the connected routes that Fib.lookup rebuilds at every call included."""
+    kernel, state, ft, ct, flow = selftest()
+    other = established_ct(state, CLIENT, SERVER, 40001, 12345)
+    assert add_flow(kernel, state, "f1", other, 0, "veth0")
+    second = ft.by_ct[other.id]
+    assert all(a.xmit is b.xmit for a, b in zip(second.tuplehash, flow.tuplehash))
+    assert flow.tuplehash[0].mtu == flow.tuplehash[0].xmit.mtu and flow.tuplehash[0].dst is not None
+
+
+def test_an_equal_ipv6_static_route_added_again_is_another_dst():
+    """ip6_dst_check finds an IPv6 static route by identity in its fib6 node (``Fib._in_tree``): a route deleted
+    and added again with the same fields is a new dst entry, and its flows must not share the old one's fields."""
+    route = Route(ipaddress.ip_network("2001:db8:9::/64"), dev="veth0", proto="static")
+    fields = [XmitType.NEIGH, 1500, route, 7, 2, 0, 0, "00:00:00:00:00:00", "00:00:00:00:00:00", 0, False]
+    first = core._xmit_interned(*fields)
+    assert core._xmit_interned(*fields) is first
+    fields[2] = attrs.evolve(route)  # equal, another object
+    assert fields[2] == route and core._xmit_interned(*fields) is not first
+    v4 = Route(ipaddress.ip_network("10.9.0.0/16"), dev="veth0", proto="static")
+    fields[2] = v4
+    shared = core._xmit_interned(*fields)
+    fields[2] = attrs.evolve(v4)  # IPv4: ipv4_dst_check reads the genid only, so equal routes are one
+    assert core._xmit_interned(*fields) is shared
+
+
+def test_flowtable_history_rows_read_back_as_tuples():
+    """The flowtable's event log (add / teardown with its why / free) reads as (time, event, flow id, detail)."""
+    kernel, state, ft, ct, flow = selftest()
+    ft.flow_offload_teardown(flow, kernel, state, "TCP FIN/RST")
+    ft.nf_flow_offload_work_gc(kernel, state)
+    assert list(ft.history) == [(0.0, "add", flow.id, ""), (0.0, "teardown", flow.id, "TCP FIN/RST"),
+                                (0.0, "free", flow.id, "")]
+    assert ft.history[-1] == (0.0, "free", flow.id, "") and ft.history[1][3] == "TCP FIN/RST"
+    assert ft.history[1:] == list(ft.history)[1:] and len(ft.history) == 3
+    with pytest.raises(IndexError):
+        ft.history[3]
 
 
 def test_flow_offload_refresh_moves_the_timeout_only_by_more_than_a_second():
@@ -156,7 +201,7 @@ def test_gc_frees_an_expired_flow():
     kernel, state, ft, ct, flow = selftest()
     kernel.now = NF_FLOW_TIMEOUT + 0.5
     ft.nf_flow_offload_work_gc(kernel, state)
-    assert not ft.flows and not ft.table and not ft.by_addrs and ft.flows_removed == 1
+    assert not ft.flows and not ft.table and ft.flows_removed == 1
     assert [e[1] for e in ft.history] == ["add", "teardown", "free"] and ft.history[1][3] == "expired"
 
 

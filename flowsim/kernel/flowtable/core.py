@@ -30,8 +30,11 @@ conntrack timeout extended.  The per-packet fast path is in
 
 from __future__ import annotations
 
+import array
 import collections
 import ipaddress
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 import attrs
 
@@ -50,7 +53,7 @@ from flowsim.reasons import ACCEPT, STOLEN, reason
 
 __all__ = [
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NF_FLOW_SNAT", "NF_FLOW_DNAT", "NF_FLOW_CLOSING",
-    "NF_FLOW_TEARDOWN", "NF_FLOW_TIMEOUT", "FlowOffloadTuple", "FlowOffload", "Flowtable",
+    "NF_FLOW_TEARDOWN", "NF_FLOW_TIMEOUT", "FlowXmit", "FlowOffloadTuple", "FlowOffload", "Flowtable",
     "flow_offload_alloc", "flow_offload_route_init", "nft_flow_offload_eval", "offload_timeout",
 ]
 
@@ -74,7 +77,13 @@ def offload_timeout(ns, l4proto: int) -> float:
     if key is None:
         return NF_FLOW_TIMEOUT
     value = ns.sysctl(key) if hasattr(ns, "sysctl") else None
-    return float(value) if value is not None else NF_FLOW_TIMEOUT
+    if value is None:
+        return NF_FLOW_TIMEOUT
+    timeout = float(value)
+    return _TIMEOUTS.setdefault(timeout, timeout)  # one float object per value, not one per flow
+
+
+_TIMEOUTS: dict[float, float] = {}
 
 
 #: address -> its 16-byte union: every flow of the same hosts shares the key's address bytes (issue 16: memory per
@@ -92,17 +101,21 @@ def _addr16(addr) -> bytes:
     return packed
 
 
-@attrs.define(slots=True, eq=False)
-class FlowOffloadTuple:
-    """``struct flow_offload_tuple_rhash``: the key and the metadata after ``__hash``."""
+@attrs.frozen(eq=False)
+class FlowXmit:
+    """What ``flow_offload_fill_route`` writes into ``struct flow_offload_tuple`` from the route: xmit type, MTU,
+    the dst (``dst_cache``/``dst_cookie``) or the DIRECT xmit's ``out`` union (ifindex, MACs), and the ingress
+    VLAN and GSO bits of the path.
 
-    key: FlowTuple
-    dir: int
+    Immutable, and one object for every flow half that took the same route (:func:`_xmit_interned`): the
+    kernel copies these fields into each flow; the simulator shares them (issue 16: memory per flow entry).
+    Compared by identity (the memo decides what is the same route).
+    """
+
     xmit_type: XmitType = XmitType.UNSPEC
     mtu: int = 0
     dst: Route | None = None  # dst_cache (NEIGH/XFRM: an XfrmRoute for XFRM; DIRECT too in ≤ 6.18)
     dst_cookie: int = 0  # IPv6: rt6_get_cookie (the fib6 node's serial); IPv4: the rtable's rt_genid
-    dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     ifidx: int = 0  # NEIGH/XFRM egress device
     out_ifidx: int = 0  # DIRECT egress device
     out_hw_ifidx: int = 0  # ≤ 6.18 DIRECT: the real device, for hardware offload only (software xmits on out_ifidx)
@@ -110,12 +123,65 @@ class FlowOffloadTuple:
     h_dest: str = "00:00:00:00:00:00"
     in_vlan_ingress: int = 0
     needs_gso_segment: bool = False
+
+
+#: the route halves in use, one object per distinct value (see _dst_key); a new one past _ADDR16_MAX starts the
+#: memo afresh
+_XMITS: dict[tuple, FlowXmit] = {}
+_NO_XMIT = FlowXmit()
+
+
+def _dst_key(dst) -> object:
+    """How the memo tells dst entries apart: by value where ``Fib.dst_check`` does — an IPv4 route (its check is
+    the genid) and an IPv6 route the kernel derives from an address (rebuilt equal at every lookup); else by
+    identity (an IPv6 static route, an xfrm bundle: the entry keeps the object, so its id is not reused)."""
+    if dst.__class__ is Route and (dst.version == 4 or dst.proto == "kernel"):
+        return dst
+    return id(dst)
+
+
+def _xmit_interned(*fields) -> FlowXmit:
+    """The :class:`FlowXmit` of these field values (in field order), shared by every flow half that has them."""
+    key = (*fields[:2], _dst_key(fields[2]), *fields[3:])
+    xmit = _XMITS.get(key)
+    if xmit is None:
+        if len(_XMITS) >= _ADDR16_MAX:
+            _XMITS.clear()
+        xmit = _XMITS[key] = FlowXmit(*fields)
+    return xmit
+
+
+def _xmit_field(name: str) -> property:
+    """A read-only view of a :class:`FlowXmit` field on the tuple (``th.mtu`` is ``th.xmit.mtu``)."""
+    return property(lambda self: getattr(self.xmit, name), doc=f"``{name}`` of the tuple's route (FlowXmit)")
+
+
+@attrs.define(slots=True, eq=False)
+class FlowOffloadTuple:
+    """``struct flow_offload_tuple_rhash``: the key and the metadata after ``__hash``."""
+
+    key: FlowTuple
+    dir: int
+    xmit: FlowXmit = _NO_XMIT  # the route's part, shared by the flows of one route (flow_offload_fill_route)
+    dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     flow: FlowOffload = attrs.field(kw_only=True)  # container_of(): the entry this half belongs to
     l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
     slow: dict | None = None  # reason -> packets that hit this tuple but left the fast path (created on first use)
+
+    xmit_type = _xmit_field("xmit_type")
+    mtu = _xmit_field("mtu")
+    dst = _xmit_field("dst")
+    dst_cookie = _xmit_field("dst_cookie")
+    ifidx = _xmit_field("ifidx")
+    out_ifidx = _xmit_field("out_ifidx")
+    out_hw_ifidx = _xmit_field("out_hw_ifidx")
+    h_source = _xmit_field("h_source")
+    h_dest = _xmit_field("h_dest")
+    in_vlan_ingress = _xmit_field("in_vlan_ingress")
+    needs_gso_segment = _xmit_field("needs_gso_segment")
 
     @property
     def encap_num(self) -> int:
@@ -205,7 +271,7 @@ def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
     for d, half in enumerate(flow.tuplehash):
         rd = route.tuple[d]
         # the forwarding MTU of this direction's route (the underlay's for a tunnel direction)
-        half.mtu = ns.fib.dst_mtu_maybe_forward(rd.dst) if rd.dst is not None else 0  # flow_offload_fill_route
+        mtu = ns.fib.dst_mtu_maybe_forward(rd.dst) if rd.dst is not None else 0  # flow_offload_fill_route
         encaps = rd.in_encaps[:rd.in_num_encaps]
         # reversed: tuple.encap[0] is the outermost (bottom-most) header, as the packet shows it
         key_encap = tuple(Encap(e.id, e.proto) for e in reversed(encaps))
@@ -213,29 +279,83 @@ def flow_offload_route_init(flow: FlowOffload, route, ns, profile) -> None:
         for j in range(len(encaps)):
             if rd.in_ingress_vlans & (1 << j):
                 vlan_ingress |= 1 << (len(encaps) - 1 - j)
-        half.in_vlan_ingress = vlan_ingress
         half.key = half.key._replace(iifidx=rd.in_ifindex, encap=key_encap,
                                      tun=_tunnel_key(rd.in_tun) if rd.in_num_tuns else None)
-        half.needs_gso_segment = rd.out_needs_gso_segment
-        half.xmit_type = rd.xmit_type
+        dst, dst_cookie = None, 0
+        ifidx = out_ifidx = out_hw_ifidx = 0
+        h_source = h_dest = _NO_XMIT.h_source
         if rd.xmit_type == XmitType.DIRECT:
-            half.h_dest, half.h_source = rd.out_h_dest, rd.out_h_source
-            half.out_ifidx = rd.out_ifindex
-            half.out_hw_ifidx = rd.out_hw_ifindex
+            h_dest, h_source = rd.out_h_dest, rd.out_h_source
+            out_ifidx, out_hw_ifidx = rd.out_ifindex, rd.out_hw_ifindex
             if profile.encap_push_order == "legacy":
-                half.dst = rd.dst  # ≤ 6.18 keeps the route for every xmit type
+                dst = rd.dst  # ≤ 6.18 keeps the route for every xmit type
             elif profile.direct_tunnel_dst and route.tuple[1 - d].in_num_tuns:
                 # 7.2: "if (route->tuple[!dir].in.num_tuns)" keeps dst_cache / dst_cookie for a DIRECT tuple that
                 # pushes a tunnel (the push reads it); nf_flow_dst_check then checks it like a NEIGH tuple's
-                half.dst = rd.dst
-                half.dst_cookie = ns.fib.dst_cookie(rd.dst) if rd.dst is not None else 0
+                dst = rd.dst
+                dst_cookie = ns.fib.dst_cookie(rd.dst) if rd.dst is not None else 0
                 half.dst_checked = ns.fib.version
         else:
-            half.ifidx = rd.out_ifindex
-            half.dst = rd.dst
+            ifidx = rd.out_ifindex
+            dst = rd.dst
             # flow_offload_dst_cookie: only NEIGH and XFRM tuples keep a dst to check (nf_flow_dst_check)
-            half.dst_cookie = ns.fib.dst_cookie(rd.dst)
+            dst_cookie = ns.fib.dst_cookie(rd.dst)
             half.dst_checked = ns.fib.version
+        half.xmit = _xmit_interned(rd.xmit_type, mtu, dst, dst_cookie, ifidx, out_ifidx, out_hw_ifidx, h_source,
+                                   h_dest, vlan_ingress, rd.out_needs_gso_segment)
+
+
+class FlowHistory(Sequence):
+    """The flowtable's events, ``(time, event, flow id, detail)`` in order: ``add``, ``teardown`` (the detail
+    says why) and ``free``.
+
+    A sequence of those tuples, stored as columns (an ``array`` of times, one of flow ids, one byte per
+    event, the details only where there is one): a tuple per event cost 80 bytes, a row here 17
+    (issue 16: memory per flow entry).
+    """
+
+    EVENTS = ("add", "teardown", "free")
+    _CODE = {e: i for i, e in enumerate(EVENTS)}
+
+    def __init__(self) -> None:
+        self._times = array.array("d")
+        self._ids = array.array("q")
+        self._events = bytearray()
+        self._details: dict[int, str] = {}
+
+    def append(self, event: tuple[float, str, int, str]) -> None:
+        now, what, flow_id, detail = event
+        if detail:
+            self._details[len(self._events)] = detail
+        self._times.append(now)
+        self._ids.append(flow_id)
+        self._events.append(self._CODE[what])
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def _row(self, i: int) -> tuple[float, str, int, str]:
+        return self._times[i], self.EVENTS[self._events[i]], self._ids[i], self._details.get(i, "")
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, str, int, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[float, str, int, str]]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._row(i) for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError("flowtable history index out of range")
+        return self._row(index % n)
+
+    def __iter__(self) -> Iterator[tuple[float, str, int, str]]:
+        return (self._row(i) for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"FlowHistory({list(self)!r})"
 
 
 @attrs.define(slots=True, eq=False)
@@ -253,7 +373,6 @@ class Flowtable:
     table: dict = attrs.Factory(dict)
     shadowed: dict = attrs.Factory(dict)
     flows: dict = attrs.Factory(dict)  # id -> FlowOffload (for gc and reports)
-    by_addrs: dict = attrs.Factory(dict)  # key without iif/encap/tun -> FlowOffloadTuple (explain's near misses)
     # statistics
     fastpath: int = 0
     slowpath: int = 0
@@ -276,7 +395,7 @@ class Flowtable:
     # nft_flow_route question -> (generations, conntrack entry, its tuples, route, detail) of a resolution that
     # failed (_path_failure)
     path_failures: dict = attrs.Factory(dict)
-    history: list = attrs.Factory(list)  # (time, event, flow id, detail)
+    history: FlowHistory = attrs.Factory(FlowHistory)  # (time, event, flow id, detail)
     _next_id: int = 1
     _ip_ident: int = 0
 
@@ -372,7 +491,6 @@ class Flowtable:
         if old is not None:
             self.shadowed.setdefault(key, []).insert(0, old)
         self.table[key] = half
-        self.by_addrs[_addr_key(key)] = half
 
     def rhashtable_remove(self, half: FlowOffloadTuple) -> None:
         """``rhashtable_remove_fast``: unlink this very entry; the next one of the same key, if any, moves up."""
@@ -387,13 +505,6 @@ class Flowtable:
             older[:] = [h for h in older if h is not half]
         if older is not None and not older:
             del self.shadowed[key]
-        ak = _addr_key(key)
-        if self.by_addrs.get(ak) is half:
-            head = self.table.get(key)
-            if head is not None:
-                self.by_addrs[ak] = head
-            else:
-                del self.by_addrs[ak]
 
     def _remove(self, flow: FlowOffload, now: float) -> None:
         """``flow_offload_del``: both tuples out of the table, then the flow is freed."""
@@ -443,10 +554,6 @@ class Flowtable:
             "skb_cost": attrs.asdict(self.cost),
             "gso": {"segmented": self.gso_segmented, "segments": self.gso_segments},
         }
-
-
-def _addr_key(key: FlowTuple) -> tuple:
-    return (key.src, key.dst, key.sport, key.dport, key.l3proto, key.l4proto)
 
 
 # --- memo of failed path resolutions ----------------------------------------------------

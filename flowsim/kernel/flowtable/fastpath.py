@@ -39,17 +39,17 @@ import struct
 from collections.abc import Callable
 
 from flowsim.errors import KernelBugError
-from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, nf_ct_acct_update
+from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, CtTuple, nf_ct_acct_update
 from flowsim.kernel.devices.ip6tnl import IPV6_DEFAULT_TNL_ENCAP_LIMIT
 from flowsim.kernel.flowtable.core import (
-    NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffloadTuple,
-    Flowtable, _addr_key,
+    NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffload,
+    FlowOffloadTuple, Flowtable,
 )
 from flowsim.kernel.flowtable.path import XmitType
-from flowsim.kernel.flowtable.tuple import FlowtableCtx, nf_flow_offload_lookup
+from flowsim.kernel.flowtable.tuple import nf_flow_offload_parse
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
-    ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
+    AF_INET, ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
     IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, IPV4_HLEN, IPV6_HLEN, NEXTHDR_DEST, PPPOE_SES_HLEN, VLAN_HLEN,
     csum_replace, internet_checksum, mac_aton, pppoe_proto_to_ethertype,
 )
@@ -129,14 +129,26 @@ def _stolen(kernel, ft, skb, dev, how: str) -> None:
         kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: {how} on {dev.name}", dev=dev.name)
 
 
-def _near_miss(ft: Flowtable, key) -> None:
-    """A miss whose addresses and ports belong to a flow: remember which key fields differed (for explain)."""
-    if not ft.by_addrs:  # no flow at all: nothing to be near
+def _near_miss(ft: Flowtable, conntrack, key) -> None:
+    """A miss whose addresses and ports belong to a flow: remember which key fields differed (for explain).
+
+    The flow is found through conntrack, as the flow's keys were made from its conntrack tuples
+    (flow_offload_alloc): the packet's addresses and ports find the ct and the direction, ``by_ct`` the
+    connection's latest flow, if it is still in the table.  No index of its own: memory per flow entry."""
+    if not ft.flows:  # no flow at all: nothing to be near
         return
-    half = ft.by_addrs.get(_addr_key(key))
-    if half is None:
+    v4 = key.l3proto == AF_INET
+    # the key's l3proto is AF_INET / AF_INET6, the same numbers as conntrack's NFPROTO_IPV4 / NFPROTO_IPV6
+    hit = conntrack.lookup(CtTuple(_ip(key.src, v4), _ip(key.dst, v4), key.sport, key.dport, key.l3proto,
+                                   key.l4proto))
+    if hit is None:
         return
-    k = (half.flow.id, half.dir)
+    ct, d = hit
+    flow: FlowOffload | None = ft.by_ct.get(ct.id)
+    if flow is None or flow.id not in ft.flows or ft.flows[flow.id] is not flow:
+        return  # the connection has no flow here, or its latest one was freed
+    half = flow.tuplehash[d]
+    k = (flow.id, d)
     old = ft.near_misses.get(k)
     if old is None:
         ft.near_misses[k] = (tuple(key.differences(half.key)), 1, key)
@@ -157,15 +169,18 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     """
     copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
     try:
-        res = nf_flow_offload_lookup(skb, in_dev.ifindex, ft.family, kernel.profile)
-        if res.tuple is None:
-            return _accept(kernel, ft, skb, res.reason or "", res.detail)
-        th = ft.table.get(res.tuple)  # flow_offload_lookup: the rhashtable lookup
+        # the parse's answer as it stands: (key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type) — the
+        # tuple and nf_flowtable_ctx — or (reason, detail); no result object per packet
+        res, proto = nf_flow_offload_parse(skb, in_dev.ifindex, ft.family, kernel.profile)
+        if len(res) == 2:
+            return _accept(kernel, ft, skb, res[0], res[1])
+        key = res[0]
+        th = ft.table.get(key)  # flow_offload_lookup: the rhashtable lookup
         if th is None:
-            _near_miss(ft, res.tuple)
+            _near_miss(ft, ns_state.conntrack, key)
             # the detail is for the trace only: no text per packet otherwise (a flow that is never created
             # sends every packet of its connection here)
-            return _accept(kernel, ft, skb, "no-flow-entry", str(res.tuple) if kernel.tracing else "")
+            return _accept(kernel, ft, skb, "no-flow-entry", str(key) if kernel.tracing else "")
         flow = th.flow
         if flow.flags & _TEARDOWN:
             return _accept(kernel, ft, skb, "flow-teardown", th=th)
@@ -173,15 +188,15 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             return _accept(kernel, ft, skb, "ct-dying", th=th)
         if kernel.tracing:
             kernel.trace(skb, f"flowtable @{ft.name}",
-                         f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(res.tuple))
-        v4 = res.hook == "ipv4"
+                         f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(key))
+        v4 = proto == ETH_P_IP  # nf_flow_offload_ip_hook, else nf_flow_offload_ipv6_hook
         other = flow.tuplehash[1 - th.dir]
         try:
-            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res.ctx, v4)
+            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res, v4)
             if verdict is not None:
                 return verdict
             # the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
-            xmit_type = th.xmit_type
+            xmit_type = th.xmit.xmit_type
             if xmit_type == _XFRM:
                 return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
             if other.key.tun is None:  # nf_flow_tunnel_push returns at once: no call for the common case
@@ -206,20 +221,23 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
 
 
 def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
-                            ctx: FlowtableCtx, v4: bool) -> str | None:
+                            parsed: tuple, v4: bool) -> str | None:
     """``nf_flow_offload_forward``: None when the packet goes on to the transmit, else the verdict.
 
     The checks that send the packet to the slow path (MTU, TCP state, stale
     route), writability, the refresh, then the packet's own rewrite: pop,
     NAT, TTL / hop limit and the counters.
     """
+    # the parse's answer: the tuple and nf_flowtable_ctx as the parse left it
+    _key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = parsed
     flow = th.flow
     buf = skb.buf
-    ih = skb.network_header + ctx.offset
+    ih = skb.network_header + offset
     l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
-    thoff = ctx.offset + l3len  # from skb->data (= the network header at ingress)
+    thoff = offset + l3len  # from skb->data (= the network header at ingress)
     l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
-    mtu = th.mtu + ctx.offset
+    x = th.xmit  # the route's part of the tuple (FlowXmit)
+    mtu = x.mtu + offset
     if other.key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
         mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if kernel.profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
@@ -239,25 +257,25 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
     # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
     # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and is
     # checked too); the answer of the last check stands while the FIB has not changed at all (th.dst_checked)
-    if th.xmit_type != _DIRECT or (th.dst is not None and kernel.profile.direct_tunnel_dst):
+    if x.xmit_type != _DIRECT or (x.dst is not None and kernel.profile.direct_tunnel_dst):
         fib = ns_state.ns.fib
         if th.dst_checked != fib.version:
-            if not fib.dst_check(th.dst, th.dst_cookie):
+            if not fib.dst_check(x.dst, x.dst_cookie):
                 ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
-                return _accept(kernel, ft, skb, "route-stale", _stale_detail(th.dst), th)
+                return _accept(kernel, ft, skb, "route-stale", _stale_detail(x.dst), th)
             th.dst_checked = fib.version
-    if skb.data + thoff + ctx.hdrsize > skb.linear_end and not skb.ensure_writable(thoff + ctx.hdrsize):
+    if skb.data + thoff + hdrsize > skb.linear_end and not skb.ensure_writable(thoff + hdrsize):
         return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
     ft.flow_offload_refresh(flow, kernel.now)
 
     if th.key.encap:
-        nf_flow_encap_pop(ctx, skb, th)
-    elif ctx.tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
+        nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
+    elif tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
         # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
-        if skb.data + ctx.tun_hdr_size <= skb.linear_end:
-            skb.data += ctx.tun_hdr_size
+        if skb.data + tun_hdr_size <= skb.linear_end:
+            skb.data += tun_hdr_size
         else:
-            skb.pull(ctx.tun_hdr_size)  # raises SkbPullBug
+            skb.pull(tun_hdr_size)  # raises SkbPullBug
         skb.network_header = skb.data
     if flow.flags & _NAT_FLAGS:
         _nat(flow, th.dir, skb, v4)
@@ -321,7 +339,8 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
     """``case FLOW_OFFLOAD_XMIT_NEIGH``: ≤ 6.18 ``neigh_xmit`` on the route's device (whose driver tags
     and encapsulates); later the neighbour's addresses and :func:`nf_flow_queue_xmit` on ``tuple->ifidx``."""
     ns = ns_state.ns
-    rt = th.dst
+    x = th.xmit
+    rt = x.dst
     if kernel.profile.encap_push_order == "legacy":
         dev = ns.devices.get(rt.dev) if rt is not None else None
         if rt is None or dev is None:
@@ -330,10 +349,10 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
         _stolen(kernel, ft, skb, dev, "neigh_xmit")
         kernel.neigh_output(dev, skb, rt.nexthop(_ip(ip_daddr, v4)))
         return STOLEN
-    outdev = ns.by_index.get(th.ifidx)
+    outdev = ns.by_index.get(x.ifidx)
     if outdev is None:
-        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {th.ifidx} not found")
-        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.ifidx}")
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {x.ifidx} not found")
+        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {x.ifidx}")
     l2 = th.l2_cache
     if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
         assert rt is not None  # flow_offload_fill_route gives every NEIGH tuple its route
@@ -349,11 +368,12 @@ def nf_flow_xmit_direct(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTup
     """``case FLOW_OFFLOAD_XMIT_DIRECT``: the cached MACs on ``out.ifidx`` — up to 6.18 the path's first VLAN
     or PPPoE device (``info->outdev``), whose own xmit adds its header; ``out.hw_ifidx``, the real device,
     served only hardware offload (nf_flow_table_offload.c)."""
-    outdev = ns_state.ns.by_index.get(th.out_ifidx)
+    x = th.xmit
+    outdev = ns_state.ns.by_index.get(x.out_ifidx)
     if outdev is None:
-        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {th.out_ifidx} not found")
-        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {th.out_ifidx}")
-    hh = mac_aton(th.h_dest) + mac_aton(th.h_source) if outdev.link_type == "ether" else None
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {x.out_ifidx} not found")
+        return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {x.out_ifidx}")
+    hh = mac_aton(x.h_dest) + mac_aton(x.h_source) if outdev.link_type == "ether" else None
     return nf_flow_queue_xmit(kernel, ft, skb, th, other, outdev, hh)
 
 
@@ -368,7 +388,7 @@ def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: 
     ``dev_queue_xmit``."""
     order = kernel.profile.encap_push_order
     if other.key.encap and order != "legacy":
-        if skb.gso_size and th.needs_gso_segment:
+        if skb.gso_size and th.xmit.needs_gso_segment:
             return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
         if not nf_flow_encap_push(skb, other, order):
             return _drop(kernel, ft, skb, "encap-push-failed")
@@ -447,8 +467,8 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple
 
 # --- pop ---------------------------------------------------------------------------
 
-def nf_flow_encap_pop(ctx: FlowtableCtx, skb, th: FlowOffloadTuple) -> None:
-    """``nf_flow_encap_pop``: as many L2 layers as the flow's tuple has, then the tunnel header."""
+def nf_flow_encap_pop(tun_proto: int, tun_hdr_size: int, skb, th: FlowOffloadTuple) -> None:
+    """``nf_flow_encap_pop``: as many L2 layers as the flow's tuple has, then the tunnel header (``ctx->tun``)."""
     for _ in range(th.encap_num):
         if skb.vlan_present:
             skb.vlan_hwaccel_clear_tag()
@@ -462,8 +482,8 @@ def nf_flow_encap_pop(ctx: FlowtableCtx, skb, th: FlowOffloadTuple) -> None:
             skb.protocol = pppoe_proto_to_ethertype((skb.buf[d + 6] << 8) | skb.buf[d + 7])  # the PPP protocol
             skb.pull(PPPOE_SES_HLEN)
         skb.reset_network_header()
-    if skb.protocol in (ETH_P_IP, ETH_P_IPV6) and ctx.tun_proto in (IPPROTO_IPIP, IPPROTO_IPV6):
-        skb.pull(ctx.tun_hdr_size)  # nf_flow_ip_tunnel_pop
+    if skb.protocol in (ETH_P_IP, ETH_P_IPV6) and tun_proto in (IPPROTO_IPIP, IPPROTO_IPV6):
+        skb.pull(tun_hdr_size)  # nf_flow_ip_tunnel_pop
         skb.reset_network_header()
 
 
