@@ -379,6 +379,28 @@ def test_guest_error_is_status_2():
     assert result.facts[0].status == "error" and "t.toml:3" in result.facts[0].kernel
 
 
+def test_replay_names_the_package_the_boot_recorded(tmp_path):
+    """A boot writes kit.json beside its results channel; a replay of it names that package and version (in the
+    result and in the docs heading), and one without says it is a saved channel."""
+    import shutil
+
+    from flowsim.conform.harness import KIT_FILE, markdown_table
+
+    saved = tmp_path / "results.log.gz"
+    shutil.copy(DATA / "results-debian-6.12.log.gz", saved)
+    paths = [str(ROOT / "topologies/conform-forward.toml")]
+    bare = run_conformance(paths, "debian-6.12", results=str(saved))
+    assert (bare.package, bare.version) == ("(saved results)", "")
+    assert "6.12.117+deb12-amd64 (saved results), profile" in markdown_table([bare])
+    (tmp_path / KIT_FILE).write_text('{"package": "linux-image-6.12.117+deb12-amd64", '
+                                     '"version": "6.12.117-1~deb12u1", "release": "6.12.117+deb12-amd64"}\n')
+    named = run_conformance(paths, "debian-6.12", results=str(saved))
+    assert (named.package, named.version) == ("linux-image-6.12.117+deb12-amd64", "6.12.117-1~deb12u1")
+    assert "(linux-image-6.12.117+deb12-amd64 6.12.117-1~deb12u1), profile `linux-6.12`" in markdown_table([named])
+    (tmp_path / KIT_FILE).write_text("not json")
+    assert run_conformance(paths, "debian-6.12", results=str(saved)).package == "(saved results)"
+
+
 def test_cli_replay_json_and_doc(tmp_path, capsys):
     """flowsim conform --results prints JSON and can write the docs table between its markers."""
     doc = tmp_path / "c.md"

@@ -30,7 +30,9 @@ without root, no package mirror, qemu failing) raise
 
 ``results`` replays a saved results channel (``results.log`` of an earlier
 run) instead of booting, which is how the tests check parsing and
-comparison against captured kernel output.
+comparison against captured kernel output.  A boot leaves ``kit.json``
+beside it (package, version, release), so a replay names the exact
+package version that produced the channel.
 
 ``frames=True`` (``flowsim conform --frames``) is the frame-exact mode of
 :mod:`flowsim.conform.frames`: the simulation runs first, its frames are
@@ -58,6 +60,7 @@ import contextlib
 import datetime
 import fcntl
 import gzip
+import json
 import os
 import shutil
 import time
@@ -301,8 +304,10 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
     if results is not None:
         raw = Path(results).read_bytes()
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
-        kit_info = ("(saved results)", "", _kernel_release(text), None)
-        profile = profile_name or spec_profile(spec, kit_info[2] or "")
+        package, version = _saved_kit(Path(results))
+        kit_info = (package, version, _kernel_release(text), None)
+        profile = profile_name or (spec_profile(spec, version, package) if version
+                                   else spec_profile(spec, kit_info[2] or ""))
         fplans = plan_frames(profile)
         work = None
     else:
@@ -329,6 +334,9 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
                 guest = boot_guest(kit, base, files, work, qemu=tools["qemu-system-x86_64"], timeout=budget)
         text = guest.results
         kit_info = (kit.package, kit.version, _kernel_release(text) or kit.release, None)
+        # beside the results channel: which package booted, so that a replay of it names the exact version
+        (work / KIT_FILE).write_text(json.dumps({"package": kit.package, "version": kit.version,
+                                                 "release": kit_info[2]}) + "\n")
         if workdir is None:  # keep the logs of the last run as last-KERNEL, without the initrd
             (work / "initrd.img").unlink(missing_ok=True)
             last = cache_dir() / f"last-{kernel}"
@@ -362,6 +370,20 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
                          out, str(work) if work else None, info, skipped, cap_info, patch_info)
 
 
+#: written beside a boot's results.log: {"package", "version", "release"} of the kernel package it booted
+KIT_FILE = "kit.json"
+
+
+def _saved_kit(results: Path) -> tuple[str, str]:
+    """The package and version a saved results channel came from (its ``kit.json``), else a label saying it
+    is a replay of unknown provenance."""
+    try:
+        meta = json.loads((results.parent / KIT_FILE).read_text())
+        return str(meta["package"]), str(meta["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "(saved results)", ""
+
+
 @contextlib.contextmanager
 def _cache_lock():
     cache_dir().mkdir(parents=True, exist_ok=True)
@@ -387,7 +409,9 @@ def markdown_table(results: list[ConformResult]) -> str:
     lines = []
     for r in results:
         s = summarize(r.facts)
-        lines += [f"### {r.kernel_label} ({r.package} {r.version}), profile `{r.profile}`, {r.date}", "",
+        booted = " ".join(x for x in (r.package, r.version) if x)  # a replay without kit.json: "(saved results)"
+        lines += [f"### {r.kernel_label} {booted if booted.startswith('(') else f'({booted})'}, profile "
+                  f"`{r.profile}`, {r.date}", "",
                   f"{s['agrees']} facts agree, {s['differs']} differ, {s['known']} known differences, "
                   f"{s['error']} errors." + (f"  Guest time: {r.timings['guest']:.0f} s." if "guest" in r.timings
                                              else ""), "",
