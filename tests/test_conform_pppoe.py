@@ -85,7 +85,36 @@ def test_session_lines_run_after_all_others():
         ("cpe", "ip -6 route add default dev ppp0"),
         ("bras", "ip link set ppp0 up"),
         ("bras", "ip addr add 2001:db8:ff::1/64 dev ppp0 nodad"),
+        ("bras", "ip link set eth1 up"),  # every later line of the namespace, in file order
+        ("bras", "ip addr add 198.51.100.1/24 dev eth1"),
+        ("bras", "ip addr add 2001:db8:100::1/64 dev eth1 nodad"),
     ]
+
+
+def test_a_tunnel_over_the_session_is_created_after_it():
+    """ip6ip6-over-pppoe: tun0's route to its remote goes over ppp0, and ip6_tnl_link_config takes the tunnel's MTU
+    from that route when the device is created (1492 - 40 = 1452, flowsim's); created before the session it found
+    no route and took ETH_DATA_LEN - 40 = 1460, so the guest's tunnel was not the file's."""
+    cmds = topology_commands(load_topology(TOPOLOGIES / "ip6ip6-over-pppoe.toml"))
+    assert not any("tun0" in c.text for c in cmds["cpe"])
+    late = [c.text for c in cmds["pppoe"][1:] if c.netns == "cpe"]
+    assert late.index("ip -6 route add 2001:db8:2::/64 dev ppp0") < late.index(
+        "ip link add tun0 type ip6tnl mode ip6ip6 local 2001:db8:ff::2 remote 2001:db8:2::2 encaplimit none")
+    assert late[-1] == "ip -6 route add default via 2002:db8:1::2 dev tun0"
+
+
+def test_a_later_line_for_another_namespace_stays_in_place():
+    """A veth created after the session line with its peer in another namespace is created before that
+    namespace's lines need the peer; a device the deferred lines create is deferred with them."""
+    topo = mini(extra="\nip link add vx type veth peer name vx netns \"bras\"\nip link add va type veth peer name vb"
+                      "\nip link set vb netns \"bras\"")
+    cmds = topology_commands(topo)
+    assert 'ip link add vx type veth peer name vx netns "bras"' in [c.text for c in cmds["cpe"]]
+    late = [c.text for c in cmds["pppoe"][1:] if c.netns == "cpe"]
+    assert late[:2] == ["ip link add va type veth peer name vb", 'ip link set vb netns "bras"']
+    assert pppoe._created_devices(["ip", "link", "add", "link", "eth0", "name", "e7", "type", "vlan"]) == {"e7"}
+    assert pppoe._created_devices(["ip", "link", "add", "tun0", "type", "ip6tnl"]) == {"tun0"}
+    assert pppoe._created_devices(["ip", "link", "set", "tun0", "up"]) == set()
 
 
 def test_ipv6_address_gets_nodad():

@@ -49,11 +49,16 @@ ppp unit (drivers/net/ppp/ppp_generic.c) on top.  The guest does the same:
 
 Ordering (:func:`split_commands`): a session needs both Ethernet devices,
 which the namespaces' commands create in file order, so every ``type
-pppoe`` line and every later line of its namespace that names the ppp
-device (``ip link set ppp0 up``, ``ip addr add … dev ppp0``, ``ip route add
-… dev ppp0``) run after all other lines: first the sessions, then those
-lines in file order, without the IPv4 address line IPCP already configured,
-IPv6 addresses with ``nodad``.
+pppoe`` line and every later line of its namespace run after all other
+lines: first the sessions, then those lines in file order, without the
+IPv4 address line IPCP already configured, IPv6 addresses with ``nodad``.
+Every later line, not only those naming the ppp device: a line after the
+session may depend on it without naming it — an ``ip6tnl`` or ``ipip``
+tunnel whose route to its remote goes over the session takes its MTU from
+that route when it is created (``ip6_tnl_link_config``: the route's device
+MTU less the tunnel header, else ``ETH_DATA_LEN`` less it, 1460 for 1452).
+A later line that creates or moves a device into another namespace and
+names no deferred device stays in place, for that namespace's lines.
 
 Every name and value from the topology reaches the guest's shell through
 :func:`shlex.quote`; device names are refused unless they are letters,
@@ -312,16 +317,16 @@ def split_commands(topo, sessions: list[Session]) -> tuple[dict[str, list], list
     late: list = []
     for name, ns in topo.namespaces.items():
         early[name] = []
-        deferring: set[str] = set()
+        deferring: set[str] = set()  # the ppp devices, then the devices the deferred lines create
         for c in ns.commands:
             if is_pppoe_line(c):
                 deferring.add(_end(topo, c).ifname)
                 continue
             tokens = shell_split(c)
-            hit = [n for n in deferring if n in tokens]
-            if not hit:
-                early[name].append(c)
+            if not deferring or ("netns" in tokens and deferring.isdisjoint(tokens)):
+                early[name].append(c)  # before the session line; or a device for another namespace's lines
                 continue
+            deferring |= _created_devices(tokens)
             a = addr_add(c)
             if a is not None and (name, a[2]) in ipcp and ipcp[(name, a[2])] == a[0]:
                 continue        # IPCP configured it (LOCAL peer REMOTE/32)
@@ -332,6 +337,23 @@ def split_commands(topo, sessions: list[Session]) -> tuple[dict[str, list], list
     starts = [SessionStart(s, f"pppoe session 0x{s.client.session:04x}", s.client.netns,
                            s.client.cmd.file, s.client.cmd.line) for s in sessions]
     return early, [*starts, *late]
+
+
+def _created_devices(tokens: list[str]) -> set[str]:
+    """The devices an ``ip link add [link DEV] [name] NAME … [peer name PEER …]`` line creates."""
+    if tokens[:3] != ["ip", "link", "add"]:
+        return set()
+    created = set()
+    rest = tokens[3:]
+    while rest and rest[0] == "link":
+        rest = rest[2:]
+    if rest:
+        created.add(rest[1] if rest[0] == "name" and len(rest) > 1 else rest[0])
+    if "peer" in tokens:
+        after = tokens[tokens.index("peer") + 1:]
+        if len(after) > 1 and after[0] == "name":
+            created.add(after[1])
+    return created
 
 
 # ---------------------------------------------------------------------- rendering
