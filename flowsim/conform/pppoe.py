@@ -56,7 +56,8 @@ Every later line, not only those naming the ppp device: a line after the
 session may depend on it without naming it — an ``ip6tnl`` or ``ipip``
 tunnel whose route to its remote goes over the session takes its MTU from
 that route when it is created (``ip6_tnl_link_config``: the route's device
-MTU less the tunnel header, else ``ETH_DATA_LEN`` less it, 1460 for 1452).
+MTU less the tunnel header; without a route the ``ETH_DATA_LEN`` less it
+that ``ip6_tnl_dev_init_gen`` set stays, 1460 for 1452).
 A later line that creates or moves a device into another namespace and
 names no deferred device stays in place, for that namespace's lines.
 
