@@ -376,6 +376,8 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
 
 #: written beside a boot's results.log: {"package", "version", "release"} of the kernel package it booted
 KIT_FILE = "kit.json"
+#: the package label of a replayed channel without its kit.json
+SAVED_RESULTS = "(saved results)"
 
 
 def _saved_kit(results: Path) -> tuple[str, str]:
@@ -385,7 +387,7 @@ def _saved_kit(results: Path) -> tuple[str, str]:
         meta = json.loads((results.parent / KIT_FILE).read_text())
         return str(meta["package"]), str(meta["version"])
     except (OSError, ValueError, KeyError, TypeError):
-        return "(saved results)", ""
+        return SAVED_RESULTS, ""
 
 
 @contextlib.contextmanager
