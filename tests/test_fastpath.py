@@ -258,6 +258,30 @@ def test_ip6ip6_over_pppoe_reply(profile, settings, verdict, near):
         assert out[IPv6].src == SERVER and out[IPv6].hlim == 59 and kernel.xmits[-1][1] == "eth0"
 
 
+def test_near_misses_follow_the_connection_s_live_flow():
+    """explain's near misses (found through conntrack, remembered per missing key): every miss is counted
+    against the live flow; none while the connection has no flow; the next flow of the connection counts
+    again (flow_offload_add forgets the remembered answers)."""
+    kernel, state = setup("ip6ip6-over-pppoe.toml", "cpe", "linux-7.1.5")
+    ct = established_ct(state, CLIENT, SERVER, 40000, 5201)
+    assert add_flow(kernel, state, "ft", ct, 0, "eth0")
+    ft = state.flowtables["ft"]
+    (flow,) = ft.flows.values()
+    for _ in range(3):
+        assert hook(kernel, state, "eth1", _pppoe_tunnel_reply())[0] == "accept"
+    assert ft.near_misses[(flow.id, 1)][:2] == (("tun",), 3) and len(ft.miss_memo) == 1
+    ft.flow_offload_teardown(flow, kernel, state, "test")
+    ft.nf_flow_offload_work_gc(kernel, state)
+    assert not ft.flows
+    hook(kernel, state, "eth1", _pppoe_tunnel_reply())
+    assert ft.near_misses[(flow.id, 1)][1] == 3  # no flow: nothing counted
+    ct.status &= ~IPS_OFFLOAD
+    assert add_flow(kernel, state, "ft", ct, 0, "eth0") and not ft.miss_memo
+    (again,) = ft.flows.values()
+    hook(kernel, state, "eth1", _pppoe_tunnel_reply())
+    assert again.id != flow.id and ft.near_misses[(again.id, 1)][:2] == (("tun",), 1)
+
+
 def test_pppoe_over_vlan_masquerade_direct_xmit():
     """Into a PPPoE session over VLAN 7 with masquerade: DIRECT to the BRAS MAC, PPPoE inside the
     hwaccel VLAN tag, source NATed with valid checksums (nf_flow_nat_ip, nf_flow_encap_push)."""

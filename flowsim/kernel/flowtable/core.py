@@ -383,6 +383,8 @@ class Flowtable:
     flow_add_failures: collections.Counter = attrs.Factory(collections.Counter)
     ct_failures: dict = attrs.Factory(dict)  # ct id -> {reason id: [count, first detail]} of refused flow adds
     near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count, first packet key)
+    # a missing key -> (its live flow, dir) or None (fastpath._near_miss), until the next flow_offload_add
+    miss_memo: dict = attrs.Factory(dict)
     by_ct: dict = attrs.Factory(dict)  # ct id -> its latest flow, kept after the flow is freed (for explain)
     kernel_bugs: list = attrs.Factory(list)
     gso_segmented: int = 0  # GSO skbs the fast path cut in software before an encap push (needs_gso_segment)
@@ -431,6 +433,8 @@ class Flowtable:
         flow.created = now
         for half in flow.tuplehash:
             self.rhashtable_insert(half)
+        if self.miss_memo:  # a key that had no flow near it may have one now
+            self.miss_memo.clear()
         self.flows[flow.id] = flow
         self.by_ct[flow.ct.id] = flow
         flow.ct.timeout = now + NF_CT_DAY  # nf_ct_refresh(ct, NF_CT_DAY)
@@ -557,6 +561,9 @@ class Flowtable:
 
 
 # --- memo of failed path resolutions ----------------------------------------------------
+
+#: at most this many missing keys remembered for explain's near misses (fastpath._near_miss)
+MISS_MEMO_MAX = 4096
 
 #: at most this many remembered failures per flowtable (a new one past it starts the memo afresh)
 PATH_FAILURES_MAX = 4096

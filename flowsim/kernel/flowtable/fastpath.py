@@ -42,7 +42,8 @@ from flowsim.errors import KernelBugError
 from flowsim.kernel.conntrack import IPS_DYING, TCP_FIN, TCP_RST, TCP_SYN, CtTuple, nf_ct_acct_update
 from flowsim.kernel.devices.ip6tnl import IPV6_DEFAULT_TNL_ENCAP_LIMIT
 from flowsim.kernel.flowtable.core import (
-    NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER, FlowOffload,
+    MISS_MEMO_MAX, NF_FLOW_CLOSING, NF_FLOW_DNAT, NF_FLOW_SNAT, NF_FLOW_TEARDOWN, NF_FLOWTABLE_COUNTER,
+    FlowOffload,
     FlowOffloadTuple, Flowtable,
 )
 from flowsim.kernel.flowtable.path import XmitType
@@ -134,26 +135,47 @@ def _near_miss(ft: Flowtable, conntrack, key) -> None:
 
     The flow is found through conntrack, as the flow's keys were made from its conntrack tuples
     (flow_offload_alloc): the packet's addresses and ports find the ct and the direction, ``by_ct`` the
-    connection's latest flow, if it is still in the table.  No index of its own: memory per flow entry."""
+    connection's latest flow, if it is still in the table.  No index of its own (memory per flow entry);
+    the answer per missing key is remembered until the next flow is added (``Flowtable.miss_memo``): a flow
+    that never matches sends every packet of its connection here."""
     if not ft.flows:  # no flow at all: nothing to be near
         return
+    memo = ft.miss_memo
+    near = memo.get(key, _UNSEEN)
+    if near is _UNSEEN:
+        if len(memo) >= MISS_MEMO_MAX:  # bounded: a new key past it starts the memo afresh
+            memo.clear()
+        near = memo[key] = _near_flow(ft, conntrack, key)
+    if near is None:
+        return
+    flow: FlowOffload = near[0]
+    d: int = near[1]
+    if flow.id not in ft.flows or ft.flows[flow.id] is not flow:  # freed since (a new flow clears the memo)
+        return
+    k = (flow.id, d)
+    old = ft.near_misses.get(k)
+    if old is None:
+        ft.near_misses[k] = (tuple(key.differences(flow.tuplehash[d].key)), 1, key)
+    else:
+        ft.near_misses[k] = (old[0], old[1] + 1, old[2])
+
+
+def _near_flow(ft: Flowtable, conntrack, key) -> tuple[FlowOffload, int] | None:
+    """The live flow, and the direction, whose addresses and ports *key* has (see :func:`_near_miss`)."""
     v4 = key.l3proto == AF_INET
     # the key's l3proto is AF_INET / AF_INET6, the same numbers as conntrack's NFPROTO_IPV4 / NFPROTO_IPV6
     hit = conntrack.lookup(CtTuple(_ip(key.src, v4), _ip(key.dst, v4), key.sport, key.dport, key.l3proto,
                                    key.l4proto))
     if hit is None:
-        return
+        return None
     ct, d = hit
     flow: FlowOffload | None = ft.by_ct.get(ct.id)
     if flow is None or flow.id not in ft.flows or ft.flows[flow.id] is not flow:
-        return  # the connection has no flow here, or its latest one was freed
-    half = flow.tuplehash[d]
-    k = (flow.id, d)
-    old = ft.near_misses.get(k)
-    if old is None:
-        ft.near_misses[k] = (tuple(key.differences(half.key)), 1, key)
-    else:
-        ft.near_misses[k] = (old[0], old[1] + 1, old[2])
+        return None  # the connection has no flow here, or its latest one was freed
+    return flow, d
+
+
+_UNSEEN = object()
 
 
 # --- the hook --------------------------------------------------------------------
