@@ -75,8 +75,8 @@ from flowsim.conform.frames import (
 )
 from flowsim.conform.guest import ScenarioPlan, ScenarioSkipped, boot_guest, plan_scenario, render_init
 from flowsim.conform.kernel import (
-    KERNELS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir, ensure_tools,
-    fetch_kernel, spec_profile,
+    KERNELS, SAVED_RESULTS, ConformSetupError, KernelKit, Timer, build_base_initramfs, cache_dir,
+    ensure_tools, fetch_kernel, spec_profile,
 )
 from flowsim.conform.known import apply_known
 from flowsim.conform.observe import ScenarioObservation, observe
@@ -376,8 +376,6 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
 
 #: written beside a boot's results.log: {"package", "version", "release"} of the kernel package it booted
 KIT_FILE = "kit.json"
-#: the package label of a replayed channel without its kit.json
-SAVED_RESULTS = "(saved results)"
 
 
 def _saved_kit(results: Path) -> tuple[str, str]:

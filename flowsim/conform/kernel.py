@@ -100,6 +100,10 @@ def profile_for_version(version: str) -> str | None:
     return names[-1] if names else None
 
 
+#: the package label of a results channel replayed without its kit.json (harness.KIT_FILE)
+SAVED_RESULTS = "(saved results)"
+
+
 def spec_profile(spec: KernelSpec, version: str, package: str = "") -> str:
     """*spec*'s profile for the package *version*; one clear error when no profile models that kernel."""
     if spec.profile:

@@ -54,7 +54,7 @@ from flowsim.config.topology import Topology, load_topology, load_topology_text
 from flowsim.conform.guest import GUEST_BIN, ScenarioPlan, boot_guest, guest_ruleset, setup_lines
 from flowsim.conform.harness import Skipped, _cache_lock, _kernel_release, load_scenarios
 from flowsim.conform.kernel import (
-    KERNELS, Timer, build_base_initramfs, cache_dir, ensure_tools, fetch_kernel, spec_profile,
+    KERNELS, SAVED_RESULTS, Timer, build_base_initramfs, cache_dir, ensure_tools, fetch_kernel, spec_profile,
 )
 from flowsim.conform.parse import split_sections
 from flowsim.errors import ConfigError, FlowsimError
@@ -365,7 +365,7 @@ def run_snapshots(paths: list[str], directory: str | Path, kernel: str = "debian
     if results is not None:
         raw = Path(results).read_bytes()
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
-        package, version, release = "(saved results)", "", _kernel_release(text)
+        package, version, release = SAVED_RESULTS, "", _kernel_release(text)
         profile = spec_profile(spec, release)
     else:
         with timer.step("tools"):

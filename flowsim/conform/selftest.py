@@ -30,7 +30,8 @@ from pathlib import Path, PurePosixPath
 import attrs
 
 from flowsim.conform.kernel import (
-    GNU_DIR, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt, source_package,
+    GNU_DIR, SAVED_RESULTS, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt,
+    source_package,
 )
 
 __all__ = ["SelftestLine", "SelftestRun", "read_results", "PAIRING", "fetch_selftest", "selftest_files",
@@ -247,7 +248,7 @@ class SelftestRun:
         return out
 
 
-def read_results(kernel: str, text: str, *, package: str = "(saved results)", version: str = "",
+def read_results(kernel: str, text: str, *, package: str = SAVED_RESULTS, version: str = "",
                  seconds: float = 0.0, profile: str | None = None) -> SelftestRun:
     """A :class:`SelftestRun` from the guest's results channel (a boot now, or a saved ``results.log``)."""
     from flowsim.conform.kernel import KERNELS, spec_profile
