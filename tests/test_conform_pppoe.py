@@ -115,6 +115,8 @@ def test_a_later_line_for_another_namespace_stays_in_place():
     assert pppoe._created_devices(["ip", "link", "add", "link", "eth0", "name", "e7", "type", "vlan"]) == {"e7"}
     assert pppoe._created_devices(["ip", "link", "add", "tun0", "type", "ip6tnl"]) == {"tun0"}
     assert pppoe._created_devices(["ip", "link", "set", "tun0", "up"]) == set()
+    assert pppoe._created_devices(["ip", "-6", "link", "add", "dev", "t6", "type", "ip6tnl"]) == {"t6"}
+    assert pppoe._created_devices(["ip", "link", "add", "va", "type", "veth", "peer", "name", "vb"]) == {"va", "vb"}
 
 
 def test_ipv6_address_gets_nodad():

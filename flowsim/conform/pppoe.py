@@ -341,17 +341,19 @@ def split_commands(topo, sessions: list[Session]) -> tuple[dict[str, list], list
 
 
 def _created_devices(tokens: list[str]) -> set[str]:
-    """The devices an ``ip link add [link DEV] [name] NAME … [peer name PEER …]`` line creates."""
-    if tokens[:3] != ["ip", "link", "add"]:
+    """The devices an ``ip [OPTIONS] link add [link DEV] [name|dev] NAME … [peer name PEER …]`` line creates
+    (the words iproute's ``_link_add`` reads for the name)."""
+    w = _words(tokens) if tokens[:1] == ["ip"] else []
+    if w[:2] != ["link", "add"]:
         return set()
     created = set()
-    rest = tokens[3:]
+    rest = w[2:]
     while rest and rest[0] == "link":
         rest = rest[2:]
     if rest:
-        created.add(rest[1] if rest[0] == "name" and len(rest) > 1 else rest[0])
-    if "peer" in tokens:
-        after = tokens[tokens.index("peer") + 1:]
+        created.add(rest[1] if rest[0] in ("name", "dev") and len(rest) > 1 else rest[0])
+    if "peer" in rest:
+        after = rest[rest.index("peer") + 1:]
         if len(after) > 1 and after[0] == "name":
             created.add(after[1])
     return created
