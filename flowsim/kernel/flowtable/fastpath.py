@@ -148,9 +148,8 @@ def _near_miss(ft: Flowtable, conntrack, key) -> None:
         near = memo[key] = _near_flow(ft, conntrack, key)
     if near is None:
         return
-    flow: FlowOffload = near[0]
-    d: int = near[1]
-    if flow.id not in ft.flows or ft.flows[flow.id] is not flow:  # freed since (a new flow clears the memo)
+    flow, d = near
+    if not _live(ft, flow):  # freed since (a new flow clears the memo)
         return
     k = (flow.id, d)
     old = ft.near_misses.get(k)
@@ -169,10 +168,15 @@ def _near_flow(ft: Flowtable, conntrack, key) -> tuple[FlowOffload, int] | None:
     if hit is None:
         return None
     ct, d = hit
-    flow: FlowOffload | None = ft.by_ct.get(ct.id)
-    if flow is None or flow.id not in ft.flows or ft.flows[flow.id] is not flow:
+    flow = ft.by_ct.get(ct.id)
+    if flow is None or not _live(ft, flow):
         return None  # the connection has no flow here, or its latest one was freed
     return flow, d
+
+
+def _live(ft: Flowtable, flow: FlowOffload) -> bool:
+    """*flow* is still in the table (not freed by the GC)."""
+    return ft.flows.get(flow.id) is flow
 
 
 _UNSEEN = object()
