@@ -20,15 +20,17 @@ from scapy.layers.l2 import Ether
 from flowsim.cli import main
 from flowsim.config.topology import load_topology
 from flowsim.conform.frames import (
-    FRAMES_TABLE, NFLOG_GROUP, KernelFrames, compare_frames, frames_files, hexdump, l3_bytes, nflog_payload,
-    render_frames_init, render_frames_scenario, simulate_frames,
+    FRAMES_TABLE, GSO_SUFFIX, NFLOG_GROUP, KernelFrames, compare_frames, frames_files, hexdump, l3_bytes,
+    nflog_payload, render_frames_init, render_frames_scenario, simulate_frames, tcp_checksum_seed, virtio_gso_type,
 )
+from flowsim.conform.known import TCP_SEED
 from flowsim.conform.guest import plan_scenario
 from flowsim.conform.harness import load_scenarios, run_conformance
 from flowsim.conform.parse import Pcap, parse_pcap
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, write_pcap
 from flowsim.kernel.devices.base import mac_for
+from flowsim.kernel.gso import SKB_GSO_DODGY, SKB_GSO_IPXIP4, SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_UDP_L4
 from flowsim.schemas import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -558,3 +560,103 @@ def test_esp_frames_are_compared_by_header_and_plaintext():
     s_seq = eth + esp.xfrm_tunnel_esp_output(model_sa, inner, 8, 4, 0)[0]
     assert kernel_random_fields(k, s_seq, LINKTYPE_ETHERNET, keys) is None         # another sequence number
     assert "ESP IV, ciphertext and ICV" in known.KERNEL_RANDOM
+
+
+# ---------------------------------------------------------------------- GSO skbs (pppoe-over-vlan's TSO upload)
+
+POV = ROOT / "topologies" / "pppoe-over-vlan.toml"
+
+
+@pytest.fixture(scope="module")
+def tso():
+    (topo, plan), = load_scenarios([str(POV)], frames=True, max_packets=3)
+    return topo, plan, simulate_frames(topo, plan, "linux-7.2", 3)
+
+
+def test_gso_skbs_are_injected_with_a_virtio_net_hdr(tso):
+    """A GSO skb the client sends is written through a PACKET_VNET_HDR socket (packet_snd ->
+    virtio_net_hdr_to_skb): VIRTIO_NET_HDR_GSO_TCPV4, gso_size as flowsim's skb, hdr_len up to the TCP
+    payload; the other frames as they are."""
+    _, plan, fp = tso
+    gso = [(k, f) for k, f in enumerate(fp.inject) if f.gso_size]
+    assert len(gso) == 3 and all(f.gso_size == 1400 and len(f.data) > 16000 for _, f in gso)
+    files = frames_files(fp, plan.index)
+    script = render_frames_scenario(*tso[:2], fp)
+    for k, f in enumerate(fp.inject):
+        name = f"conform/s{plan.index}/f/{k}" + (GSO_SUFFIX if f.gso_size else "")
+        assert name.removeprefix("conform") in script  # the file the script injects is the file written
+        data = files[name]
+        if not f.gso_size:
+            assert data == f.data
+            continue
+        flags, vtype, hdr_len, gso_size, start, off = struct.unpack("<BBHHHH", data[:10])
+        assert (flags, vtype, hdr_len, gso_size, start, off) == (0, 1, 14 + 20 + 20, 1400, 0, 0)
+        assert data[10:] == f.data
+    assert "setsockopt-int=263:15:1" in script and f"*{GSO_SUFFIX})" in script
+    # TSO back on where the GSO skbs are sent, 'gso' where they are received whole (libpcap's slot size)
+    assert [ln.split("NS ")[1] for ln in script.splitlines() if " -K " in ln] == [
+        "client /usr/sbin/ethtool -K eth0 tso on || return", "cpe /usr/sbin/ethtool -K lan0 gso on || return"]
+
+
+def test_gso_type_a_packet_socket_cannot_carry():
+    """virtio_net_hdr has TCPv4/TCPv6 (and UDP types that need a seeded checksum): an IPIP GSO skb has none."""
+    assert virtio_gso_type(SKB_GSO_TCPV4) == 1 and virtio_gso_type(SKB_GSO_TCPV6 | SKB_GSO_DODGY) == 4
+    assert virtio_gso_type(SKB_GSO_TCPV4 | SKB_GSO_IPXIP4) is None and virtio_gso_type(SKB_GSO_UDP_L4) is None
+
+
+def test_gso_checksum_seed_is_a_kernel_set_field(tso):
+    """Captures of the unsegmented skb show the pseudo-header seed validate_xmit_skb -> tcp4_gso_segment
+    wrote (10.0.0.1 -> 10.0.0.2, 4020 TCP bytes: 0x23bd, as a host kernel wrote it for this project); it
+    is checked, not masked: any other value, or any other byte changed, is a difference."""
+    f = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2")
+              / TCP(sport=1, dport=2, flags="A") / (b"x" * 4000))
+    seeded = f[:50] + b"\x23\xbd" + f[52:]
+    assert tcp_checksum_seed(seeded, f, LINKTYPE_ETHERNET)
+    assert not tcp_checksum_seed(f[:50] + b"\x23\xbe" + f[52:], f, LINKTYPE_ETHERNET)
+    assert not tcp_checksum_seed(seeded[:-1] + b"y", f, LINKTYPE_ETHERNET)
+    _, plan, fp = tso
+
+    def seed_the_gso_skbs(kf):
+        for key in (("client", "eth0", True), ("cpe", "lan0", False)):
+            frames = []
+            for sf in fp.expected(*key):
+                d = bytearray(sf.data)
+                if sf.gso_size:
+                    ip = IP(d[14:])
+                    pseudo = bytes(ip)[12:20] + struct.pack("!HH", 6, ip.len - 20)
+                    s = sum(struct.unpack(f"!{len(pseudo) // 2}H", pseudo))
+                    while s >> 16:
+                        s = (s & 0xFFFF) + (s >> 16)
+                    d[50:52] = s.to_bytes(2, "big")
+                frames.append(bytes(d))
+            kf.pcaps[key] = Pcap(LINKTYPE_ETHERNET, tuple(frames))
+        return kf
+
+    rows = {(r.subject, r.fact): r for r in compare_frames(plan.name, fp, _kernel_like(fp, seed_the_gso_skbs))}
+    assert all(r.status in ("agrees", "known") for r in rows.values())
+    row = rows[("cpe/lan0 in", "bytes")]
+    assert row.status == "known" and row.kernel.endswith("3 equal but for kernel-set fields")
+    assert TCP_SEED in row.note and "tcp4_gso_segment" in row.note
+    assert rows[("cpe/lan0 in", "flowtable verdicts")].status == "agrees"
+
+
+TSO_SAVED = ROOT / "tests" / "data" / "conform" / "frames-pppoe-over-vlan-tso-debian-sid.log.gz"
+
+
+def test_saved_tso_boot_agrees_on_linux_7_2():
+    """pppoe-over-vlan on Debian sid's 7.2.13, --frames --max-packets 3, replayed: the client's three
+    16000-byte GSO skbs reach the CPE whole, take the fast path, and leave cut into 1400-byte segments,
+    each with its own VLAN 7 + PPPoE headers (nf_flow_encap_gso_xmit: skb_gso_segment, then
+    nf_flow_encap_push per segment) — byte for byte as flowsim cuts them.  Only the seed in the unsegmented
+    skb's TCP checksum is kernel-set."""
+    r = run_conformance([str(POV)], "debian-sid", results=str(TSO_SAVED), frames=True, max_packets=3)
+    assert r.status == 0, r.text()
+    rows = {(f.subject, f.fact): f for f in r.facts}
+    assert {k for k, f in rows.items() if f.status == "known"} == {("client/eth0 out", "bytes"),
+                                                                     ("cpe/lan0 in", "bytes")}
+    assert all(f.status == "agrees" for k, f in rows.items() if f.status != "known")
+    assert rows[("cpe/lan0 in", "flowtable verdicts")].kernel == "fastpath 11, slowpath 6"
+    assert rows[("cpe/eth1 out", "frames")].kernel == 50
+    # ... and a model that did not cut the GSO skb on the fast path would be told so
+    seg = [f for f in r.facts if f.subject == "cpe/eth1 out" and f.fact == "bytes"]
+    assert seg and seg[0].kernel == "50 frames identical"

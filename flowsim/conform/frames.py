@@ -46,14 +46,18 @@ slack.  This mode compares frames, byte for byte, with no tolerance:
 
    Every device of every namespace except the endpoints' non-wire devices
    and ``lo`` is captured by two ``tcpdump -Q in`` / ``-Q out`` processes
-   (``-U --immediate-mode -s 0 -Z root``): a pcap keeps no direction, and
+   (``-U --immediate-mode -s 65600 -B 4096 -Z root``): a pcap keeps no direction, and
    flowsim's link delay may interleave the two directions of one device
    differently from a sequential injection, so each direction is its own
    ordered stream.  ``tcpdump -i nflog:7`` records the log group.  Then each
    frame to inject is written with ``socat -u OPEN:FILE INTERFACE:DEV``
    inside its namespace, one frame per write, in flowsim's order, strictly
    one after the other (a run of frames on the same device shares one
-   ``ip netns exec``).  The pcaps return base64-encoded in the results
+   ``ip netns exec``).  A GSO skb (a ``gso_size`` table's TSO) is written
+   whole through a ``PACKET_VNET_HDR`` socket with its ``virtio_net_hdr``
+   (:func:`virtio_net_hdr`), from a device with TSO back on, so the router
+   receives the GSO skb flowsim's did; the captures of the unsegmented skb
+   show the TCP checksum seed the kernel writes (``KERNEL_DERIVED``).  The pcaps return base64-encoded in the results
    channel (sections ``pcap`` and ``nflog``, parsed by
    :func:`flowsim.conform.parse.parse_pcap`).
 4. **Verdicts.**  The flowtable hook runs at netdev ingress; a packet it
@@ -91,10 +95,12 @@ from flowsim.config.topology import Topology
 from flowsim.conform import pppoe
 from flowsim.conform.compare import Fact
 from flowsim.conform.guest import IP, ScenarioPlan, scenario_files, setup_lines
-from flowsim.conform.known import KERNEL_RANDOM
+from flowsim.conform.known import KERNEL_DERIVED, KERNEL_RANDOM, TCP_SEED
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
+from flowsim.kernel.gso import SKB_GSO_DODGY, SKB_GSO_TCPV4, SKB_GSO_TCPV6
+from flowsim.kernel.headers import IPPROTO_TCP, internet_checksum
 from flowsim.kernel.capture import (
     _ARPHRD, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, _from_ethernet, device_linktype,
 )
@@ -106,7 +112,8 @@ __all__ = ["SimFrame", "FramePlan", "simulate_frames", "render_frames_scenario",
            "compare_frames", "hexdump", "summary", "l3_bytes", "NFLOG_GROUP", "FRAMES_TABLE", "SETTLE",
            "render_frames_init", "kernel_frames", "FRAMES_LINK_DELAY", "KernelFrames", "scenario_id", "error_facts",
            "nflog_payload",
-           "kernel_random_fields", "cooked_to_packet", "random_field_offsets", "first_real_difference"]
+           "kernel_random_fields", "cooked_to_packet", "random_field_offsets", "first_real_difference",
+           "GSO_SUFFIX", "virtio_gso_type", "virtio_net_hdr", "tcp_checksum_seed"]
 
 NFLOG_GROUP = 7
 FRAMES_TABLE = "flowsim_frames"
@@ -121,6 +128,7 @@ LINKTYPE_NFLOG = 239
 # Names that reach socat's address syntax (``INTERFACE:DEV``) and nft's quoted device names unquoted by
 # a shell: letters, digits and ``_ . -`` only (the kernel allows more; the guest refuses the rest).
 _SAFE_DEV = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+KERNEL_SET = {**KERNEL_RANDOM, **KERNEL_DERIVED}
 _ETH_VLAN = (0x8100, 0x88A8)
 _PPPOE_SESSION = 0x8864
 
@@ -137,6 +145,8 @@ class SimFrame:
     outbound: bool
     packet: int | None      # one id per simulated packet
     verdict: str | None     # the flowtable hook's verdict on this received frame
+    gso_size: int = 0       # a GSO skb's skb_shinfo(skb)->gso_size (0: an ordinary frame)
+    gso_type: int = 0       # ... and its gso_type (SKB_GSO_* bits)
 
 
 @attrs.frozen
@@ -185,7 +195,8 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
     def tap(netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
         d = live.namespaces[netns].devices.get(dev)
         kind = d.link_type if d is not None else "ether"
-        rec.append([netns, dev, frame, outbound, getattr(skb, "tag", None), None, skb, device_linktype(kind), kind])
+        rec.append([netns, dev, frame, outbound, getattr(skb, "tag", None), None, skb, device_linktype(kind), kind,
+                    getattr(skb, "gso_size", 0), getattr(skb, "gso_type", 0)])
 
     def verdict(skb, text: str) -> None:
         for r in reversed(rec):
@@ -199,12 +210,12 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
     sim.run()
     ids: dict[int, int] = {}
     frames = []
-    for i, (netns, dev, frame, outbound, tag, text, _skb, lt, kind) in enumerate(rec):
+    for i, (netns, dev, frame, outbound, tag, text, _skb, lt, kind, gso_size, gso_type) in enumerate(rec):
         pid = ids.setdefault(id(tag), len(ids) + 1) if tag is not None else None
         # the tap hands an L3 device's frame behind a synthetic Ethernet header: as its pcap holds it (raw IP,
         # or a cooked header: packet type, ARPHRD, protocol — as `flowsim run --pcapng` writes it)
         data = _from_ethernet(frame, lt, _ARPHRD.get(kind, 0), outbound) if lt != LINKTYPE_ETHERNET else frame
-        frames.append(SimFrame(i, netns, dev, data, lt, outbound, pid, text))
+        frames.append(SimFrame(i, netns, dev, data, lt, outbound, pid, text, gso_size, gso_type))
     rec.clear()
 
     endpoints = tuple(dict.fromkeys(x for t in plan.traffic for x in (t.client, t.server)))
@@ -229,6 +240,11 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
             raise _bad(topo, f"--frames: device name {dev!r} in {ns!r} cannot be captured and injected in the guest",
                        "device names of letters, digits, '_', '.', '-' (at most 15)")
     inject = tuple(f for f in frames if f.outbound and (f.netns, f.dev) in wires)
+    for f in inject:
+        if f.gso_size and virtio_gso_type(f.gso_type) is None:
+            raise _bad(topo, f"--frames: {f.netns}/{f.dev} sends a GSO skb of gso_type {f.gso_type:#x}, which a "
+                             "packet socket's virtio_net_hdr cannot carry",
+                       "GSO traffic of plain TCP over IPv4 or IPv6 from the endpoints (gso_size on a TCP table)")
     macs = []
     for name, ns in live.namespaces.items():
         for dev in ns.devices.values():
@@ -272,11 +288,76 @@ def log_ruleset() -> str:
 
 def frames_files(fplan: FramePlan, index: int) -> dict[str, bytes]:
     """The frame files, the mute tables and the log table of scenario *index* (paths inside the initramfs)."""
-    files = {f"conform/s{index}/f/{k}": f.data for k, f in enumerate(fplan.inject)}
+    files = {f"conform/s{index}/{frame_file(k, f)}": virtio_net_hdr(f) + f.data if f.gso_size else f.data
+             for k, f in enumerate(fplan.inject)}
     for ns in fplan.endpoints:
         files[f"conform/s{index}/{ns}.mute.nft"] = mute_ruleset(fplan, ns).encode()
     files[f"conform/s{index}/log.nft"] = log_ruleset().encode()
     return files
+
+
+# A GSO skb is injected with a struct virtio_net_hdr in front (PACKET_VNET_HDR on the packet socket:
+# packet_snd -> virtio_net_hdr_to_skb): the frame file's name ends in GSO_SUFFIX.
+GSO_SUFFIX = ".gso"
+SOL_PACKET, PACKET_VNET_HDR = 263, 15  # include/linux/socket.h, include/uapi/linux/if_packet.h
+# include/uapi/linux/virtio_net.h: VIRTIO_NET_HDR_GSO_TCPV4 / _TCPV6, by the skb's gso_type bit
+_VIRTIO_GSO = {SKB_GSO_TCPV4: 1, SKB_GSO_TCPV6: 4}
+_VNET_HDR = struct.Struct("<BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_offset (LE on x86)
+
+
+def virtio_gso_type(gso_type: int) -> int | None:
+    """The ``VIRTIO_NET_HDR_GSO_*`` of an skb's *gso_type*: plain TCP over IPv4 or IPv6 only (a tunnel's
+    SKB_GSO_IPXIP4/6 bits, UDP_L4 and ESP have no virtio type a packet socket takes without a seeded
+    checksum); None otherwise."""
+    hit = [v for bit, v in _VIRTIO_GSO.items() if gso_type & bit]
+    return hit[0] if len(hit) == 1 and gso_type & ~(SKB_GSO_TCPV4 | SKB_GSO_TCPV6 | SKB_GSO_DODGY) == 0 else None
+
+
+def virtio_net_hdr(f: SimFrame) -> bytes:
+    """The ``struct virtio_net_hdr`` that makes the guest's packet socket build *f* as the GSO skb flowsim sent.
+
+    No VIRTIO_NET_HDR_F_NEEDS_CSUM: ``__virtio_net_hdr_to_skb`` finds the transport header with the flow
+    dissector, and the first ``validate_xmit_skb`` seeds the TCP checksum itself (tcp4_gso_segment /
+    tcp6_gso_segment); ``hdr_len`` puts the headers in the linear area, the payload in page fragments, as
+    a TCP sender's skb has them.
+    """
+    l3 = _l3_offset(f.data, f.linktype)
+    v4 = f.data[l3] >> 4 == 4
+    l4 = l3 + ((f.data[l3] & 15) * 4 if v4 else 40)
+    hdr_len = l4 + (f.data[l4 + 12] >> 4) * 4
+    vtype = virtio_gso_type(f.gso_type)
+    assert vtype is not None  # simulate_frames refused the rest
+    return _VNET_HDR.pack(0, vtype, hdr_len, f.gso_size, 0, 0)
+
+
+def tcp_checksum_seed(kernel: bytes, sim: bytes, linktype: int) -> bool:
+    """*kernel* is *sim*, a GSO skb's frame, but for its TCP checksum, which holds the pseudo-header seed
+    ``__tcp_v4_send_check`` / ``__tcp_v6_send_check`` write (``th->check = ~tcp_v4_check(len, saddr, daddr,
+    0)``) where flowsim's frame carries the full checksum."""
+    if len(kernel) != len(sim):
+        return False
+    l3 = _l3_offset(sim, linktype)
+    if len(sim) < l3 + 40:
+        return False
+    if sim[l3] >> 4 == 4 and sim[l3 + 9] == IPPROTO_TCP:
+        ihl = (sim[l3] & 15) * 4
+        l4, l4len = l3 + ihl, struct.unpack_from("!H", sim, l3 + 2)[0] - ihl
+        pseudo = sim[l3 + 12:l3 + 20] + struct.pack("!HH", IPPROTO_TCP, l4len)
+    elif sim[l3] >> 4 == 6 and sim[l3 + 6] == IPPROTO_TCP:
+        l4, l4len = l3 + 40, struct.unpack_from("!H", sim, l3 + 4)[0]
+        pseudo = sim[l3 + 8:l3 + 40] + struct.pack("!IxxxB", l4len, IPPROTO_TCP)
+    else:
+        return False
+    at = l4 + 16
+    if len(sim) < at + 2 or kernel[:at] != sim[:at] or kernel[at + 2:] != sim[at + 2:]:
+        return False
+    seed = 0xFFFF - internet_checksum(pseudo)  # the folded, uncomplemented sum
+    return struct.unpack_from("!H", kernel, at)[0] == seed
+
+
+def frame_file(k: int, f: SimFrame) -> str:
+    """The file of the *k*-th frame to inject, below the scenario's folder (a GSO skb's marked)."""
+    return f"f/{k}{GSO_SUFFIX if f.gso_size else ''}"
 
 
 def _runs(fplan: FramePlan) -> list[tuple[str, str, list[int]]]:
@@ -290,9 +371,11 @@ def _runs(fplan: FramePlan) -> list[tuple[str, str, list[int]]]:
     return out
 
 
-# one frame per socat call: socat -u reads the whole file (-b larger than any frame) and writes it once
-_INJECT_SCRIPT = ('d=$1; shift; for f in "$@"; do '
-                  'socat -u -b 262144 "OPEN:$f" "INTERFACE:$d" || echo "inject $f on $d failed"; done')
+# one frame per socat call: socat -u reads the whole file (-b larger than any frame) and writes it once; a
+# GSO skb's file (GSO_SUFFIX) goes through a socket with PACKET_VNET_HDR, its virtio_net_hdr first
+_INJECT_SCRIPT = ('d=$1; shift; for f in "$@"; do o=; case $f in *' + GSO_SUFFIX + ') '
+                  f'o=,setsockopt-int={SOL_PACKET}:{PACKET_VNET_HDR}:1;; esac; '
+                  'socat -u -b 262144 "OPEN:$f" "INTERFACE:$d$o" || echo "inject $f on $d failed"; done')
 
 
 def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan) -> str:
@@ -310,6 +393,18 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
         if (ns, dev) in sessions:
             continue
         out.append(f"  run - {IP} -n {q(ns)} link set dev {q(dev)} address {q(mac)} || return")
+    # the harness turns TSO off everywhere; a device that sends flowsim's GSO skbs needs it back, or its
+    # validate_xmit_skb would cut them (a virtio_net_hdr marks them SKB_GSO_DODGY: with TSO, tcp_gso_segment
+    # only recounts gso_segs and passes them on whole, as a TCP sender's TSO skb crosses a veth)
+    senders = dict.fromkeys((f.netns, f.dev) for f in fplan.inject if f.gso_size)
+    for ns, dev in senders:
+        out.append(f"  run - NS {q(ns)} {GUEST_BIN['ethtool']} -K {q(dev)} tso on || return")
+    # libpcap's TPACKET_V2 ring (tcpdump --immediate-mode) cuts an Ethernet device's frames at its MTU + 18
+    # unless the device has an offload on (pcap-linux.c): a device that receives or forwards a GSO skb
+    # whole gets 'gso', which only decides whether its own sockets build GSO skbs (none send here)
+    for ns, dev in dict.fromkeys((f.netns, f.dev) for f in fplan.frames if f.gso_size):
+        if (ns, dev) not in senders:
+            out.append(f"  run - NS {q(ns)} {GUEST_BIN['ethtool']} -K {q(dev)} gso on || return")
     for ns, dev, addr, lladdr in fplan.neigh:
         out.append(f"  run - {IP} -n {q(ns)} neigh replace {q(addr)} lladdr {q(lladdr)} dev {q(dev)} "
                    f"nud permanent || return")
@@ -332,7 +427,7 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
     out.append("  capture_ready")
     out.append(f"  note inject {len(fplan.inject)} frames")
     for ns, dev, ks in _runs(fplan):
-        files = " ".join(q(f"{base}/f/{k}") for k in ks)
+        files = " ".join(q(f"{base}/{frame_file(k, fplan.inject[k])}") for k in ks)
         out.append(f"  NS {q(ns)} sh -c {q(_INJECT_SCRIPT)} sh {q(dev)} {files} >>/tmp/inject.err 2>&1")
     out.append("  note injected")
     out.append(f"  [ -s /tmp/inject.err ] && section {s} stderr inject - < /tmp/inject.err; rm -f /tmp/inject.err")
@@ -350,9 +445,12 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
 # The helpers the frames scenarios use, added to the guest's /init beside the scenarios.
 FRAMES_HELPERS = r"""
 # capture NS DEV DIR FILE: tcpdump on DEV of NS (DIR in|out, or - for both), pid appended to $CAPS.
+# Snap length: the largest GSO skb (64 KiB) and its L2 headers; libpcap sizes each slot of its ring by it
+# on a device that is not Ethernet (ppp0: the -s 0 default of 256 KiB left 8 slots in 2 MiB, and a
+# 12-segment burst lost 4 frames), so 4 MiB of ring hold 62 such frames.
 capture() {
   if [ "$3" = - ]; then q=; else q="-Q $3"; fi
-  $IP netns exec "$1" /usr/bin/tcpdump -i "$2" $q -U --immediate-mode -s 0 -Z root -n -w "$4" 2>"$4.err" &
+  $IP netns exec "$1" /usr/bin/tcpdump -i "$2" $q -U --immediate-mode -s 65600 -B 4096 -Z root -n -w "$4" 2>"$4.err" &
   CAPS="$CAPS $!"; CAPF="$CAPF $4.err"
 }
 # capture_ready: until every tcpdump said it listens (10 s at most).
@@ -688,7 +786,8 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             masked = 0
             for i, (kb, sb) in enumerate(zip(got, wanted)):
                 if kb != sb:
-                    fields = kernel_random_fields(kb, sb, linktype, esp_keys)
+                    fields = (TCP_SEED,) if want[i].gso_size and tcp_checksum_seed(kb, sb, linktype) else \
+                        kernel_random_fields(kb, sb, linktype, esp_keys)
                     if fields is None:
                         diff = i
                         break
@@ -697,9 +796,10 @@ def compare_frames(name: str, fplan: FramePlan, kf: KernelFrames) -> list[Fact]:
             if diff is None and len(got) != len(want):
                 diff = min(len(got), len(want))
             if diff is None and randomised:
-                text = f"{len(got) - masked} frames identical, {masked} equal but for kernel-random fields"
+                kind = "kernel-random" if all(f in KERNEL_RANDOM for f in randomised) else "kernel-set"
+                text = f"{len(got) - masked} frames identical, {masked} equal but for {kind} fields"
                 rows.append(Fact(name, subject, "bytes", text, f"{len(want)} frames", "exact", "known",
-                                 "; ".join(f"{f} ({c} frames): {KERNEL_RANDOM[f]}" for f, c in randomised.items())))
+                                 "; ".join(f"{f} ({c} frames): {KERNEL_SET[f]}" for f, c in randomised.items())))
             elif diff is None:
                 rows.append(_row(name, subject, "bytes", f"{len(got)} frames identical",
                                  f"{len(want)} frames identical"))

@@ -204,8 +204,11 @@ def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
                "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
 
 
-def _skip_reason(topo: Topology) -> None:
-    """Raise :class:`ScenarioSkipped` for what the guest cannot run at all (file and line in the reason)."""
+def _skip_reason(topo: Topology, frames: bool) -> None:
+    """Raise :class:`ScenarioSkipped` for what the guest cannot run at all (file and line in the reason).
+
+    ``gso_size`` only in socat mode: ``--frames`` injects flowsim's GSO skbs whole, with a
+    ``virtio_net_hdr`` (:mod:`flowsim.conform.frames`), where a socket's stack would size its own."""
     for cmds in topology_commands(topo).values():
         for cmd in cmds:
             tokens = shell_split(cmd)
@@ -222,9 +225,10 @@ def _skip_reason(topo: Topology) -> None:
         raise ScenarioSkipped(f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",
                               f"{topo.file}:{e.command.line}", "a topology without [[event]] tables")
     for t in topo.traffic:
-        if t.gso_size is not None:
-            raise ScenarioSkipped(f"traffic {t.name!r}: gso_size cannot be rendered: the guest's stack sizes its "
-                                  "own GSO skbs", f"{topo.file}:{t.line}", "no gso_size")
+        if t.gso_size is not None and not frames:
+            raise ScenarioSkipped(f"traffic {t.name!r}: gso_size cannot be rendered with sockets: the guest's stack "
+                                  "sizes its own GSO skbs (--frames injects flowsim's)", f"{topo.file}:{t.line}",
+                                  "no gso_size, or --frames")
 
 
 # Socat mode simulates a TCP table without `rate` at this many writes per second.  In the guest, socat
@@ -267,7 +271,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     :attr:`ScenarioPlan.adjustments`, and the simulation the kernel is compared with must use the plan's
     traffic (:func:`flowsim.conform.harness.plan_traffic`).
     """
-    _skip_reason(topo)
+    _skip_reason(topo, frames)
     plans, notes, acked = [], [], []
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     ordered = sorted(topo.traffic, key=lambda t: t.start)

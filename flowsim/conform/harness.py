@@ -42,7 +42,7 @@ with it.  The result has the same shape (facts with tolerance ``exact``).
 
 Every shipped topology can be given.  One the guest cannot run at all (a
 flowsim-only device kind such as ``ethernet`` or ``dsa``, ``pppoe`` until
-the guest runs it, ``gso_size``, ``[[event]]``) is *skipped* with its
+the guest runs it, ``gso_size`` in socat mode, ``[[event]]``) is *skipped* with its
 reason (:class:`~flowsim.conform.guest.ScenarioSkipped`) and does not change
 the exit status.  A socket size too small for a payload is raised, and
 ``max_packets`` caps each traffic direction in both modes; without it a

@@ -22,7 +22,10 @@ header fields the kernel fills from a per-boot random key, which no model
 can predict byte for byte.  Only those bits of the outer header of a tunnel
 frame (or of a router's ICMP error without DF) are masked, and only after
 the exact comparison failed; the frames must then be equal, and every IPv4
-header checksum valid on both sides.
+header checksum valid on both sides.  :data:`KERNEL_DERIVED` holds the one
+field the kernel derives where flowsim writes a finished value, a GSO skb's
+TCP checksum seed: it is not masked but checked against the value the
+kernel's function computes from flowsim's frame.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import attrs
 
 from flowsim.conform.compare import Fact
 
-__all__ = ["KnownDifference", "KNOWN_DIFFERENCES", "KERNEL_RANDOM", "check_entry", "lookup", "apply_known"]
+__all__ = ["KnownDifference", "KNOWN_DIFFERENCES", "KERNEL_RANDOM", "KERNEL_DERIVED", "TCP_SEED", "check_entry",
+           "lookup", "apply_known"]
 
 
 @attrs.frozen
@@ -70,6 +74,18 @@ KERNEL_RANDOM = {
         "ip6_tnl_xmit (net/ipv6/ip6_tunnel.c) -> ip6_make_flowlabel (include/net/ipv6.h, "
         "net.ipv6.auto_flowlabels=1 by default) -> skb_get_hash_flowi6: the flow hash is keyed by "
         "hashrnd (net/core/flow_dissector.c, net_get_random_once), once per boot",
+}
+
+# A field the kernel derives from the frame where flowsim writes the finished value (frames mode): compared
+# exactly, the kernel's value must be the one its function derives from flowsim's frame.
+TCP_SEED = "GSO skb's TCP checksum (pseudo-header seed)"
+KERNEL_DERIVED = {
+    TCP_SEED:
+        "validate_xmit_skb (net/core/dev.c) -> skb_gso_segment -> tcp4_gso_segment / tcp6_gso_segment "
+        "(net/ipv4/tcp_offload.c, net/ipv6/tcpv6_offload.c): a GSO skb that is not CHECKSUM_PARTIAL gets "
+        "th->check = the pseudo-header sum (__tcp_v4_send_check / __tcp_v6_send_check) and CHECKSUM_PARTIAL, "
+        "and a device with NETIF_F_HW_CSUM (veth) sends it unsegmented: every capture of the GSO skb shows "
+        "that seed where flowsim's frame carries the full checksum (its packets always do)",
 }
 
 _FORBIDDEN = ("offloaded", "fast path", "slow path", "flowtable verdicts")
