@@ -165,6 +165,14 @@ class Profile:
         "TCP FIN/RST in the fast path: set 'closing' and stay (6.14+) or 'teardown' at once (older)",
         ("closing", "teardown"),
         kernel="flow CLOSING state for TCP FIN/RST, 6.14")
+    fixup_ct_timeout: str = _switch(
+        "the conntrack timeout flow_offload_fixup_ct gives a torn-down flow's entry: 'expired' (the flow's "
+        "state — TCP's, UDP's by IPS_SEEN_REPLY — less the offload timeout only when the flow expired; 6.14 "
+        "with the CLOSING rework), 'state' (less the offload timeout always; 6.12.117) or 'replied' (UDP "
+        "always udp_timeouts[UDP_CT_REPLIED], less the offload timeout always; 6.1.192: an unreplied UDP "
+        "entry lives 90 s past its flow)", ("expired", "state", "replied"),
+        kernel="'netfilter: flowtable: fixup UDP timeout depending on ct state' (Vlad Buslov, 2023; absent "
+               "from Debian's 6.1.192, present in 6.12.117), the flow CLOSING rework of flow_offload_fixup_ct, 6.14")
     gc_dst_check: bool = _switch(
         "nf_flow_offload_gc_step also tears down a flow when nf_flow_dst_check fails on either tuple "
         "(7.3); before, a stale route was noticed only by a packet of that direction",
@@ -229,7 +237,8 @@ _LINUX_6_18 = Profile(
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
     ip6tnl_resolver_lookup="remote", tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
-    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", gc_dst_check=False,
+    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", fixup_ct_timeout="expired",
+    gc_dst_check=False,
 )
 
 _LINUX_6_19 = attrs.evolve(
@@ -270,9 +279,10 @@ _LINUX_7_3 = attrs.evolve(
 )
 
 # Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).
+# flow_offload_fixup_ct as Debian's sources have it (linux-source-6.12 6.12.117, linux-source-6.1 6.1.192).
 _LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
-                          flowtable_absent_device="refuse")
-_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1")
+                          flowtable_absent_device="refuse", fixup_ct_timeout="state")
+_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied")
 
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5,

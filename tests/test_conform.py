@@ -550,3 +550,20 @@ def test_socat_mode_simulates_a_server_that_replies_after_the_first_data():
     specs = plan_traffic(topo, plan)
     assert {s.reply_after for s in specs if s.proto == "tcp"} == {"data"}
     assert {t.reply_after for t in plan_scenario(topo, frames=True).traffic} == {"accept"}
+
+
+def test_an_unreplied_udp_entry_outlives_its_flow_on_6_1():
+    """Debian 6.1.192 (saved boot of openwrt-fw4): udp-upload's replies all took the fast path, so its entry
+    never saw a reply (UNREPLIED); when the flow expires, 6.1's flow_offload_fixup_ct gives it
+    udp_timeouts[UDP_CT_REPLIED] less the offload timeout (120 - 30 s), so the entry is still listed at the end,
+    where 6.12 (by IPS_SEEN_REPLY: 30 - 30 s) and later drop it at once (profile switch fixup_ct_timeout)."""
+    result = run_conformance([str(ROOT / "topologies" / "openwrt-fw4.toml")], "debian-6.1",
+                             results=str(DATA / "results-openwrt-fw4-debian-6.1.log.gz"))
+    assert result.status == 0, result.text()
+    end = {f.subject: (f.kernel, f.sim) for f in result.facts if f.fact.endswith("conntrack shows at end")}
+    assert "UNREPLIED" in str(end["udp-upload"][0]) and end["udp-upload"][0] == end["udp-upload"][1]
+    # the 6.12 profile on the same boot misses the entry: the switch decides it
+    flipped = run_conformance([str(ROOT / "topologies" / "openwrt-fw4.toml")], "debian-6.1",
+                              results=str(DATA / "results-openwrt-fw4-debian-6.1.log.gz"),
+                              settings=["fixup_ct_timeout=state"])
+    assert flipped.status == 1

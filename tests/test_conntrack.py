@@ -517,3 +517,30 @@ def test_custom_timeouts():
     table = ConntrackTable(CtTimeouts(udp_unreplied=5.0))
     r = table.nf_conntrack_in(tup(proto=17), 0)
     assert r.entry.timeout == 5.0
+
+
+@pytest.mark.parametrize("mode, replied, expired, new_left", [
+    # 6.1.192 (linux-source-6.1): UDP always gets udp_timeouts[UDP_CT_REPLIED], less the offload timeout always
+    ("replied", False, True, 90.0), ("replied", False, False, 90.0), ("replied", True, False, 90.0),
+    # 6.12.117: UDP by IPS_SEEN_REPLY ('fixup UDP timeout depending on ct state'), less the offload timeout always
+    ("state", False, True, 0.0), ("state", False, False, 0.0), ("state", True, False, 90.0),
+    # 6.14 on: less the offload timeout only when the flow expired
+    ("expired", False, True, 0.0), ("expired", False, False, 30.0), ("expired", True, False, 120.0),
+])
+def test_flow_offload_fixup_ct_udp_by_kernel(mode, replied, expired, new_left):
+    """The three generations of flow_offload_fixup_ct's UDP timeout (nf_flow_table_core.c), as read in Debian's
+    6.1.192, 6.12.117 and 7.2.13 sources (profile switch fixup_ct_timeout)."""
+    table = ConntrackTable()
+    ct = table.create(tup(proto=17), 0)
+    if replied:
+        ct.status |= IPS_SEEN_REPLY
+    now = 1000.0
+    ct.timeout = now + NF_CT_DAY
+    table.flow_offload_fixup_ct(ct, now, closing=False, flow_expired=expired, offload_timeout=30.0, mode=mode)
+    assert ct.timeout - now == new_left
+
+
+def test_fixup_ct_timeout_by_profile():
+    from flowsim.profiles import get_profile
+    assert [get_profile(p).fixup_ct_timeout for p in ("linux-6.1", "linux-6.12", "linux-6.18", "linux-7.2")] == [
+        "replied", "state", "expired", "expired"]

@@ -546,8 +546,11 @@ class ConntrackTable:
 
     # --- flowtable hooks (nf_flow_table_core.c)
     def flow_offload_fixup_ct(self, ct: CtEntry, now: float, *, closing: bool, flow_expired: bool,
-                              offload_timeout: float = 30.0) -> None:
-        """Hand the connection back to conntrack on flow teardown (flow_offload_fixup_ct)."""
+                              offload_timeout: float = 30.0, mode: str = "expired") -> None:
+        """Hand the connection back to conntrack on flow teardown (flow_offload_fixup_ct).
+
+        *mode* is the profile's ``fixup_ct_timeout``: the offload timeout is taken off only when the flow
+        expired ('expired'), or always ('state'; 'replied' also gives UDP the replied timeout always)."""
         if ct.l4proto == 6:
             if closing:
                 state, expired = _S.CLOSE, False
@@ -560,11 +563,12 @@ class ConntrackTable:
             ct.tcp_seen1 &= ~IP_CT_TCP_FLAG_MAXACK_SET
             timeout = self.timeouts.tcp[state]
         elif ct.l4proto == 17:
-            timeout = self.timeouts.udp_replied if ct.test(IPS_SEEN_REPLY) else self.timeouts.udp_unreplied
+            replied = mode == "replied" or ct.test(IPS_SEEN_REPLY)
+            timeout = self.timeouts.udp_replied if replied else self.timeouts.udp_unreplied
             expired = flow_expired
         else:
             return
-        if expired:
+        if expired or mode != "expired":
             timeout -= offload_timeout
         timeout = max(timeout, 0.0)
         if closing or ct.timeout - now > timeout:

@@ -458,7 +458,7 @@ class Flowtable:
         expired = flow.timeout - now <= 0
         ns_state.conntrack.flow_offload_fixup_ct(
             flow.ct, now, closing=flow.test(NF_FLOW_CLOSING), flow_expired=expired,
-            offload_timeout=offload_timeout(ns_state.ns, flow.ct.l4proto))
+            offload_timeout=offload_timeout(ns_state.ns, flow.ct.l4proto), mode=kernel.profile.fixup_ct_timeout)
         self.history.append((now, "teardown", flow.id, why))
 
     def nf_flow_offload_work_gc(self, kernel, ns_state) -> None:
