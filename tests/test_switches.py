@@ -42,7 +42,7 @@ def _parse(frame: bytes, profile: str):
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile of flowsim.profiles (a new one must say what its switches do)."""
     for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL,
-                  FLOWTABLE_ABSENT_DEVICE):
+                  FLOWTABLE_ABSENT_DEVICE, FIXUP_CT_TIMEOUT):
         assert set(table) == set(PROFILES)
 
 
@@ -306,3 +306,38 @@ def test_flowtable_listing_an_absent_device(profile, expected):
         fastpath = build_report(sim)["flowtables"][0]["fastpath"]
         got = f"unbound {' '.join(unbound)}, fastpath {fastpath}"
     assert got == expected
+
+
+# --- fixup_ct_timeout: flow_offload_fixup_ct (nf_flow_table_core.c) as Debian's 6.1.192 / 6.12.117 sources and the
+# 6.14 CLOSING rework have it.  A UDP flow torn down before it expired (a stale route), whose entry never saw a
+# reply: the seconds its conntrack entry has left.
+FIXUP_CT_TIMEOUT = {
+    "linux-6.1": 90.0,    # udp_timeouts[UDP_CT_REPLIED] - offload timeout, replied or not
+    "linux-6.12": 0.0,    # udp_timeouts[UDP_CT_UNREPLIED] - offload timeout
+    "linux-6.18": 30.0,   # udp_timeouts[UDP_CT_UNREPLIED]: the flow had not expired
+    "linux-6.19": 30.0,
+    "linux-7.0": 30.0,
+    "linux-7.1.5": 30.0,
+    "linux-7.2": 30.0,
+    "linux-7.3": 30.0,
+}
+
+
+@pytest.mark.parametrize("profile,left", sorted(FIXUP_CT_TIMEOUT.items()))
+def test_teardown_of_an_unreplied_udp_flow(profile, left):
+    from flowsim.config.topology import load_topology
+    from flowsim.kernel.conntrack import CtTuple
+    from flowsim.kernel.flowtable.core import flow_offload_alloc
+    from flowsim.kernel.stack.core import Kernel
+
+    k = Kernel(load_topology(TOPOLOGIES / "conform-forward.toml"), get_profile(profile))
+    st = k.netns["r"]
+    orig = CtTuple(ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99"), 40000, 5201, 2, 17)
+    ct = st.conntrack.nf_conntrack_in(orig, 0.0, length=100).entry
+    st.conntrack.nf_conntrack_confirm(ct, 0.0)
+    ct.timeout = k.now + 86400.0  # offloaded: a day (flow_offload_add)
+    flow = flow_offload_alloc(ct)
+    flow.timeout = k.now + 30.0   # alive: the teardown is not the GC's expiry
+    ft = next(iter(st.flowtables.values()))
+    ft.flow_offload_teardown(flow, k, st, "route obsolete")
+    assert ct.timeout - k.now == left
