@@ -660,3 +660,21 @@ def test_saved_tso_boot_agrees_on_linux_7_2():
     # ... and a model that did not cut the GSO skb on the fast path would be told so
     seg = [f for f in r.facts if f.subject == "cpe/eth1 out" and f.fact == "bytes"]
     assert seg and seg[0].kernel == "50 frames identical"
+
+
+def test_virtio_net_hdr_of_an_ipv6_gso_skb():
+    """TCPv6: VIRTIO_NET_HDR_GSO_TCPV6, hdr_len past the 40-byte header and the TCP options; the seed is the
+    IPv6 pseudo-header's (__tcp_v6_send_check)."""
+    from scapy.layers.inet6 import IPv6
+    from flowsim.conform.frames import SimFrame, virtio_net_hdr
+    f = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(src="2001:db8::1", dst="2001:db8::2")
+              / TCP(sport=1, dport=2, flags="A", options=[("NOP", None), ("NOP", None), ("Timestamp", (1, 2))])
+              / (b"y" * 3000))
+    sf = SimFrame(0, "a", "eth0", f, LINKTYPE_ETHERNET, True, 1, None, 1200, SKB_GSO_TCPV6)
+    assert struct.unpack("<BBHHHH", virtio_net_hdr(sf)) == (0, 4, 14 + 40 + 32, 1200, 0, 0)
+    pseudo = bytes(IPv6(f[14:]))[8:40] + struct.pack("!IxxxB", 3032, 6)
+    s = sum(struct.unpack("!20H", pseudo))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    seeded = f[:14 + 40 + 16] + s.to_bytes(2, "big") + f[14 + 40 + 18:]
+    assert tcp_checksum_seed(seeded, f, LINKTYPE_ETHERNET) and not tcp_checksum_seed(f, seeded, LINKTYPE_ETHERNET)
