@@ -173,6 +173,13 @@ class Profile:
         "entry lives 90 s past its flow)", ("expired", "state", "replied"),
         kernel="'netfilter: flowtable: fixup UDP timeout depending on ct state' (Vlad Buslov, 2023; absent "
                "from Debian's 6.1.192, present in 6.12.117), the flow CLOSING rework of flow_offload_fixup_ct, 6.14")
+    advmss_mtu: str = _switch(
+        "the MTU a SYN's or SYN-ACK's MSS option is derived from (ipv4_default_advmss / ip6_default_advmss): "
+        "the route's 'path' MTU, a path MTU the host learned for that address included (6.1.192), or its "
+        "'configured' MTU, the metric or the device's (ip_dst_mtu_configured / ip6_dst_mtu_configured: "
+        "6.12.117 and 7.2.13 have them)", ("configured", "path"),
+        kernel="ip_dst_mtu_configured (include/net/ip.h), ip6_dst_mtu_configured: in Debian's 6.12.117 and "
+               "7.2.13 sources, not in 6.1.192 (commit id not found)")
     gc_dst_check: bool = _switch(
         "nf_flow_offload_gc_step also tears down a flow when nf_flow_dst_check fails on either tuple "
         "(7.3); before, a stale route was noticed only by a packet of that direction",
@@ -237,7 +244,7 @@ _LINUX_6_18 = Profile(
     ipip_fill_forward_path=False, ip6tnl_fill_forward_path=False, ip6tnl_requires_encaplimit_none=False,
     ip6tnl_resolver_lookup="remote", tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
-    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", fixup_ct_timeout="expired",
+    flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", fixup_ct_timeout="expired", advmss_mtu="configured",
     gc_dst_check=False,
 )
 
@@ -282,7 +289,8 @@ _LINUX_7_3 = attrs.evolve(
 # flow_offload_fixup_ct as Debian's sources have it (linux-source-6.12 6.12.117, linux-source-6.1 6.1.192).
 _LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
                           flowtable_absent_device="refuse", fixup_ct_timeout="state")
-_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied")
+_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied",
+                         advmss_mtu="path")
 
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5,

@@ -337,8 +337,8 @@ def test_recorded_kernel_runs_agree_with_flowsim(kernel):
 
 def test_a_wrong_prediction_differs():
     """A simulator that predicts a different UDP slow path is caught, with both values shown."""
-    def wrong(path, profile, traffic=None):
-        report = cc.simulate(path, profile, traffic)
+    def wrong(path, profile, traffic=None, sequential=False):
+        report = cc.simulate(path, profile, traffic, sequential)
         for t in report["traffic"]:
             if t["proto"] == "udp":
                 t["directions"]["original"]["fastpath"] -= 1
@@ -356,8 +356,8 @@ def test_known_difference_does_not_fail(monkeypatch):
     monkeypatch.setattr(known, "KNOWN_DIFFERENCES", [known.KnownDifference(
         "conform-forward", "udp4", "delivered original", ("debian-6.12",), "because", "net/ipv4/x.c: f()")])
 
-    def wrong(path, profile, traffic=None):
-        report = cc.simulate(path, profile, traffic)
+    def wrong(path, profile, traffic=None, sequential=False):
+        report = cc.simulate(path, profile, traffic, sequential)
         next(t for t in report["traffic"] if t["name"] == "udp4")["directions"]["original"]["delivered"] += 1
         return report
 

@@ -112,9 +112,12 @@ def test_max_packets_caps_the_plan_and_the_simulation():
         '"data" (the guest\'s server writes once the client\'s first byte arrived, which it first quick-ACKs): '
         + ", ".join(t.name for t in topo.traffic if t.proto == "tcp")]
     file_specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
-    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE, reply_after="data")
-                                         if s.proto == "tcp" else s for s in file_specs]
-    assert plan_traffic(topo, plan_scenario(topo, frames=True)) is None  # frames: flowsim's own frames
+    # in the guest's order (all start at 0 here: the file's), each start its pause after the table before it
+    assert plan_traffic(topo, plain) == [attrs.evolve(s, acks="linux", rate=SOCAT_SIM_TCP_RATE, reply_after="data",
+                                                      start=0.0)
+                                         if s.proto == "tcp" else attrs.evolve(s, start=0.0) for s in file_specs]
+    # frames: flowsim's own frames, the tables' own ACKs
+    assert {s.acks for s in plan_traffic(topo, plan_scenario(topo, frames=True))} == {t.acks for t in topo.traffic}
 
 
 def test_default_cap():

@@ -116,13 +116,14 @@ class Fact:
 
 # ---------------------------------------------------------------------- simulator
 
-def simulate(topology_path: str, profile: str, traffic: list | None = None) -> dict:
+def simulate(topology_path: str, profile: str, traffic: list | None = None, sequential: bool = False) -> dict:
     """The simulator's report for *topology_path* under *profile*, plus ``rule_counters``.
 
     *traffic* (:class:`flowsim.sim.traffic.TrafficSpec` list) replaces the file's traffic tables: the
-    harness passes the tables as the guest plays them when it raised a size or capped the packets.
+    harness passes the tables as the guest plays them (:func:`flowsim.conform.harness.plan_traffic`), one
+    after the other (*sequential*).
     """
-    sim = Simulation(load_topology(topology_path), get_profile(profile), traffic=traffic)
+    sim = Simulation(load_topology(topology_path), get_profile(profile), traffic=traffic, sequential=sequential)
     sim.run()
     report = build_report(sim)
     rules = {}

@@ -234,18 +234,19 @@ def load_scenarios(paths: list[str], *, frames: bool = False, max_packets: int |
     return out
 
 
-def plan_traffic(topo: Topology, plan: ScenarioPlan) -> list[TrafficSpec] | None:
-    """The traffic as the guest plays it (sizes raised, packets capped, Linux's ACKs), for the simulation;
-    None: as written."""
-    if not plan.adjustments:
-        return None
+def plan_traffic(topo: Topology, plan: ScenarioPlan) -> list[TrafficSpec]:
+    """The traffic as the guest plays it, for the simulation: sizes raised, packets capped, Linux's ACKs, and
+    the tables in the guest's order, each ``start`` its pause after the one before it delivered everything
+    (run with ``Simulation(sequential=True)``: the guest plays one table after the other, so what an earlier
+    connection left behind — a conntrack entry, a flow, a path MTU its host learned — meets the next)."""
     specs = [TrafficSpec.from_topology(t, i) for i, t in enumerate(topo.traffic)]
+    out = []
     for tp in plan.traffic:
         s = specs[tp.file_index]
-        specs[tp.file_index] = attrs.evolve(s, packets=tp.packets, size=tp.size, reply_packets=tp.reply_packets,
-                                            reply_size=tp.reply_size, acks=tp.acks, rate=tp.sim_rate or s.rate,
-                                            reply_after=tp.reply_after)
-    return specs
+        out.append(attrs.evolve(s, packets=tp.packets, size=tp.size, reply_packets=tp.reply_packets,
+                                reply_size=tp.reply_size, acks=tp.acks, rate=tp.sim_rate or s.rate,
+                                reply_after=tp.reply_after, start=float(tp.pause)))
+    return out
 
 
 def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: str | None = None,
@@ -360,7 +361,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         t0 = time.monotonic()
         traffic = plan_traffic(topo, plan)
         prof = sim_profile(profile)
-        report = simulate_fn(topo.file, prof) if traffic is None else simulate_fn(topo.file, prof, traffic)
+        report = simulate_fn(topo.file, prof, traffic, sequential=True)
         timer.steps["flowsim"] = round(timer.steps.get("flowsim", 0.0) + time.monotonic() - t0, 2)
         out.append(ScenarioResult(plan, obs, report, apply_known(compare(plan, obs, report), kernel)))
     for s in out:

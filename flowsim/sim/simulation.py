@@ -81,6 +81,12 @@ PROGRESS_EVERY = 512  # events between two calls of run()'s progress hook
 # The latest virtual time a run accepts: the same bound as a topology file's times (no timeout of
 # the kernel needs more: NF_CT_DAY is five days), one definition for files and the API.
 MAX_TIME = MAX_VIRTUAL_TIME
+# Sequential mode (the conformance guest's socat mode plays one table after the other): how often a table's
+# delivery is looked at, and when the guest's wait_bytes (flowsim/conform/data/init.sh) gives up on it —
+# 3 s without a byte, 30 s in all
+SEQUENTIAL_POLL = 0.001
+SEQUENTIAL_STILL = 3.0
+SEQUENTIAL_MAX = 30.0
 # nf_flow_offload_gc_step refreshes an offloaded conntrack entry when fewer seconds than this remain
 _CT_EXTEND_UNDER = 300.0
 
@@ -156,7 +162,7 @@ class Simulation:
     def __init__(self, topo, profile=None, *, flowtables: bool = True, headlen: int | None = None,
                  pcap_dir: str | Path | None = None, tracing: bool = False, pcapng: str | Path | None = None,
                  traffic: list[TrafficSpec] | None = None, link_delay: float = LINK_DELAY,
-                 coalesce_gc: bool = True, replay=None):
+                 coalesce_gc: bool = True, replay=None, sequential: bool = False):
         link_delay = check_time("link_delay", link_delay, positive=True)
         self.coalesce_gc = coalesce_gc  # False: run every idle GC tick (the reference the jumps are tested against)
         self.kernel = Kernel(topo, profile, flowtables=flowtables, headlen=headlen, tracing=tracing,
@@ -170,6 +176,10 @@ class Simulation:
             traffic = [TrafficSpec.from_topology(t, i) for i, t in enumerate(self.topo.traffic)]
         self.specs = list(traffic)
         self.conversations = [Conversation(s, f) for s in self.specs for f in range(s.flows)]
+        # sequential: the tables one after the other, as the conformance guest plays them (its socat mode); a
+        # table's ``start`` is then its pause after the data of the one before it was delivered both ways
+        self.sequential = sequential
+        self._waves: list[list[Conversation]] = []
         self._by_key = {(c.spec.name, c.flow): c for c in self.conversations}
         self.queue: list = []
         self.events_run: list = []  # the [[event]] tables executed so far (flowsim.config.events.Event)
@@ -326,8 +336,12 @@ class Simulation:
             duration = check_time("duration", duration)
         k = self.kernel
         self.duration = duration
-        for conv in self.conversations:
-            self.at(conv.spec.start, conv.start, k)
+        if self.sequential:
+            self._waves = [[c for c in self.conversations if c.spec is spec] for spec in reversed(self.specs)]
+            self._next_wave(k)
+        else:
+            for conv in self.conversations:
+                self.at(conv.spec.start, conv.start, k)
         for event in self.topo.events:
             self.at(event.at, self._event, event)
         if self.replay is not None:
@@ -357,6 +371,29 @@ class Simulation:
         self.close()
         self.check()
         return self
+
+    def _next_wave(self, k) -> None:
+        """Sequential mode: start the next table's connections after its pause, then watch them."""
+        if not self._waves:
+            return
+        wave = self._waves.pop()
+        t = k.now + wave[0].spec.start
+        for conv in wave:
+            self.at(t, conv.start, k)
+        self.at(t + SEQUENTIAL_POLL, self._watch_wave, k, wave, t, t, -1)
+
+    def _watch_wave(self, k, wave: list[Conversation], began: float, moved: float, seen: int) -> None:
+        """Sequential mode: once every byte of *wave* was delivered both ways, the next table starts; as the
+        guest's ``wait_bytes`` does, also when nothing arrived for :data:`SEQUENTIAL_STILL` seconds or after
+        :data:`SEQUENTIAL_MAX` seconds; else look again :data:`SEQUENTIAL_POLL` later."""
+        got = sum(c.client.bytes_received + (c.server.bytes_received if c.server is not None else 0) for c in wave)
+        if got != seen:
+            moved, seen = k.now, got
+        if (all(c.delivered() for c in wave) or k.now - moved >= SEQUENTIAL_STILL
+                or k.now - began >= SEQUENTIAL_MAX):
+            self._next_wave(k)
+        else:
+            self.at(k.now + SEQUENTIAL_POLL, self._watch_wave, k, wave, began, moved, seen)
 
     def _gc_until(self, limit: float, progress) -> None:
         """Run the GC ticks at or before *limit*, jumping over the idle ones (see the module docstring).

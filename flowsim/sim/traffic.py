@@ -241,6 +241,23 @@ class TrafficSpec(Traffic):
         return self.gap * self.packets / self.reply_packets if self.reply_packets else self.gap
 
 
+def _mss_option(buf, at: int, end: int) -> int | None:
+    """``tcp_parse_options``: the MSS option of a received SYN (``rx_opt.mss_clamp``), else None."""
+    while at < end:
+        kind = buf[at]
+        if kind == 0:  # TCPOPT_EOL
+            break
+        if kind == 1:  # TCPOPT_NOP
+            at += 1
+            continue
+        if at + 1 >= end or buf[at + 1] < 2:
+            break
+        if kind == 2 and buf[at + 1] == 4 and at + 4 <= end:
+            return (buf[at + 2] << 8) | buf[at + 3]
+        at += buf[at + 1]
+    return None
+
+
 def _tsval(buf, at: int, end: int, default: int) -> int:
     """``tcp_parse_options``: the TSval of a received segment's timestamp option, else *default*."""
     while at < end:
@@ -263,7 +280,7 @@ class Endpoint:
 
     # slots: a run of a million connections holds two of these per connection
     __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
-                 "snd_nxt", "rcv_nxt", "ident", "pmtu", "sent", "writes", "una", "rtx_queue", "acks",
+                 "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
                  "pure_acks", "received", "data_segs_in", "bytes_received", "done", "_icmp_errors", "options",
                  "ts_off", "ts_recent")
 
@@ -281,6 +298,8 @@ class Endpoint:
         self.rcv_nxt = 0
         self.ident = seed & 0xFFFF
         self.pmtu: int | None = None
+        self.adv_mtu = 1500  # the MTU the SYN's MSS option advertises (bind)
+        self.mss_clamp = 0  # the peer's MSS option (tp->rx_opt.mss_clamp); 0: none seen, no clamp
         self.sent = 0  # data segments sent (retransmissions included)
         self.writes = 0  # writes of the table's size done
         self.una = self.isn  # oldest unacknowledged sequence number (tcp_ack)
@@ -313,15 +332,28 @@ class Endpoint:
         st.sockets[self.key] = self
         if self.pmtu is None:
             rt = st.route(self.raddr)
-            self.pmtu = st.route_mtu(rt) if not rt.error else 1500
+            configured = st.route_mtu(rt) if not rt.error else 1500
+            # dst_mtu: a path MTU this host learned for the address (an earlier connection's ICMP) lowers it
+            learned = st.pmtu_exception(self.raddr, kernel.now) if st.pmtu_exceptions else None
+            self.pmtu = configured if learned is None else min(configured, learned)
+            self.adv_mtu = self.pmtu if kernel.profile.advmss_mtu == "path" else configured
 
     # --- sending
     def _l3_size(self, size: int) -> int:
-        return min(size, self.pmtu or size)
+        """A data segment's IP length: *size*, cut to the path MTU and to the MSS the peer announced
+        (``tcp_sync_mss`` → ``__tcp_mtu_to_mss``: min(pmtu − headers, mss_clamp), then the options)."""
+        l3 = min(size, self.pmtu or size)
+        if self.mss_clamp:
+            return min(l3, self.mss_clamp + _HDR[self.laddr.version] + 20)
+        return l3
 
     def mss(self) -> int:
-        """``tcp_current_mss``: the path MTU less the IP and TCP headers, options included."""
-        return max(1, (self.pmtu or 65535) - _HDR[self.laddr.version] - self.tcp_hdrlen())
+        """``tcp_current_mss``: the path MTU less the IP and TCP headers (``__tcp_mtu_to_mss``), at most the MSS
+        the peer announced (``rx_opt.mss_clamp``), less the options."""
+        mss = (self.pmtu or 65535) - _HDR[self.laddr.version] - 20
+        if self.mss_clamp and mss > self.mss_clamp:
+            mss = self.mss_clamp
+        return max(1, mss - (self.tcp_hdrlen() - 20))
 
     def tcp_hdrlen(self) -> int:
         """The TCP header of a segment after the handshake: 20 bytes, 32 with Linux's timestamps."""
@@ -334,7 +366,7 @@ class Endpoint:
         endpoint with ``options``; the caller tests it, once per packet)."""
         tsval = (int(kernel.now * 1000) + self.ts_off) & 0xFFFFFFFF
         if flags & TCP_SYN:
-            mss = (self.pmtu or 1500) - _HDR[self.laddr.version] - 20
+            mss = self.adv_mtu - _HDR[self.laddr.version] - 20
             return _SYN_OPTIONS.pack(2, 4, mss, 4, 2, 8, 10, tsval, self.ts_recent, 1, 3, 3, TCP_WSCALE)
         return _TS_OPTION.pack(1, 1, 8, 10, tsval, self.ts_recent)
 
@@ -471,6 +503,8 @@ class Endpoint:
         datalen = info.l3off + info.tot_len - info.l4off - doff
         if self.options and doff > 20:
             self.ts_recent = _tsval(skb.buf, info.l4off + 20, info.l4off + doff, self.ts_recent)
+            if flags & TCP_SYN:
+                self.mss_clamp = _mss_option(skb.buf, info.l4off + 20, info.l4off + doff) or self.mss_clamp
         if datalen > 0:
             self.data_segs_in += 1
         if flags & TCP_ACK and self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")) \
@@ -551,15 +585,20 @@ class Endpoint:
         self._icmp_errors.append((info.icmp_type, info.icmp_code, value))
         frag_needed = (info.l4proto == IPPROTO_ICMP and info.icmp_type == 3 and info.icmp_code == 4)
         too_big = info.l4proto != IPPROTO_ICMP and info.icmp_type == 2
+        if not (frag_needed or too_big):
+            return
+        mtu = value & 0xFFFF if frag_needed else value
+        floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
+        if mtu < floor:
+            return
+        # inet_csk_update_pmtu / ip6_sk_update_pmtu: the route learns it first, for every later socket too
+        st.update_pmtu(self.raddr, mtu, kernel.now)
         if frag_needed and self.conv.spec.proto == "tcp" and self.conv.spec.df is False:
             return  # tcp_v4_mtu_reduced: an IP_PMTUDISC_DONT socket (ip_no_pmtu_disc) keeps its MSS
-        if frag_needed or too_big:
-            mtu = value & 0xFFFF if frag_needed else value
-            floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
-            if mtu >= floor and (self.pmtu is None or mtu < self.pmtu):
-                self.pmtu = mtu  # path MTU discovery
-                if self.conv.spec.proto == "tcp" and not self.conv.spec.gso_size:
-                    self.tcp_simple_retransmit(kernel)
+        if self.pmtu is None or mtu < self.pmtu:
+            self.pmtu = mtu  # path MTU discovery
+            if self.conv.spec.proto == "tcp" and not self.conv.spec.gso_size:
+                self.tcp_simple_retransmit(kernel)
 
     def report(self) -> dict:
         return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
@@ -659,6 +698,19 @@ class Conversation:
         else:
             s.done = True
             self.maybe_close(kernel)
+
+    def delivered(self) -> bool:
+        """Everything both sides wrote arrived (what the conformance guest's ``wait_bytes`` waits for): with
+        Linux's ACKs every byte acknowledged both ways; UDP every datagram received; else all of it sent."""
+        c, s = self.client, self.server
+        if s is None or not (c.done and s.done):
+            return False
+        spec = self.spec
+        if spec.proto == "tcp" and spec.acks == "linux":
+            return c.una == c.snd_nxt and s.una == s.snd_nxt
+        if spec.proto == "udp":
+            return s.received >= spec.packets and c.received >= spec.reply_packets
+        return True
 
     def peer(self, ep: Endpoint) -> Endpoint | None:
         """The other end of *ep*'s connection (``None`` while no server accepted it)."""

@@ -209,6 +209,9 @@ def _trace_value(v):
     return str(v)
 
 
+IP_RT_MTU_EXPIRES = 600  # ip_rt_mtu_expires / ip6_rt_mtu_expires: 10 minutes (net/ipv4/route.c, net/ipv6/route.c)
+
+
 @attrs.define(slots=True, eq=False)
 class NetnsState:
     """Per-namespace kernel state (:class:`flowsim.kernel.api.NetnsState` plus the stack's own)."""
@@ -232,6 +235,10 @@ class NetnsState:
     ip_ident: int = 0
     hook_cache: dict = attrs.Factory(dict)  # (hook, nfproto) -> merged hook steps (flowsim.kernel.stack.nf)
     gen: int = 0  # bumped by every run event that changed this namespace (netdev_changes, netdev_register)
+    # the path MTUs this host learned (ICMP Fragmentation Needed / Packet Too Big to one of its sockets): daddr ->
+    # (mtu, expiry), the IPv4 route's nexthop exception (update_or_create_fnhe) or the IPv6 RTF_CACHE clone
+    # (rt6_insert_exception); every later route to that address carries it (dst_mtu) until it expires
+    pmtu_exceptions: dict = attrs.Factory(dict)
 
     def route(self, daddr, oif: str | None = None):
         """``ip_route_output_key`` / ``fib_lookup`` through a cache."""
@@ -244,6 +251,25 @@ class NetnsState:
     def route_mtu(self, rt) -> int:
         """``dst_mtu``: the route's MTU metric, else its device's MTU."""
         return self.ns.fib.route_mtu(rt)
+
+    def pmtu_exception(self, daddr, now: float) -> int | None:
+        """The path MTU learned for *daddr* (``fnhe_pmtu`` / the exception route's MTU), None when none is live."""
+        hit = self.pmtu_exceptions.get(daddr)
+        if hit is None:
+            return None
+        if now >= hit[1]:  # ip_rt_mtu_expires / ip6_rt_mtu_expires: the exception is gone
+            del self.pmtu_exceptions[daddr]
+            return None
+        return hit[0]
+
+    def update_pmtu(self, daddr, mtu: int, now: float) -> None:
+        """``__ip_rt_update_pmtu`` / ``rt6_update_exception``: remember *mtu* for *daddr* (only ever lower while
+        live), for ``net.ipv{4,6}.route.mtu_expires`` seconds (600)."""
+        old = self.pmtu_exception(daddr, now)
+        if old is not None and old <= mtu:
+            return
+        key = f"net.ipv{daddr.version}.route.mtu_expires"
+        self.pmtu_exceptions[daddr] = (mtu, now + float(self.ns.sysctls.get(key, IP_RT_MTU_EXPIRES)))
 
     def next_ident(self) -> int:
         """``ip_select_ident`` (a per-namespace counter keeps runs reproducible)."""
