@@ -42,7 +42,7 @@ def _parse(frame: bytes, profile: str):
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile of flowsim.profiles (a new one must say what its switches do)."""
     for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL,
-                  FLOWTABLE_ABSENT_DEVICE, FIXUP_CT_TIMEOUT):
+                  FLOWTABLE_ABSENT_DEVICE, FIXUP_CT_TIMEOUT, ADVMSS_MTU):
         assert set(table) == set(PROFILES)
 
 
@@ -341,3 +341,25 @@ def test_teardown_of_an_unreplied_udp_flow(profile, left):
     ft = next(iter(st.flowtables.values()))
     ft.flow_offload_teardown(flow, k, st, "route obsolete")
     assert ct.timeout - k.now == left
+
+
+# --- advmss_mtu: ipv4_default_advmss / ip6_default_advmss (net/ipv4/route.c, net/ipv6/route.c).  A second
+# connection to an address whose path MTU (1500) the host learned from the first one's ICMP: the MSS its SYN
+# announces, as the server parsed it.
+ADVMSS_MTU = {
+    "linux-6.1": 1460,   # ipv4_mtu(dst): the learned path MTU
+    "linux-6.12": 8960,  # ip_dst_mtu_configured(dst): the device's 9000
+    "linux-6.18": 8960,
+    "linux-6.19": 8960,
+    "linux-7.0": 8960,
+    "linux-7.1.5": 8960,
+    "linux-7.2": 8960,
+    "linux-7.3": 8960,
+}
+
+
+@pytest.mark.parametrize("profile,announced", sorted(ADVMSS_MTU.items()))
+def test_mss_announced_after_a_learned_path_mtu(profile, announced):
+    from tests.test_pmtu_exceptions import _run
+    second = next(c for c in _run(profile).conversations if c.spec.name == "second")
+    assert second.server.mss_clamp == announced
