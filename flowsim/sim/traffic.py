@@ -241,38 +241,33 @@ class TrafficSpec(Traffic):
         return self.gap * self.packets / self.reply_packets if self.reply_packets else self.gap
 
 
-def _mss_option(buf, at: int, end: int) -> int | None:
-    """``tcp_parse_options``: the MSS option of a received SYN (``rx_opt.mss_clamp``), else None."""
+def _tcp_option(buf, at: int, end: int, kind: int, size: int) -> int | None:
+    """``tcp_parse_options``: where option *kind* (*size* bytes long) of a received segment starts, else None."""
     while at < end:
-        kind = buf[at]
-        if kind == 0:  # TCPOPT_EOL
+        k = buf[at]
+        if k == 0:  # TCPOPT_EOL
             break
-        if kind == 1:  # TCPOPT_NOP
+        if k == 1:  # TCPOPT_NOP
             at += 1
             continue
         if at + 1 >= end or buf[at + 1] < 2:
             break
-        if kind == 2 and buf[at + 1] == 4 and at + 4 <= end:
-            return (buf[at + 2] << 8) | buf[at + 3]
+        if k == kind and buf[at + 1] == size and at + size <= end:
+            return at
         at += buf[at + 1]
     return None
 
 
+def _mss_option(buf, at: int, end: int) -> int | None:
+    """The MSS option of a received SYN (``rx_opt.mss_clamp``), else None."""
+    o = _tcp_option(buf, at, end, 2, 4)  # TCPOPT_MSS, TCPOLEN_MSS
+    return None if o is None else (buf[o + 2] << 8) | buf[o + 3]
+
+
 def _tsval(buf, at: int, end: int, default: int) -> int:
-    """``tcp_parse_options``: the TSval of a received segment's timestamp option, else *default*."""
-    while at < end:
-        kind = buf[at]
-        if kind == 0:  # TCPOPT_EOL
-            break
-        if kind == 1:  # TCPOPT_NOP
-            at += 1
-            continue
-        if at + 1 >= end or buf[at + 1] < 2:
-            break
-        if kind == 8 and buf[at + 1] == 10 and at + 10 <= end:
-            return int.from_bytes(buf[at + 2:at + 6], "big")
-        at += buf[at + 1]
-    return default
+    """The TSval of a received segment's timestamp option, else *default*."""
+    o = _tcp_option(buf, at, end, 8, 10)  # TCPOPT_TIMESTAMP, TCPOLEN_TIMESTAMP
+    return default if o is None else int.from_bytes(buf[o + 2:o + 6], "big")
 
 
 class Endpoint:
