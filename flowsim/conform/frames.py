@@ -100,7 +100,8 @@ from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
 from flowsim.kernel.gso import SKB_GSO_DODGY, SKB_GSO_TCPV4, SKB_GSO_TCPV6
-from flowsim.kernel.headers import IPPROTO_TCP, internet_checksum
+from flowsim.kernel.headers import IPPROTO_TCP, csum_fold
+from flowsim.kernel.pkt import pseudo_sum
 from flowsim.kernel.capture import (
     _ARPHRD, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, _from_ethernet, device_linktype,
 )
@@ -321,9 +322,7 @@ def virtio_net_hdr(f: SimFrame) -> bytes:
     tcp6_gso_segment); ``hdr_len`` puts the headers in the linear area, the payload in page fragments, as
     a TCP sender's skb has them.
     """
-    l3 = _l3_offset(f.data, f.linktype)
-    v4 = f.data[l3] >> 4 == 4
-    l4 = l3 + ((f.data[l3] & 15) * 4 if v4 else 40)
+    l4 = _l4_offset(f.data, _l3_offset(f.data, f.linktype))
     hdr_len = l4 + (f.data[l4 + 12] >> 4) * 4
     vtype = virtio_gso_type(f.gso_type)
     assert vtype is not None  # simulate_frames refused the rest
@@ -339,20 +338,24 @@ def tcp_checksum_seed(kernel: bytes, sim: bytes, linktype: int) -> bool:
     l3 = _l3_offset(sim, linktype)
     if len(sim) < l3 + 40:
         return False
+    l4 = _l4_offset(sim, l3)
     if sim[l3] >> 4 == 4 and sim[l3 + 9] == IPPROTO_TCP:
-        ihl = (sim[l3] & 15) * 4
-        l4, l4len = l3 + ihl, struct.unpack_from("!H", sim, l3 + 2)[0] - ihl
-        pseudo = sim[l3 + 12:l3 + 20] + struct.pack("!HH", IPPROTO_TCP, l4len)
+        src, dst, l4len = sim[l3 + 12:l3 + 16], sim[l3 + 16:l3 + 20], struct.unpack_from("!H", sim, l3 + 2)[0] - (l4 - l3)
     elif sim[l3] >> 4 == 6 and sim[l3 + 6] == IPPROTO_TCP:
-        l4, l4len = l3 + 40, struct.unpack_from("!H", sim, l3 + 4)[0]
-        pseudo = sim[l3 + 8:l3 + 40] + struct.pack("!IxxxB", l4len, IPPROTO_TCP)
+        src, dst, l4len = sim[l3 + 8:l3 + 24], sim[l3 + 24:l3 + 40], struct.unpack_from("!H", sim, l3 + 4)[0]
     else:
         return False
     at = l4 + 16
     if len(sim) < at + 2 or kernel[:at] != sim[:at] or kernel[at + 2:] != sim[at + 2:]:
         return False
-    seed = 0xFFFF - internet_checksum(pseudo)  # the folded, uncomplemented sum
+    # the folded, uncomplemented pseudo-header sum
+    seed = csum_fold(pseudo_sum(int.from_bytes(src, "big"), int.from_bytes(dst, "big"), IPPROTO_TCP, l4len))
     return struct.unpack_from("!H", kernel, at)[0] == seed
+
+
+def _l4_offset(data: bytes, l3: int) -> int:
+    """Where the L4 header of the IPv4 (its IHL) or IPv6 packet at *l3* starts (no IPv6 extension headers)."""
+    return l3 + ((data[l3] & 15) * 4 if data[l3] >> 4 == 4 else 40)
 
 
 def frame_file(k: int, f: SimFrame) -> str:

@@ -49,7 +49,7 @@ __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
     "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header",
-    "fix_l4_checksum", "ICMP_DEST_UNREACH",
+    "fix_l4_checksum", "pseudo_sum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
@@ -261,7 +261,7 @@ def build_ipv6(src, dst, nexthdr: int, payload: bytes, *, hlim: int = IP_DEFAULT
     return struct.pack("!IHBB", first, len(payload), nexthdr, hlim) + src.packed + dst.packed + payload
 
 
-def _pseudo_sum(src, dst, proto: int, length: int) -> int:
+def pseudo_sum(src, dst, proto: int, length: int) -> int:
     """The unfolded sum of the pseudo-header (``csum_tcpudp_nofold`` / ``csum_ipv6_magic``), as a value with
     the same one's-complement sum: each address as one number (2**16 = 1 modulo 0xFFFF, see
     :func:`~flowsim.kernel.headers.internet_checksum`), zero only when the word sum is."""
@@ -270,7 +270,7 @@ def _pseudo_sum(src, dst, proto: int, length: int) -> int:
 
 def l4_checksum(src, dst, proto: int, segment: bytes | bytearray) -> int:
     """TCP / UDP / ICMPv6 checksum over the pseudo-header and *segment* (whose checksum field is zero)."""
-    return internet_checksum(segment, _pseudo_sum(src, dst, proto, len(segment)))
+    return internet_checksum(segment, pseudo_sum(src, dst, proto, len(segment)))
 
 
 def _segment_checksum(src, dst, proto: int, hdr: bytes | bytearray, payload: bytes) -> int:
@@ -281,7 +281,7 @@ def _segment_checksum(src, dst, proto: int, hdr: bytes | bytearray, payload: byt
     instead of a 1400-byte one per packet.
     """
     data = hdr if payload == bytes(len(payload)) else hdr + payload
-    return internet_checksum(data, _pseudo_sum(src, dst, proto, len(hdr) + len(payload)))
+    return internet_checksum(data, pseudo_sum(src, dst, proto, len(hdr) + len(payload)))
 
 
 def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
