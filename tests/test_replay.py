@@ -7,6 +7,8 @@ same topology without its traffic must give the same flowtable verdicts.
 
 from __future__ import annotations
 
+import collections
+
 import json
 import struct
 from pathlib import Path
@@ -121,7 +123,12 @@ def test_other_topologies_give_the_original_counts(capsys, tmp_path, name, fmt):
     rep = json.loads(out)
     assert [_ft_of(f) for f in rep["flowtables"]] == [_ft_of(f) for f in ref["flowtables"]]
     _books(rep)
-    assert {e["fate"] for e in rep["replay"]} == {"forwarded", "skipped"}
+    # what the original run's flowtable routers dropped (selftest-nat: full-MSS segments over the 1500-byte
+    # link, when writes queued behind the congestion window merged: frag-needed) is dropped again
+    fates = collections.Counter(e["fate"] for e in rep["replay"])
+    assert set(fates) - {"dropped"} == {"forwarded", "skipped"}
+    replayed = {ft["netns"] for ft in ref["flowtables"]}
+    assert fates["dropped"] == sum(d["where"].split()[0] in replayed for d in ref["drop_samples"])
 
 
 def _ft_of(ft):

@@ -23,8 +23,8 @@ established.  ``size`` / ``reply_size`` are **IP packet lengths** (L3
 bytes, as the flowtable's MTU check counts them); the payload is what is
 left after the IP and TCP/UDP headers.
 
-TCP (no congestion control, every segment in window, no timer-driven
-retransmission): SYN → SYN/ACK → ACK (unless ``handshake = false``: data
+TCP (with ``acks = "none"`` no congestion control, every segment in window,
+no timer-driven retransmission): SYN → SYN/ACK → ACK (unless ``handshake = false``: data
 from the first packet, which conntrack picks up mid-stream), then each of
 ``packets`` writes of ``size - headers`` bytes with ``TCP_NODELAY``: cut
 into segments of the current MSS (``tcp_sendmsg_locked``), which follows
@@ -36,7 +36,9 @@ single RST (CLOSE).  ``acks`` says who acknowledges data: ``"none"`` (the
 default) sends no pure ACKs — a table models its ACK stream as
 ``reply_packets`` of ACK size (``reply_size = 60``, as ``ip6ip6-rx.toml``
 does); ``"linux"`` is a Linux receiver (:class:`AckState`: quick ACKs,
-then one per two full segments or on the delayed-ACK timer), and the
+then one per two full segments or on the delayed-ACK timer) and a Linux
+sender clocked by them (:class:`SendState`: the initial window of ten
+segments, slow start, the retransmission timer with its backoff), and the
 client then closes only once everything is acknowledged; both ends then
 also send Linux's TCP options (``tcp_options_write``: MSS, SACK permitted,
 timestamps and window scale on SYN and SYN/ACK, the timestamp after), so
@@ -67,6 +69,7 @@ server), a sequence number, its kind and the flow index.
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 
@@ -77,7 +80,7 @@ from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
 from flowsim.kernel.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, ip_addr, tcp_segment, udp_datagram
-from flowsim.kernel.stack.core import ORIGIN_HOST
+from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
 
@@ -218,6 +221,172 @@ class AckState:
         self.timer_gen += 1
 
 
+# The sender's clock (include/net/tcp.h, net/ipv4/tcp_cubic.c; seconds)
+TCP_INIT_CWND = 10  # tcp_init_cwnd: the initial window, in segments (RFC 6928)
+TCP_INFINITE_SSTHRESH = 0x7FFFFFFF
+TCP_TIMEOUT_INIT = 1.0  # the RTO before an RTT sample (RFC 6298)
+TCP_RTO_MAX = 120.0
+TCP_RETRIES2 = 15  # net.ipv4.tcp_retries2: RTOs before tcp_write_timeout gives up (tcp_write_err)
+BICTCP_BETA, BICTCP_BETA_SCALE = 717, 1024  # cubic's multiplicative decrease (bictcp_recalc_ssthresh)
+
+
+def _before(a: int, b: int) -> bool:
+    """``before(a, b)``: sequence number *a* is earlier than *b*, modulo 2^32."""
+    return _after(b, a)
+
+
+@attrs.define
+class SendState:
+    """The sender's congestion window and retransmission timer (``acks = "linux"``: the peer's ACKs clock it).
+
+    Writes join the socket's unsent bytes (``tcp_sendmsg_locked`` appends to the tail skb, so writes queued
+    behind a full window merge); ``tcp_write_xmit`` cuts them at the current MSS and sends while fewer than
+    ``cwnd`` segments are in flight (``tcp_cwnd_test``), from the initial window of :data:`TCP_INIT_CWND`.
+    An ACK of new data grows the window (``tcp_slow_start`` below ``ssthresh``, then one segment per window —
+    Reno's ``tcp_cong_avoid_ai``; cubic's curve is not modelled) when the sender is window-limited
+    (``tcp_is_cwnd_limited``), restarts the retransmission timer (``tcp_rearm_rto``) and sends what the window
+    now allows.  The timer runs while data is unacknowledged; its RTO comes from the first RTT
+    sample (``tcp_rtt_estimator``: srtt + max(2 × srtt, ``TCP_RTO_MIN``), ``__tcp_set_rto``), one second before
+    it.  When it fires (``tcp_retransmit_timer``) the sender enters loss (``tcp_enter_loss``: ``ssthresh`` to
+    cubic's 717/1024 of the window, the window to one segment, everything outstanding lost), retransmits the
+    oldest segment and backs off (the RTO doubles, up to :data:`TCP_RTO_MAX`); the lost segments go again as
+    ACKs open the window, and new data after them.  After :data:`TCP_RETRIES2` retransmissions without an ACK
+    the next expiry kills the connection (``tcp_write_timeout`` → ``tcp_write_err``: no packet).  So a
+    direction whose ACKs never come back stalls after the initial window, as Linux's does (ip6ip6-over-pppoe's
+    black-holed fast path on 7.2).  Not modelled: the tail-loss probe (``tcp_send_loss_probe``), SACK-based
+    fast retransmit, the receive window, and SYN retransmission."""
+
+    cwnd: int = TCP_INIT_CWND
+    ssthresh: int = TCP_INFINITE_SSTHRESH
+    cwnd_cnt: int = 0  # segments acknowledged towards the next increase (snd_cwnd_cnt)
+    unsent: int = 0  # bytes written, not yet sent (the write queue after tcp_send_head)
+    rto: float = TCP_TIMEOUT_INIT  # icsk_rto, without the backoff
+    srtt: float = 0.0  # 0: no sample yet
+    probe: tuple[int, float] | None = None  # (end sequence, send time) of the segment timed for the sample
+    backoff: int = 0  # icsk_backoff
+    retransmits: int = 0  # icsk_retransmits: RTOs since the last ACK of new data
+    timer: Timer | None = None  # the retransmission timer, while armed
+    expires: float = 0.0  # when it fires
+    high_seq: int | None = None  # tp->high_seq while in loss (TCP_CA_Loss): snd_nxt when the RTO fired
+    retx_next: int = 0  # in loss: the next sequence number to retransmit
+    max_out: int = 0  # segments in flight at the last transmission (max_packets_out)
+    stop_at: float = math.inf  # the harness stopped waiting (Simulation's sequential mode): no timer after
+
+    # --- sending
+    def in_flight(self, ep: Endpoint) -> int:
+        """``tcp_packets_in_flight``: outside loss every unacknowledged segment; in loss the retransmitted ones
+        (the rest are counted lost)."""
+        if self.high_seq is None:
+            return len(ep.rtx_queue)
+        return sum(1 for s, _ in ep.rtx_queue if _before(s, self.retx_next))
+
+    def write_xmit(self, ep: Endpoint, kernel) -> None:
+        """``tcp_xmit_retransmit_queue`` in loss, then ``tcp_write_xmit``: segments of the current MSS (which
+        follows the path MTU, also for bytes written before it fell) while the window allows; the one that
+        empties the queue carries PSH."""
+        if self.high_seq is not None and not self._retransmit_lost(ep, kernel):
+            return
+        while self.unsent and self.in_flight(ep) < self.cwnd:
+            chunk = min(self.unsent, ep.mss())
+            self.unsent -= chunk
+            self._xmit(ep, kernel, "data", chunk, not self.unsent, None)
+
+    def _retransmit_lost(self, ep: Endpoint, kernel) -> bool:
+        """Loss recovery: the lost segments from ``retx_next`` while the window allows; True once all went."""
+        for seq, n in list(ep.rtx_queue):
+            if _before(seq, self.retx_next):
+                continue
+            if not _before(seq, self.high_seq) or self.in_flight(ep) >= self.cwnd:
+                break
+            self._xmit(ep, kernel, "retransmit", n, True, seq)
+        return not any(_before(s, self.high_seq) and not _before(s, self.retx_next) for s, _ in ep.rtx_queue)
+
+    def _xmit(self, ep: Endpoint, kernel, kind: str, chunk: int, psh: bool, seq: int | None) -> None:
+        if not ep.rtx_queue:
+            self.arm(ep, kernel, self.rto)  # tcp_event_new_data_sent: the first packet out starts the timer
+        ep.send(kernel, kind, TCP_ACK | (TCP_PSH if psh else 0), payload=chunk, seq=seq)
+        ep.sent += 1
+        if seq is not None:
+            self.retx_next = (seq + chunk) & 0xFFFFFFFF
+        self.max_out = self.in_flight(ep)
+
+    def sent_new(self, ep: Endpoint, kernel, end_seq: int) -> None:
+        """A segment (SYN included) ending at *end_seq* left: time it when no RTT sample was taken yet."""
+        if not self.srtt and self.probe is None:
+            self.probe = (end_seq, kernel.now)
+
+    # --- the ACK clock
+    def acked(self, ep: Endpoint, kernel, segments: int) -> None:
+        """``tcp_ack`` of new data (*segments* of the queue cleaned): the RTT sample, the window, the timer."""
+        now = kernel.now
+        if self.probe is not None and not _after(self.probe[0], ep.una):
+            m = max(now - self.probe[1], 1e-6)  # tcp_rtt_estimator's first sample
+            self.srtt, self.probe = m, None
+            self.rto = min(m + max(2 * m, TCP_RTO_MIN), TCP_RTO_MAX)
+        self.retransmits = self.backoff = 0
+        if self.high_seq is not None and not _after(self.high_seq, ep.una):
+            self.high_seq = None  # tcp_try_undo_loss / tcp_end_cwnd_reduction: the loss episode is over
+        if segments and (self.unsent or self.high_seq is not None or 2 * self.max_out > self.cwnd):
+            self._cong_avoid(segments)
+        if ep.rtx_queue:
+            self.arm(ep, kernel, self.rto)
+        else:
+            self.cancel()
+        self.write_xmit(ep, kernel)
+
+    def _cong_avoid(self, acked: int) -> None:
+        if self.cwnd < self.ssthresh:  # tcp_slow_start
+            grown = min(self.cwnd + acked, self.ssthresh)
+            acked -= grown - self.cwnd
+            self.cwnd = grown
+            if not acked:
+                return
+        self.cwnd_cnt += acked  # tcp_cong_avoid_ai with w = cwnd
+        if self.cwnd_cnt >= self.cwnd:
+            self.cwnd_cnt -= self.cwnd
+            self.cwnd += 1
+
+    # --- the retransmission timer
+    def arm(self, ep: Endpoint, kernel, timeout: float) -> None:
+        """``inet_csk_reset_xmit_timer``: the timer fires *timeout* from now (unless the harness stopped)."""
+        self.cancel()
+        if kernel.now + timeout < self.stop_at:
+            self.timer, self.expires = Timer(self.retransmit_timer, ep, kernel), kernel.now + timeout
+            kernel.schedule(self.expires, self.timer)
+
+    def stop(self, at: float) -> None:
+        """The harness stops waiting for this connection: no retransmission from *at* on (the guest's end
+        snapshot comes before the next one)."""
+        self.stop_at = at
+        if self.timer is not None and self.expires >= at:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """``inet_csk_clear_xmit_timer``."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def retransmit_timer(self, ep: Endpoint, kernel) -> None:
+        """``tcp_retransmit_timer``: nothing acknowledged for an RTO."""
+        self.timer = None
+        if not ep.rtx_queue or ep.state == "closed":
+            return
+        if self.retransmits >= TCP_RETRIES2:  # tcp_write_timeout: the connection is dead
+            ep.state = "closed"
+            self.unsent = 0
+            return
+        if self.high_seq is None or not self.retransmits:  # tcp_enter_loss: cubic's ssthresh once per episode
+            self.ssthresh = max(self.cwnd * BICTCP_BETA // BICTCP_BETA_SCALE, 2)
+        self.cwnd, self.cwnd_cnt = 1, 0
+        self.high_seq, self.retx_next = ep.snd_nxt, ep.una
+        seq, n = ep.rtx_queue[0]
+        self.retransmits += 1
+        self.backoff += 1
+        self._xmit(ep, kernel, "retransmit", n, True, seq)
+        self.arm(ep, kernel, min(self.rto * (1 << self.backoff), TCP_RTO_MAX))
+
+
 @attrs.frozen
 class TrafficSpec(Traffic):
     """One traffic table as the generator uses it: a :class:`~flowsim.config.traffic.Traffic` (every field is
@@ -277,7 +446,7 @@ class Endpoint:
     __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
                  "pure_acks", "received", "data_segs_in", "bytes_received", "done", "_icmp_errors", "options",
-                 "ts_off", "ts_recent")
+                 "ts_off", "ts_recent", "cc", "data_in")
 
     def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
         self.conv = conv
@@ -301,6 +470,9 @@ class Endpoint:
         self.rtx_queue: list[tuple[int, int]] = []  # (seq, length) of data segments sent, oldest first
         # the receiver's ACK clock, only with acks = "linux" (every use is behind that test)
         self.acks: AckState = AckState() if conv.spec.acks == "linux" else None  # type: ignore[assignment]
+        # the sender's clock, with the ACK clock (a GSO writer's skbs are not cut or timed: it sends each write)
+        self.cc: SendState | None = SendState() if conv.spec.acks == "linux" and not conv.spec.gso_size else None
+        self.data_in = 0  # payload bytes received in order (what the reading application got)
         self.pure_acks = 0  # ACKs of the ACK clock (acks = "linux"), not the handshake's or the FIN's
         self.received = 0  # packets delivered to this endpoint
         self.data_segs_in = 0  # of them, TCP segments with payload (tcp_segs_in: tp->data_segs_in)
@@ -401,6 +573,8 @@ class Endpoint:
                 self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
                 if payload_len:
                     self.rtx_queue.append((at, payload_len))
+                if self.cc is not None and (payload_len or flags & TCP_SYN):
+                    self.cc.sent_new(self, kernel, self.snd_nxt)
             if spec.acks == "linux":  # __tcp_transmit_skb: tcp_event_ack_sent, then tcp_event_data_sent
                 if flags & TCP_ACK:
                     self.acks.ack_sent(self)
@@ -450,6 +624,10 @@ class Endpoint:
         the current MSS (``tcp_send_mss``, which follows the path MTU: after a Fragmentation Needed the same
         write leaves as a full segment and a remnant) and ``tcp_push`` sends them at once; the last one
         carries PSH.  A zero-length write still sends one segment (the table asked for a packet)."""
+        if self.cc is not None and length:  # queued: tcp_push sends what the congestion window allows
+            self.cc.unsent += length
+            self.cc.write_xmit(self, kernel)
+            return
         mss = self.mss()
         left = length
         while True:
@@ -502,9 +680,13 @@ class Endpoint:
                 self.mss_clamp = _mss_option(skb.buf, info.l4off + 20, info.l4off + doff) or self.mss_clamp
         if datalen > 0:
             self.data_segs_in += 1
-        if flags & TCP_ACK and self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")) \
-                and self.conv.spec.acks == "linux":
-            self.conv.maybe_close(kernel)
+        if flags & TCP_ACK:
+            outstanding = len(self.rtx_queue)
+            if self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")):
+                if self.cc is not None:
+                    self.cc.acked(self, kernel, outstanding - len(self.rtx_queue))
+                if self.conv.spec.acks == "linux":
+                    self.conv.maybe_close(kernel)
         state = self.state
         _TCP_RX[state](self, kernel, flags, seq, datalen)
         if datalen and self.conv.spec.acks == "linux" and state in ("established", "fin_wait") \
@@ -524,7 +706,9 @@ class Endpoint:
 
     def _advance(self, seq: int, datalen: int, flags: int) -> None:
         end = seq + datalen + (1 if flags & (TCP_SYN | TCP_FIN) else 0)
-        if ((end - self.rcv_nxt) & 0xFFFFFFFF) < 0x80000000:
+        ahead = (end - self.rcv_nxt) & 0xFFFFFFFF
+        if ahead < 0x80000000:
+            self.data_in += min(ahead, datalen)
             self.rcv_nxt = end & 0xFFFFFFFF
 
     def _rx_syn_sent(self, kernel, flags, seq, datalen) -> None:
@@ -702,10 +886,16 @@ class Conversation:
             return False
         spec = self.spec
         if spec.proto == "tcp" and spec.acks == "linux":
-            return c.una == c.snd_nxt and s.una == s.snd_nxt
+            return all(e.una == e.snd_nxt and not (e.cc is not None and e.cc.unsent) for e in (c, s))
         if spec.proto == "udp":
             return s.received >= spec.packets and c.received >= spec.reply_packets
         return True
+
+    def received_bytes(self) -> int:
+        """What the two applications read so far (the guest's ``wait_bytes`` watches its files grow): TCP's
+        in-order payload, so a retransmitted duplicate is no progress; UDP's datagrams."""
+        eps = [e for e in (self.client, self.server) if e is not None]
+        return sum(e.data_in if self.spec.proto == "tcp" else e.bytes_received for e in eps)
 
     def peer(self, ep: Endpoint) -> Endpoint | None:
         """The other end of *ep*'s connection (``None`` while no server accepted it)."""
@@ -719,7 +909,8 @@ class Conversation:
             return
         if self.server is None or not self.server.done:
             return
-        if self.spec.acks == "linux" and any(e.una != e.snd_nxt for e in (self.client, self.server)):
+        if self.spec.acks == "linux" and any(e.una != e.snd_nxt or (e.cc is not None and e.cc.unsent)
+                                             for e in (self.client, self.server)):
             return  # tcp_ack calls back here as the last ACKs arrive
         self.closing = True
         kernel.schedule(kernel.now + self.spec.gap, self._close, kernel)

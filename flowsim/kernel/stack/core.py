@@ -298,6 +298,26 @@ class NetnsState:
         return self.sysctl_on("net.ipv6.conf.all.forwarding")
 
 
+class Timer:
+    """A cancellable event on the :attr:`Kernel.schedule` clock (the kernel's ``timer_list``: ``mod_timer`` is
+    a new Timer, ``del_timer`` :meth:`cancel`).  The simulation drops a cancelled timer from its queue without
+    moving the clock, so a timer that never fires (a retransmission timer stopped by the last ACK) leaves no
+    trace in a run's end time or its GC ticks."""
+
+    __slots__ = ("fn", "args", "cancelled")
+
+    def __init__(self, fn: Callable, *args: Any) -> None:
+        self.fn, self.args, self.cancelled = fn, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __call__(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True  # fired: a later cancel() is a no-op
+            self.fn(*self.args)
+
+
 class Kernel:
     """The simulated kernel of every namespace of *topo* (see the module docstring).
 
