@@ -567,3 +567,25 @@ def test_an_unreplied_udp_entry_outlives_its_flow_on_6_1():
                               results=str(DATA / "results-openwrt-fw4-debian-6.1.log.gz"),
                               settings=["fixup_ct_timeout=state"])
     assert flipped.status == 1
+
+
+@pytest.mark.parametrize("kernel", ["debian-sid", "debian-experimental"])
+def test_black_holed_acks_stall_the_real_and_the_simulated_sender_alike(kernel):
+    """ip6ip6-over-pppoe on 7.2.13 and 7.3-rc7 (saved socat boots): the download's ACKs are fast-pathed into the
+    PPPoE session with tun0's address as source MAC and the BRAS's pppoe_rcv drops them, so the real server
+    stops after its initial window and retransmits its first segment on the backed-off RTO
+    (tcp_retransmit_timer); flowsim's sender (SendState) stalls alike instead of sending its 200 writes.  The
+    fast-path fact follows the kernel side's rule for TCP (delivered less the slow path): the replies the
+    flowtable forwarded and the BRAS dropped count on neither side."""
+    result = run_conformance([str(ROOT / "topologies" / "ip6ip6-over-pppoe.toml")], kernel,
+                             results=str(DATA / f"results-ip6ip6-over-pppoe-{kernel}.log.gz"))
+    assert result.status == 0, result.text()
+    facts = {f.fact: f for f in result.facts if f.subject == "tcp-download"}
+    assert len(facts) == 12 and all(f.status == "agrees" for f in facts.values())
+    # SYN, ACK, the initial window of 10 and the RTO retransmissions: far from the 200 writes (+ handshake)
+    sent = facts["delivered original"]
+    assert 2 + 10 < sent.sim <= sent.kernel < 30
+    (scenario,) = result.scenarios
+    (traffic,) = [t for t in scenario.report["traffic"] if t["name"] == "tcp-download"]
+    assert facts["fast path reply"].kernel == facts["fast path reply"].sim == 0
+    assert traffic["directions"]["reply"]["fastpath"] > 0  # what the flowtable itself forwarded
