@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from flowsim.config.topology import load_topology
+from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.profiles import get_profile
 from flowsim.sim.simulation import SEQUENTIAL_STALLED_END, SEQUENTIAL_STILL, Simulation
 from flowsim.sim.traffic import TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_RETRIES2, TCP_RTO_MAX, TCP_RTO_MIN
@@ -99,3 +99,35 @@ def test_a_stopped_retransmission_timer_does_not_move_the_clock():
     (inet_csk_clear_xmit_timer), and the run ends with its last packet, not an RTO later."""
     sim, _conv, sent = _run(FORWARD, "tcp4", "linux-7.2", acks="linux", reply_packets=0, packets=5, rate=0)
     assert sim.end == pytest.approx(max(t for t, *_ in sent), abs=0.05) and sim.end < TCP_RTO_MIN
+
+
+def test_the_first_retransmission_after_an_outage_recovers_the_transfer():
+    """veth1 down from 20 ms to 500 ms: the segments in flight are lost.  The RTO fires 0.2 s after the oldest
+    was sent (the link still down), backs off, and the retransmission at about 0.6 s passes; its ACK ends the
+    backoff, and the lost segments go again in slow start from one segment (tcp_enter_loss: ssthresh cubic's
+    717/1024 of the window), then the writes queued meanwhile, merged into full-MSS segments.  Every byte
+    arrives and the connection closes."""
+    text = FORWARD.read_text() + "".join(
+        f'\n[[event]]\nat = {at}\nnetns = "r"\ncommand = "ip link set veth1 {state}"\n'
+        for at, state in ((0.02, "down"), (0.5, "up")))
+    topo = load_topology_text(text, "x.toml")
+    sim = Simulation(topo, get_profile("linux-7.2"))
+    sim = Simulation(topo, get_profile("linux-7.2"), traffic=[
+        attrs.evolve(s, acks="linux", rate=1000.0, reply_packets=0) for s in sim.specs if s.name == "tcp4"])
+    sent: list[tuple[float, str]] = []
+    real = sim.kernel.send_l3
+
+    def spy(netns, pkt, tag, *rest):
+        sent.append((sim.kernel.now, tag.kind))
+        return real(netns, pkt, tag, *rest)
+
+    sim.kernel.send_l3 = spy
+    sim.run()
+    (conv,) = sim.conversations
+    c = conv.client
+    rtx = [t for t, kind in sent if kind == "retransmit"]
+    assert rtx[0] == pytest.approx(0.02 + TCP_RTO_MIN, abs=0.002) and rtx[1] == pytest.approx(rtx[0] + 2 * (rtx[0] - 0.02), abs=0.002)
+    assert len(rtx) > 2 and all(rtx[1] < t < rtx[1] + 0.01 for t in rtx[2:])  # the lost ones, clocked by ACKs
+    assert c.cc.ssthresh == TCP_INIT_CWND * 717 // 1024 and c.cc.high_seq is None and c.cc.retransmits == 0
+    assert c.state == "time_wait" and conv.server.rcv_nxt == c.snd_nxt
+    assert sum(kind == "data" for _t, kind in sent) < 100  # the writes queued behind the stall merged

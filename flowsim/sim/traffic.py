@@ -299,7 +299,7 @@ class SendState:
             if not _before(seq, self.high_seq) or self.in_flight(ep) >= self.cwnd:
                 break
             self._xmit(ep, kernel, "retransmit", n, True, seq)
-        return not any(_before(s, self.high_seq) and not _before(s, self.retx_next) for s, _ in ep.rtx_queue)
+        return not _before(self.retx_next, self.high_seq)
 
     def _xmit(self, ep: Endpoint, kernel, kind: str, chunk: int, psh: bool, seq: int | None) -> None:
         if not ep.rtx_queue:
