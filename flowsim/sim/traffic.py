@@ -656,6 +656,10 @@ class Endpoint:
                 self.sent += 1
                 off += chunk
 
+    def all_acked(self) -> bool:
+        """Everything written left and was acknowledged (the write queue empty, ``snd_una == snd_nxt``)."""
+        return self.una == self.snd_nxt and not (self.cc is not None and self.cc.unsent)
+
     def snd_una(self) -> int:
         """The oldest unacknowledged sequence number: from the ACKs received (``tcp_ack``), or with
         ``acks = "none"`` from what the peer received."""
@@ -886,7 +890,7 @@ class Conversation:
             return False
         spec = self.spec
         if spec.proto == "tcp" and spec.acks == "linux":
-            return all(e.una == e.snd_nxt and not (e.cc is not None and e.cc.unsent) for e in (c, s))
+            return c.all_acked() and s.all_acked()
         if spec.proto == "udp":
             return s.received >= spec.packets and c.received >= spec.reply_packets
         return True
@@ -909,8 +913,7 @@ class Conversation:
             return
         if self.server is None or not self.server.done:
             return
-        if self.spec.acks == "linux" and any(e.una != e.snd_nxt or (e.cc is not None and e.cc.unsent)
-                                             for e in (self.client, self.server)):
+        if self.spec.acks == "linux" and not (self.client.all_acked() and self.server.all_acked()):
             return  # tcp_ack calls back here as the last ACKs arrive
         self.closing = True
         kernel.schedule(kernel.now + self.spec.gap, self._close, kernel)
