@@ -30,10 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FORWARD = ROOT / "topologies" / "conform-forward.toml"
 
 
-def _run(path: Path, name: str, profile: str = "linux-7.2", **change):
-    topo = load_topology(path)
+def _run(path, name: str, profile: str = "linux-7.2", *, sequential: bool = False, **change):
+    """Table *name* of *path* (a file, or a loaded topology) alone, *change* applied: (simulation, its one
+    conversation, every packet an endpoint sent as (time, direction, kind))."""
+    topo = load_topology(path) if isinstance(path, Path) else path
     sim = Simulation(topo, get_profile(profile))
-    sim = Simulation(topo, get_profile(profile),
+    sim = Simulation(topo, get_profile(profile), sequential=sequential,
                      traffic=[attrs.evolve(s, **change) for s in sim.specs if s.name == name])
     sent: list[tuple[float, str, str]] = []
     real = sim.kernel.send_l3

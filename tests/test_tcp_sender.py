@@ -11,35 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
 import pytest
 
-from flowsim.config.topology import load_topology, load_topology_text
-from flowsim.profiles import get_profile
-from flowsim.sim.simulation import SEQUENTIAL_STALLED_END, SEQUENTIAL_STILL, Simulation
+from flowsim.config.topology import load_topology_text
+from flowsim.sim.simulation import SEQUENTIAL_STALLED_END, SEQUENTIAL_STILL
 from flowsim.sim.traffic import TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_RETRIES2, TCP_RTO_MAX, TCP_RTO_MIN
+
+from tests.test_tcp_acks import _run
 
 ROOT = Path(__file__).resolve().parent.parent
 PPPOE = ROOT / "topologies" / "ip6ip6-over-pppoe.toml"
 FORWARD = ROOT / "topologies" / "conform-forward.toml"
-
-
-def _run(path: Path, name: str, profile: str, *, sequential: bool = False, **change):
-    topo = load_topology(path)
-    sim = Simulation(topo, get_profile(profile))
-    sim = Simulation(topo, get_profile(profile), sequential=sequential,
-                     traffic=[attrs.evolve(s, **change) for s in sim.specs if s.name == name])
-    sent: list[tuple[float, str, str, int]] = []
-    real = sim.kernel.send_l3
-
-    def spy(netns, pkt, tag, *rest):
-        sent.append((sim.kernel.now, tag.direction, tag.kind, len(pkt)))
-        return real(netns, pkt, tag, *rest)
-
-    sim.kernel.send_l3 = spy
-    sim.run()
-    (conv,) = sim.conversations
-    return sim, conv, sent
 
 
 @pytest.mark.parametrize("profile", ["linux-7.2", "linux-7.3"])
@@ -48,7 +30,7 @@ def test_black_holed_acks_stall_the_sender_after_its_initial_window(profile):
     only the oldest again on each RTO (tcp_retransmit_timer), the RTO doubling from srtt + TCP_RTO_MIN up to
     TCP_RTO_MAX; the 16th expiry without an ACK kills the connection (tcp_write_timeout, no packet)."""
     _sim, conv, sent = _run(PPPOE, "tcp-download", profile, acks="linux", rate=1000.0)
-    data = [(t, kind) for t, d, kind, _n in sent if d == "original" and kind in ("data", "retransmit")]
+    data = [(t, kind) for t, d, kind in sent if d == "original" and kind in ("data", "retransmit")]
     assert [k for _t, k in data] == ["data"] * TCP_INIT_CWND + ["retransmit"] * TCP_RETRIES2
     first = data[0][0]
     gaps = [b - a for (a, _), (b, _) in zip([(first, "")] + data[TCP_INIT_CWND:], data[TCP_INIT_CWND:])]
@@ -66,8 +48,8 @@ def test_the_guest_stops_counting_a_stalled_table():
     the last byte, the end snapshot comes SEQUENTIAL_STALLED_END later; no retransmission after it is
     simulated, so the run ends with the last one before it."""
     sim, conv, sent = _run(PPPOE, "tcp-download", "linux-7.2", sequential=True, acks="linux", rate=1000.0)
-    rtx = [t for t, d, kind, _n in sent if d == "original" and kind == "retransmit"]
-    start = next(t for t, d, kind, _n in sent if kind == "data")
+    rtx = [t for t, d, kind in sent if d == "original" and kind == "retransmit"]
+    start = next(t for t, d, kind in sent if kind == "data")
     rto = rtx[0] - start
     stop = start + (TCP_INIT_CWND - 1) / 1000.0 + SEQUENTIAL_STILL + SEQUENTIAL_STALLED_END
     expected = [start + rto * (2 ** (i + 1) - 1) for i in range(TCP_RETRIES2)]
@@ -84,9 +66,9 @@ def test_back_to_back_writes_wait_for_the_window_and_slow_start_opens_it():
                             rate=0)
     c = conv.client
     assert c.cc.cwnd > TCP_INIT_CWND and not c.cc.unsent and c.una == c.snd_nxt
-    one_way = next(t for t, _d, k, _n in sent if k == "synack")
-    back = next(t for t, d, k, _n in sent if d == "reply" and k == "ack") + one_way  # the first ACK arrives
-    data = [t for t, d, k, _n in sent if d == "original" and k == "data"]
+    one_way = next(t for t, _d, k in sent if k == "synack")
+    back = next(t for t, d, k in sent if d == "reply" and k == "ack") + one_way  # the first ACK arrives
+    data = [t for t, d, k in sent if d == "original" and k == "data"]
     assert len(data) == 100 and sum(t < back for t in data) == TCP_INIT_CWND
     assert sum(t == pytest.approx(back) for t in data) == 2  # acked 1: cwnd 11, in flight 9
     # the segments cut from merged writes are full-MSS for the 1500-byte route, too big for the tunnel: PMTU
@@ -110,24 +92,12 @@ def test_the_first_retransmission_after_an_outage_recovers_the_transfer():
     text = FORWARD.read_text() + "".join(
         f'\n[[event]]\nat = {at}\nnetns = "r"\ncommand = "ip link set veth1 {state}"\n'
         for at, state in ((0.02, "down"), (0.5, "up")))
-    topo = load_topology_text(text, "x.toml")
-    sim = Simulation(topo, get_profile("linux-7.2"))
-    sim = Simulation(topo, get_profile("linux-7.2"), traffic=[
-        attrs.evolve(s, acks="linux", rate=1000.0, reply_packets=0) for s in sim.specs if s.name == "tcp4"])
-    sent: list[tuple[float, str]] = []
-    real = sim.kernel.send_l3
-
-    def spy(netns, pkt, tag, *rest):
-        sent.append((sim.kernel.now, tag.kind))
-        return real(netns, pkt, tag, *rest)
-
-    sim.kernel.send_l3 = spy
-    sim.run()
-    (conv,) = sim.conversations
+    _sim, conv, sent = _run(load_topology_text(text, "x.toml"), "tcp4", acks="linux", rate=1000.0,
+                            reply_packets=0)
     c = conv.client
-    rtx = [t for t, kind in sent if kind == "retransmit"]
+    rtx = [t for t, _d, kind in sent if kind == "retransmit"]
     assert rtx[0] == pytest.approx(0.02 + TCP_RTO_MIN, abs=0.002) and rtx[1] == pytest.approx(rtx[0] + 2 * (rtx[0] - 0.02), abs=0.002)
     assert len(rtx) > 2 and all(rtx[1] < t < rtx[1] + 0.01 for t in rtx[2:])  # the lost ones, clocked by ACKs
     assert c.cc.ssthresh == TCP_INIT_CWND * 717 // 1024 and c.cc.high_seq is None and c.cc.retransmits == 0
     assert c.state == "time_wait" and conv.server.rcv_nxt == c.snd_nxt
-    assert sum(kind == "data" for _t, kind in sent) < 100  # the writes queued behind the stall merged
+    assert sum(kind == "data" for _t, _d, kind in sent) < 100  # the writes queued behind the stall merged
