@@ -16,15 +16,17 @@ import stat
 import subprocess
 from pathlib import Path
 
+import attrs
 import pytest
 
 from flowsim.cli import main
 from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.conform import compare as cc
 from flowsim.conform import kernel as ck
+from flowsim.conform import guest as gmod
 from flowsim.conform import known
 from flowsim.conform.guest import (
-    ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
+    IP_HEADER, ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
 )
 from flowsim.conform.harness import plan_traffic, run_conformance, update_doc
 from flowsim.conform.parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
@@ -527,6 +529,52 @@ def test_split_writes_may_leave_a_slow_path_that_the_model_takes_in_bulk():
         cc._tcp_tolerance(t, "reply", True, segments=-3)
 
 
+def test_probe_counts_data_segments_shorter_than_the_writes():
+    """The receiver's input chain also counts the data segments shorter than the direction's writes (IP length
+    below the table's size, one range per data offset): the pieces of writes the sender cut.  IPv6's length
+    field leaves out the 40-byte header."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/selftest-base.toml"))
+    v4 = next(t for t in plan.traffic if t.name == "tcp-12345")
+    v6 = next(t for t in plan.traffic if t.name == "tcp6-12345")
+    client = probe_ruleset(plan, v4.client)
+    assert f"counter {v4.tag}_short_reply" in client
+    assert f"tcp doff 8 ip length 53-{v4.reply_size - 1} counter name {v4.tag}_short_reply" in client
+    assert sum(f"counter name {v4.tag}_short_reply" in line for line in client.splitlines()) == 11
+    assert f"tcp doff 8 ip6 length 33-{v6.reply_size - 41} counter name {v6.tag}_short_reply" in \
+        probe_ruleset(plan, v6.client)
+    # writes of one byte behind a bare TCP header: no data segment can be shorter, no counter
+    small = attrs.evolve(v4, size=20 + 20 + 1)
+    assert gmod._short_segment(small, small.size) == []
+
+
+def test_measured_short_pieces_bound_what_the_slow_path_loses():
+    """6.12.117, selftest-base tcp-12345 reply (-nopmtu: 2000-byte writes, a 1500-byte flow MTU): the kernel's
+    receiver counted one data segment more than the model's, but nsr1's slow path lost 2336 bytes, more than
+    one write.  The short-segment counters see every cut piece, merges elsewhere notwithstanding: the low end
+    moves by the pieces and their bytes; a boot without the counters keeps the whole-write rule."""
+    from flowsim.conform.observe import ConnObservation
+    plan = plan_scenario(load_topology(ROOT / "topologies/selftest-base.toml"))
+    t = next(x for x in plan.traffic if x.name == "tcp-12345")
+    c = ConnObservation(t.name, t.proto)
+    c.bytes = {"original": t.stream_bytes("original"), "reply": t.stream_bytes("reply")}
+    c.short_segs = {"original": None, "reply": (3, 3 * 1400 + 52)}
+    report = {"short_segs_in": {t.name: {"original": [0, 0], "reply": [0, 0]}}}
+    short = cc._short_measured(report, t, c, "reply")
+    assert short == (3, 4252) and cc._short_measured(report, t, c, "original") is None
+    hdr = 60
+    whole = cc._tcp_tolerance(t, "reply", True, hdr, t.reply_size, segments=1, split="leaves")
+    measured = cc._tcp_tolerance(t, "reply", True, hdr, t.reply_size, segments=1, split="leaves", short=short)
+    base = cc._tcp_tolerance(t, "reply", True, hdr, t.reply_size, segments=1)
+    assert whole.low == base.low - hdr - t.reply_size  # one write, the rule before the counters
+    assert measured.low == base.low - 2 * hdr - 4252 and measured.high == base.high  # kernel − model >= 1 − 3
+    assert "3 short pieces fast-pathed" in measured.why
+    assert base.low > 97776 - 100112 >= measured.low  # the 6.12.117 row, now inside
+    # no more short pieces than the model's: nothing left the slow path, the window stays
+    assert cc._tcp_tolerance(t, "reply", True, hdr, t.reply_size, segments=1, split="leaves", short=(0, 0)) == base
+    c.bytes["reply"] -= 1  # a stalled transfer: nothing measured
+    assert cc._short_measured(report, t, c, "reply") is None
+
+
 def test_simulation_counts_data_segments_per_receiver():
     """simulate() reports each receiver's data segments (Endpoint.data_segs_in): one per write of a table
     whose writes fit the MSS, none for UDP."""
@@ -536,6 +584,8 @@ def test_simulation_counts_data_segments_per_receiver():
         want = {"original": spec.packets, "reply": spec.reply_packets} if spec.proto == "tcp" else \
             {"original": 0, "reply": 0}
         assert report["data_segs_in"][spec.name] == want
+        # each write one segment of the table's size: none shorter
+        assert report["short_segs_in"][spec.name] == {"original": [0, 0], "reply": [0, 0]}
 
 
 def test_socat_mode_simulates_a_server_that_replies_after_the_first_data():
@@ -589,3 +639,22 @@ def test_black_holed_acks_stall_the_real_and_the_simulated_sender_alike(kernel):
     (traffic,) = [t for t in scenario.report["traffic"] if t["name"] == "tcp-download"]
     assert facts["fast path reply"].kernel == facts["fast path reply"].sim == 0
     assert traffic["directions"]["reply"]["fastpath"] > 0  # what the flowtable itself forwarded
+
+
+def test_short_pieces_explain_the_nopmtu_byte_totals_on_6_12():
+    """Debian 6.12.117 (saved boot with the short-segment counters, 2026-12-02): in selftest-dscp-egress's
+    and selftest-nat-pmtu's -nopmtu tables the server's 2000-byte writes left partly cut (tcp_write_xmit →
+    tcp_mss_split_point): one data segment more than the writes at the client, but five short pieces, and
+    nsr1's slow path lost 2252 bytes, more than one write.  The whole-write rule put them 12 bytes outside;
+    the measured pieces put them inside, and every other fact of both scenarios agrees."""
+    topologies = [str(ROOT / "topologies" / f"{name}.toml") for name in ("selftest-dscp-egress", "selftest-nat-pmtu")]
+    result = run_conformance(topologies, "debian-6.12", results=str(DATA / "results-nopmtu-debian-6.12.log.gz"))
+    assert result.status == 0, result.text()
+    rows = [f for f in result.facts if f.fact == "nsr1: ct bytes reply"
+            and f.subject in ("tcp-12345-nopmtu", "tcp-masquerade-nopmtu")]
+    assert [(f.kernel, f.sim) for f in rows] == [(97860, 100112), (97860, 100112)]
+    assert all("5 short pieces fast-pathed" in f.tolerance for f in rows)
+    plan = plan_scenario(load_topology(topologies[0]))
+    t = next(x for x in plan.traffic if x.name == "tcp-12345-nopmtu")
+    whole = cc._tcp_tolerance(t, "reply", True, IP_HEADER[4] + 40, t.reply_size, segments=1, split="leaves")
+    assert not whole.accepts(97860, 100112)  # the rule before the counters

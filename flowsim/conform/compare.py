@@ -48,7 +48,10 @@ writes queued while an earlier segment has not left the host merge into one segm
 full congestion window), and writes queued into one GSO skb leave cut at the receive window's edge when the
 receiver reads slowly; both depend on when softirqs and processes run.  The guest's probe counts the data
 segments each receiver got, and the difference from the model's moves the low end (fewer) or the high end
-(more) by exactly that many, shown in the tolerance column, only when every byte arrived.
+(more) by exactly that many, shown in the tolerance column, only when every byte arrived.  Where the
+model's writes exceed the flow's MTU and take the slow path in bulk, the probe also counts the data segments
+shorter than the writes (packets and bytes): only those pieces of cut writes can fit the MTU and leave the
+slow path, so a slow-path count's low end moves by the pieces the kernel had more, bytes by their bytes.
 Byte counts get the same allowance, ACKs
 counted at the largest control packet (an IP header plus 40 bytes of TCP
 header and options) and retransmissions at the data packet size.  The rule
@@ -141,6 +144,7 @@ def simulate(topology_path: str, profile: str, traffic: list | None = None, sequ
     report["rule_counters"] = rules
     acks: dict[str, dict[str, int]] = {}
     data: dict[str, dict[str, int]] = {}
+    short: dict[str, dict[str, list[int]]] = {}
     for conv in sim.conversations:  # acks = "linux": the model's own pure ACKs, which the tolerances account for
         per = acks.setdefault(conv.spec.name, {"original": 0, "reply": 0})
         per["original"] += conv.client.pure_acks
@@ -149,8 +153,15 @@ def simulate(topology_path: str, profile: str, traffic: list | None = None, sequ
         segs = data.setdefault(conv.spec.name, {"original": 0, "reply": 0})
         segs["original"] += conv.server.data_segs_in if conv.server is not None else 0
         segs["reply"] += conv.client.data_segs_in
+        # of them, the ones shorter than the writes (packets, IP bytes): what the probe's short counters count
+        sh = short.setdefault(conv.spec.name, {"original": [0, 0], "reply": [0, 0]})
+        for d, ep in (("original", conv.server), ("reply", conv.client)):
+            if ep is not None:
+                sh[d][0] += ep.short_segs_in
+                sh[d][1] += ep.short_bytes_in
     report["pure_acks"] = acks
     report["data_segs_in"] = data
+    report["short_segs_in"] = short
     return report
 
 
@@ -227,7 +238,8 @@ def sim_ct_shown(e: dict | None) -> str:
 # ---------------------------------------------------------------------- tolerances
 
 def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, size: int = 0,
-                   sim_acks: int = 0, segments: int = 0, split: str = "") -> Tolerance:
+                   sim_acks: int = 0, segments: int = 0, split: str = "",
+                   short: tuple[int, int] | None = None) -> Tolerance:
     """The TCP allowance of the module docstring; *hdr* > 1 scales it to bytes (*size*: a data segment's).
 
     *sim_acks*: the pure ACKs the simulation itself sent in direction *d* (``acks = "linux"``); where ACKs are
@@ -237,6 +249,9 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
     *split* says where the pieces of a write the kernel split can go when the model's writes are too big for
     the fast path (``nf_flow_exceeds_mtu``) and take the slow path in bulk: pieces that fit are fast-pathed,
     so a slow-path count (``"leaves"``) may lose the whole write, a fast-path count (``"joins"``) gain both.
+    *short*: the data segments shorter than the writes the kernel's receiver got more than the model's, and
+    their IP bytes (:func:`_short_measured`): only such pieces can fit the flow's MTU, so where measured they
+    bound what a slow-path count loses — the low end moves by them instead of by whole writes.
     """
     if t.proto != "tcp":
         return EXACT
@@ -254,7 +269,14 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
         elif segments > 0:
             high += segments
             why += f" + {segments} writes split"
-    if segments > 0 and split == "leaves":
+    if split == "leaves" and short is not None:
+        # the kernel's data segments that are not short exceed the flow's MTU as the model's do and stay on
+        # the slow path: kernel − model >= (data segments more) − (short pieces more), in packets and bytes
+        pieces, pieces_bytes = short
+        if pieces > 0:
+            low, data = low + min(0, segments - pieces), max(pieces_bytes, 0)
+            why += f" + {pieces} short pieces fast-pathed"
+    elif segments > 0 and split == "leaves":  # a boot without the short counters: whole writes
         low, data = low - segments, segments * (size or 1)
         why += f" + {segments} split writes fast-pathed"
     elif segments > 0 and split == "joins":
@@ -285,6 +307,21 @@ def _segments_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, 
     kernel = c.data_segs.get(d)
     sim = report.get("data_segs_in", {}).get(t.name, {}).get(d)
     return kernel - sim if kernel is not None and sim is not None else 0
+
+
+def _short_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) -> tuple[int, int] | None:
+    """How many more data segments shorter than the writes the kernel's receiver counted in direction *d* than
+    the model's, and how many more IP bytes they carried: the pieces of writes the kernel's sender cut at the
+    receive window's edge (``tcp_write_xmit`` → ``tcp_mss_split_point``).  The net count of
+    :func:`_segments_measured` hides a cut behind a merge elsewhere; these counters do not.  None for a boot
+    without the counters (before 2026-12-02) or a transfer that did not complete."""
+    if c is None or t.proto != "tcp" or c.bytes.get(d) != t.stream_bytes(d):
+        return None
+    kernel = c.short_segs.get(d)
+    sim = report.get("short_segs_in", {}).get(t.name, {}).get(d)
+    if kernel is None or sim is None:
+        return None
+    return kernel[0] - sim[0], kernel[1] - sim[1]
 
 
 def _sim_acks(report: dict, t: TrafficPlan, d: str) -> int:
@@ -347,18 +384,19 @@ def _compare_conn(rows: list, plan: ScenarioPlan, t: TrafficPlan, c: ConnObserva
             counts_all = sd.get("packets", 0) > (_sim_slow(plan, dirs.get(d, {})) or 0)
             acks = counts_all or _bulk(dirs.get(d, {}), _sim_slow(plan, dirs.get(d, {})))
             na, nc = _sim_acks(report, t, d), _segments_measured(report, t, c, d)
+            nshort = _short_measured(report, t, c, d)
             split = "" if counts_all else _split_path(plan, dirs.get(d, {}), "leaves")
             _fact(rows, s, t.name, f"{ns}: ct packets {d}", kd.packets, sd.get("packets"),
-                  _tcp_tolerance(t, d, acks, sim_acks=na, segments=nc, split=split))
+                  _tcp_tolerance(t, d, acks, sim_acks=na, segments=nc, split=split, short=nshort))
             _fact(rows, s, t.name, f"{ns}: ct bytes {d}", kd.bytes, sd.get("bytes"),
                   _tcp_tolerance(t, d, acks, IP_HEADER[t.family] + 40,
                                  t.size if d == "original" else t.reply_size, sim_acks=na, segments=nc,
-                                 split=split))
+                                 split=split, short=nshort))
     for d in DIRS:
         sd, na, nc = dirs.get(d, {}), _sim_acks(report, t, d), _segments_measured(report, t, c, d)
         _fact(rows, s, t.name, f"slow path {d}", _kernel_slow(c, d), _sim_slow(plan, sd),
               _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)), sim_acks=na, segments=nc,
-                             split=_split_path(plan, sd, "leaves")))
+                             split=_split_path(plan, sd, "leaves"), short=_short_measured(report, t, c, d)))
         _fact(rows, s, t.name, f"fast path {d}", kfast[d], _sim_fast(plan, t, sd),
               _tcp_tolerance(t, d, bool(sd.get("fastpath")), sim_acks=na, segments=nc,
                              split=_split_path(plan, sd, "joins")))

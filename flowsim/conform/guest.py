@@ -449,6 +449,23 @@ def _data_segment(t: TrafficPlan) -> list[str]:
     return [f"tcp doff {doff} ip6 length > {4 * doff}" for doff in range(5, 16)]
 
 
+def _short_segment(t: TrafficPlan, size: int) -> list[str]:
+    """Matches for a TCP data segment shorter than the direction's writes (IP length below *size*, the table's
+    ``size`` / ``reply_size``), one per data offset: the pieces of writes the sender cut (``tcp_write_xmit`` →
+    ``tcp_mss_split_point`` at the receive window's edge).  Where the model's writes exceed the flow's MTU,
+    only such pieces can fit it and leave the slow path; their bytes are what a slow-path byte count can lose.
+    None where no segment with payload can be shorter."""
+    rules = []
+    for doff in range(5, 16):
+        if t.family == 4:
+            low, high, field = 20 + 4 * doff + 1, size - 1, "ip length"
+        else:  # ip6 length: the payload length, without the 40-byte header
+            low, high, field = 4 * doff + 1, size - IP_HEADER[6] - 1, "ip6 length"
+        if low <= high:
+            rules.append(f"tcp doff {doff} {field} {low}-{high}")
+    return rules
+
+
 def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
     """The harness's counting table for *netns*: forward (slow path) and input (delivered) per connection."""
     counters, slow, inputs = [], [], []
@@ -473,6 +490,10 @@ def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
             if t.proto == "tcp":
                 counters.append(f"  counter {t.tag}_data_{d} {{ }}")
                 inputs.extend(f"    {match} {rule} counter name {t.tag}_data_{d}" for rule in _data_segment(t))
+                short = _short_segment(t, t.size if d == "original" else t.reply_size)
+                if short:
+                    counters.append(f"  counter {t.tag}_short_{d} {{ }}")
+                    inputs.extend(f"    {match} {rule} counter name {t.tag}_short_{d}" for rule in short)
     return "\n".join([
         f"table inet {PROBE_TABLE} {{", *counters,
         # prerouting after conntrack (-200) and before DNAT (-100): every packet the flowtable did not

@@ -15,7 +15,8 @@ Theory of operation
 * the packets delivered per direction: the probe's input counters in the
   server (original) and client (reply) namespaces (``delivered``), and of
   them the TCP segments that carried payload (``data_segs``, the receiver's
-  ``data_segs_in``);
+  ``data_segs_in``), and of those the segments shorter than the direction's
+  writes, packets and bytes (``short_segs``: pieces of cut writes);
 * the bytes the receiving sockets got (``bytes``).
 
 Beside the connections: each namespace's rule counters and named counters of
@@ -52,6 +53,7 @@ class ConnObservation:
     slow: dict = attrs.field(factory=dict)        # netns -> {dir: packets the flowtable did not steal}
     delivered: dict = attrs.field(factory=dict)   # dir -> packets into the receiving host
     data_segs: dict = attrs.field(factory=dict)   # dir -> of them, TCP segments with payload (data_segs_in)
+    short_segs: dict = attrs.field(factory=dict)  # dir -> (packets, IP bytes) of data segments below the write size
     bytes: dict = attrs.field(factory=dict)       # dir -> bytes the receiving socket got
 
 
@@ -110,6 +112,8 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
         c.delivered = {d: _probe_count(ends[d], f"{t.tag}_in_{d}") for d in DIRS}
         if t.proto == "tcp":
             c.data_segs = {d: _probe_count(ends[d], f"{t.tag}_data_{d}") for d in DIRS}
+            # boots before the short-segment counters have none: None, and the comparison falls back
+            c.short_segs = {d: _probe_counter(ends[d], f"{t.tag}_short_{d}") for d in DIRS}
         c.bytes = {"original": received.get(f"{t.tag}.srv"), "reply": received.get(f"{t.tag}.cli")}
         obs.conns[t.name] = c
     for ns, state in nft_end.items():
@@ -131,6 +135,13 @@ def _probe_count(state, name: str) -> int | None:
     if state is None:
         return None
     return state.counters.get(("inet", PROBE_TABLE, name), (None,))[0]
+
+
+def _probe_counter(state, name: str) -> tuple[int, int] | None:
+    """(packets, bytes) of the probe table's named counter *name* (None: not there)."""
+    if state is None:
+        return None
+    return state.counters.get(("inet", PROBE_TABLE, name))
 
 
 def describe(obs: ScenarioObservation) -> list[str]:

@@ -445,7 +445,8 @@ class Endpoint:
     # slots: a run of a million connections holds two of these per connection
     __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
-                 "pure_acks", "received", "data_segs_in", "bytes_received", "done", "_icmp_errors", "options",
+                 "pure_acks", "received", "data_segs_in", "short_segs_in", "short_bytes_in", "bytes_received", "done",
+                 "_icmp_errors", "options",
                  "ts_off", "ts_recent", "cc", "data_in")
 
     def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
@@ -476,6 +477,9 @@ class Endpoint:
         self.pure_acks = 0  # ACKs of the ACK clock (acks = "linux"), not the handshake's or the FIN's
         self.received = 0  # packets delivered to this endpoint
         self.data_segs_in = 0  # of them, TCP segments with payload (tcp_segs_in: tp->data_segs_in)
+        # of those, the ones shorter than the peer's writes, and their IP bytes (conformance measures the
+        # kernel's cut writes against them: flowsim.conform.compare)
+        self.short_segs_in = self.short_bytes_in = 0
         self.bytes_received = 0
         self.done = False  # all data sent
         self._icmp_errors: list[tuple[int, int, int]] | None = None  # created at the first error (icmp_errors)
@@ -684,6 +688,10 @@ class Endpoint:
                 self.mss_clamp = _mss_option(skb.buf, info.l4off + 20, info.l4off + doff) or self.mss_clamp
         if datalen > 0:
             self.data_segs_in += 1
+            spec = self.conv.spec
+            if info.tot_len < (spec.size if self.role == "server" else spec.reply_size or spec.size):
+                self.short_segs_in += 1
+                self.short_bytes_in += info.tot_len
         if flags & TCP_ACK:
             outstanding = len(self.rtx_queue)
             if self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")):
