@@ -123,6 +123,29 @@ def test_the_benchmark_capture():
             assert_same(frame, pname, "inet", True, None)
 
 
+def test_interned_values_start_over(monkeypatch):
+    """The parser interns its Encap and Tunnel values; a cache past _INTERN_MAX starts over, and the tuples
+    are the same values whether they were found in the cache or built."""
+    from flowsim.kernel.flowtable import tuple as ft
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import mixed_capture
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    frames_ = mixed_capture.frames(120)
+    for pname in ("linux-7.0", "linux-7.2", "linux-7.3"):
+        cached = [flow_tuple_from_frame(f, 3, "inet", PROFILES[pname]) for f in frames_]
+        assert any(r[0].encap for r in cached) and any(r[0].tun for r in cached)
+        with monkeypatch.context() as m:
+            m.setattr(ft, "_INTERN_MAX", 1)
+            ft._ENCAPS.clear()
+            ft._TUNNELS.clear()
+            built = [flow_tuple_from_frame(f, 3, "inet", PROFILES[pname]) for f in frames_]
+            assert len(ft._ENCAPS) <= 1 and len(ft._TUNNELS) <= 1
+        assert built == cached
+
+
 def _pcap(path: Path, linktype: int, records: list[bytes]) -> Path:
     with path.open("wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype))

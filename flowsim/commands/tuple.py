@@ -171,7 +171,11 @@ class _JsonWriter:
         return known
 
 
-_CHUNK = 4096  # lines per write
+# lines per write: a chunk's text (~300 bytes a JSON line) and its bytes (TextIOWrapper's copy at the flush)
+# stay small enough that glibc's malloc keeps them in its heap when freed; at 4096 lines (1.3 MB each) it
+# gave them back to the kernel after every chunk, and the next chunk's pages faulted in again: 15,000 minor
+# faults on the 100k-frame mixed capture, a tenth of the command's CPU time (benchmarks/bench_cli.py)
+_CHUNK = 1024
 
 
 def _text_lines(pending: list[str], results: Iterable[tuple | None], index: int) -> None:

@@ -209,26 +209,27 @@ def _pcap_batches(fh: BinaryIO, path: str, endian: str) -> Iterator[list[bytes]]
     data = _file_buffer(fh)
     end = len(data)
     caplen_at = struct.Struct(endian + "8xI").unpack_from  # the captured length of the record at an offset
+    max_record = _MAX_RECORD
     offset = 24
     error = None
     while offset < end and error is None:
         batch: list[bytes] = []
         append = batch.append
         for _ in _BATCH:
-            if offset >= end:
-                break
-            if offset + 16 > end:
-                error = CaptureError(f"{path}: offset {offset}: truncated pcap record header "
-                                     f"({end - offset} of 16 bytes)")
+            start = offset + 16
+            if start > end:  # the end of the file (offset == end), or a truncated record header
+                if offset < end:
+                    error = CaptureError(f"{path}: offset {offset}: truncated pcap record header "
+                                         f"({end - offset} of 16 bytes)")
                 break
             caplen = caplen_at(data, offset)[0]
-            stop = offset + 16 + caplen
-            if stop > end or caplen > _MAX_RECORD:
-                error = (_implausible(path, offset, caplen) if caplen > _MAX_RECORD else
+            stop = start + caplen
+            if stop > end or caplen > max_record:
+                error = (_implausible(path, offset, caplen) if caplen > max_record else
                          CaptureError(f"{path}: offset {offset}: truncated pcap record "
-                                      f"({end - offset - 16} of {caplen} bytes)"))
+                                      f"({end - start} of {caplen} bytes)"))
                 break
-            append(data[offset + 16:stop])
+            append(data[start:stop])
             offset = stop
         if convert and batch:
             frames = [_to_ethernet(frame, linktype) for frame in batch]

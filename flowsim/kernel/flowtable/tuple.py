@@ -76,7 +76,13 @@ NF_FLOW_TABLE_ENCAP_MAX = 2  # include/net/netfilter/nf_flow_table.h: the size o
 _ZERO12 = bytes(12)
 _UNPACK_V4_ADDRS = struct.Struct("!4s4s").unpack_from
 _UNPACK_V6_ADDRS = struct.Struct("!16s16s").unpack_from
-_UNPACK_PORTS = struct.Struct("!HH").unpack_from
+_UNPACK_PORTS = struct.Struct("!HH").unpack_from  # also a VLAN header's TCI and encapsulated protocol
+_UNPACK_PPPOE = struct.Struct("!2xH2xH").unpack_from  # a PPPoE session header's session id and PPP protocol
+# the fields of an IPv4 header the hook reads: version/IHL, frag_off, TTL, protocol (and saddr, daddr); of an
+# IPv6 header: nexthdr, hop_limit, saddr, daddr.  One C call per header instead of a subscript per byte
+_UNPACK_V4_CHECKED = struct.Struct("!B5xHBB").unpack_from
+_UNPACK_V4_KEYED = struct.Struct("!B5xHBB2x4s4s").unpack_from
+_UNPACK_V6_KEYED = struct.Struct("!6xBB16s16s").unpack_from
 _L3_NAMES = {AF_INET: "ipv4", AF_INET6: "ipv6"}
 _new_tuple = tuple.__new__  # FlowTuple(...) without the generated __new__'s extra call
 
@@ -208,8 +214,40 @@ class TupleResult(NamedTuple):
 
 _PPP_TO_ETHERTYPE = PPP_TO_ETHERTYPE.get  # pppoe_proto_to_ethertype(p) is _PPP_TO_ETHERTYPE(p, 0)
 _IPV6_EXT_HDRS = frozenset(n for n in range(256) if ipv6_ext_hdr(n))  # ipv6_ext_hdr(n) is n in _IPV6_EXT_HDRS
+# the L4 header size per IP protocol number (None: not the flowtable's), indexed by the protocol byte: a
+# subscript of a tuple, not a dict method call, per packet
+_L4_HDRSIZES = tuple(L4_HDRSIZE.get(n) for n in range(256))
+_VLAN_TPIDS = frozenset((ETH_P_8021Q, ETH_P_8021AD))  # eth_type_vlan
 _PPPOE_PULL = ETH_HLEN + PPPOE_SES_HLEN  # nf_flow_pppoe_proto pulls this much from skb->data (kernel quirk)
 _Parse = Callable[..., Any]  # the closure _make_parser builds
+
+
+# Encap and Tunnel values are interned: the key's L2 encapsulations and tunnel endpoints repeat from packet to
+# packet, and a dict lookup costs a fraction of building a NamedTuple (tuple.__new__ with its argument tuples).
+# They are immutable values, equal whether shared or not.  Keyed by the fields as read: (id, proto) for an
+# encap, the (src, dst) pair as read from the outer header (4 or 16 bytes each, so the families never meet).
+_ENCAPS: dict[tuple[int, int], Encap] = {}
+_TUNNELS: dict[tuple[bytes, bytes], Tunnel] = {}
+_INTERN_MAX = 1 << 16  # past this many values (a capture with as many tunnel endpoints) a cache starts over
+
+
+def _new_encap(fields: tuple[int, int]) -> Encap:
+    """The Encap of *fields* (id, proto), remembered: :data:`_ENCAPS` missed it."""
+    if len(_ENCAPS) >= _INTERN_MAX:
+        _ENCAPS.clear()
+    encap = _ENCAPS[fields] = _new_tuple(Encap, fields)
+    return encap
+
+
+def _new_tunnel(addrs: tuple[bytes, bytes]) -> Tunnel:
+    """The Tunnel of the outer addresses *addrs* as read (4 bytes: IPIP, 16: IP6IP6), remembered: :data:`_TUNNELS`
+    missed it."""
+    if len(_TUNNELS) >= _INTERN_MAX:
+        _TUNNELS.clear()
+    src, dst = addrs
+    tun = _TUNNELS[addrs] = (_new_tuple(Tunnel, (src + _ZERO12, dst + _ZERO12, IPPROTO_IPIP)) if len(src) == 4
+                             else _new_tuple(Tunnel, (src, dst, IPPROTO_IPV6)))
+    return tun
 
 
 def _pppoe_detail(buf, m: int) -> str:
@@ -251,9 +289,12 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
     ip6_hdr_absolute = profile.ip6_tunnel_hdr_size == "absolute"
     ether_type_check = profile.hook_ether_type_check
     pppoe_mapped = profile.tuple_encap_pppoe_proto == "mapped"
-    hdrsizes = L4_HDRSIZE
+    hdrsizes = _L4_HDRSIZES
+    vlan_tpids = _VLAN_TPIDS
     ppp_to_ethertype = _PPP_TO_ETHERTYPE  # pppoe_proto_to_ethertype without the call
     ext_hdrs = _IPV6_EXT_HDRS
+    encaps_get = _ENCAPS.get
+    tunnels_get = _TUNNELS.get
     # nf_flowtable_ctx as it stood when the parse failed, written just before every failure (a failure
     # is a (reason, detail) pair, so the context travels beside it); read by nf_flow_offload_lookup
     failed_ctx = [0, 0, 0, 0, 0]
@@ -273,11 +314,13 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 return None  # a runt: the device drops it before any hook
             protocol = (buf[12] << 8) | buf[13]
             d = ETH_HLEN
-            if protocol in (ETH_P_8021Q, ETH_P_8021AD):
+            if protocol in vlan_tpids:
                 if end < ETH_HLEN + VLAN_HLEN:
                     return None  # truncated tag: skb_vlan_untag frees the skb
-                vlan = _new_tuple(Encap, ((buf[14] << 8) | buf[15], protocol))
-                protocol = (buf[16] << 8) | buf[17]
+                tci, encapsulated = _UNPACK_PORTS(buf, ETH_HLEN)
+                fields = tci, protocol
+                vlan = encaps_get(fields) or _new_encap(fields)
+                protocol = encapsulated
                 d = ETH_HLEN + VLAN_HLEN
             nh = m = d
             lin = end
@@ -322,34 +365,35 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
         else:
             inner = protocol
             failure: tuple[str, str] | None = None
-            if inner == ETH_P_8021Q:
-                # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
-                if d + VLAN_HLEN > lin:
-                    if skb is None or not skb.may_pull(VLAN_HLEN):
-                        failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                        return "header-truncated", "in-band 802.1Q header truncated"
-                    lin = skb.linear_end
-                encapsulated = (buf[m + 2] << 8) | buf[m + 3]
-                if encapsulated == proto:
-                    offset = VLAN_HLEN
-                    inner = proto
-                else:
-                    failure = "encap-unsupported", f"802.1Q header carries ethertype {encapsulated:#06x}"
-            elif inner == ETH_P_PPP_SES:
-                if d + _PPPOE_PULL > lin and (skb is None or not skb.may_pull(_PPPOE_PULL)):  # nf_flow_pppoe_proto
-                    failure = "header-truncated", "PPPoE session header truncated"
-                else:
-                    if skb is not None:
+            if inner != ETH_P_IP and inner != ETH_P_IPV6:  # the switch's cases; IPv4 / IPv6 (the most) skip them
+                if inner == ETH_P_8021Q:
+                    # pskb_may_pull(skb_mac_offset + sizeof(struct vlan_ethhdr)): 4 bytes past skb->data
+                    if d + VLAN_HLEN > lin:
+                        if skb is None or not skb.may_pull(VLAN_HLEN):
+                            failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
+                            return "header-truncated", "in-band 802.1Q header truncated"
                         lin = skb.linear_end
-                    inner = ppp_to_ethertype((buf[m + 6] << 8) | buf[m + 7], 0)  # set even when not *proto*
-                    if inner == proto:
-                        offset = PPPOE_SES_HLEN
+                    encapsulated = (buf[m + 2] << 8) | buf[m + 3]
+                    if encapsulated == proto:
+                        offset = VLAN_HLEN
+                        inner = proto
                     else:
-                        failure = "encap-unsupported", _pppoe_detail(buf, m)
-            elif inner == ETH_P_8021AD:
-                failure = "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
-            elif inner != ETH_P_IP and inner != ETH_P_IPV6:
-                failure = "l3proto-unsupported", f"ethertype {protocol:#06x}"
+                        failure = "encap-unsupported", f"802.1Q header carries ethertype {encapsulated:#06x}"
+                elif inner == ETH_P_PPP_SES:
+                    if d + _PPPOE_PULL > lin and (skb is None or not skb.may_pull(_PPPOE_PULL)):  # nf_flow_pppoe_proto
+                        failure = "header-truncated", "PPPoE session header truncated"
+                    else:
+                        if skb is not None:
+                            lin = skb.linear_end
+                        inner = ppp_to_ethertype((buf[m + 6] << 8) | buf[m + 7], 0)  # set even when not *proto*
+                        if inner == proto:
+                            offset = PPPOE_SES_HLEN
+                        else:
+                            failure = "encap-unsupported", _pppoe_detail(buf, m)
+                elif inner == ETH_P_8021AD:
+                    failure = "encap-unsupported", "in-band 802.1AD header (only the outer tag is untagged)"
+                else:
+                    failure = "l3proto-unsupported", f"ethertype {protocol:#06x}"
             if inner == ETH_P_IP:
                 tunnel_check = ipip_rx
                 if not ipip_rx and proto != ETH_P_IP:
@@ -373,21 +417,21 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                         return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
                     lin = skb.linear_end
-                o = nh + offset
-                ihl = buf[o] & 0x0F
+                ihl, frag_off, ttl, l4proto = _UNPACK_V4_CHECKED(buf, nh + offset)  # one read of the fields checked
+                ihl &= 0x0F
                 if ihl_check and ihl < 5:
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "ip-ihl-invalid", f"IPv4 IHL {ihl}"
-                if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment: MF or offset
+                if frag_off & 0x3FFF:  # ip_is_fragment: MF or offset
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "fragment", "IPv4 fragment"
                 if ihl != 5:  # ip_has_options
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "ip-options", f"IPv4 header length {ihl << 2}"
-                if buf[o + 8] <= 1:
+                if ttl <= 1:
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                    return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
-                if buf[o + 9] == IPPROTO_IPIP:
+                    return "ttl-expired", f"IPv4 TTL {ttl}"
+                if l4proto == IPPROTO_IPIP:
                     tun_proto = IPPROTO_IPIP
                     tun_hdr_size = IPV4_HLEN
                     offset += IPV4_HLEN
@@ -454,25 +498,23 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
                 lin = skb.linear_end
-            o = nh + offset
-            thoff = (buf[o] & 0x0F) * 4
-            if ((buf[o + 6] << 8) | buf[o + 7]) & 0x3FFF:  # ip_is_fragment
+            thoff, frag_off, ttl, l4proto, src, dst = _UNPACK_V4_KEYED(buf, nh + offset)  # the header, read once
+            thoff = (thoff & 0x0F) * 4
+            if frag_off & 0x3FFF:  # ip_is_fragment
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "fragment", "IPv4 fragment"
             if thoff != IPV4_HLEN:  # ip_has_options
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "ip-options", f"IPv4 header length {thoff}"
             thoff += offset
-            l4proto = buf[o + 9]
-            size = hdrsizes.get(l4proto)
+            size = hdrsizes[l4proto]
             if size is None:
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "l4proto-unsupported", f"IP protocol {l4proto}"
             hdrsize = size  # ctx->hdrsize
-            if buf[o + 8] <= 1:
+            if ttl <= 1:
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                return "ttl-expired", f"IPv4 TTL {buf[o + 8]}"
-            src, dst = _UNPACK_V4_ADDRS(buf, o + 12)
+                return "ttl-expired", f"IPv4 TTL {ttl}"
             src += _ZERO12
             dst += _ZERO12
             l3proto = AF_INET
@@ -484,9 +526,8 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                     return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {end - d}"
                 lin = skb.linear_end
-            o = nh + offset
-            l4proto = buf[o + 6]
-            size = hdrsizes.get(l4proto)
+            l4proto, hop_limit, src, dst = _UNPACK_V6_KEYED(buf, nh + offset)  # the header, read once
+            size = hdrsizes[l4proto]
             if size is None:
                 if l4proto in ext_hdrs:  # ipv6_ext_hdr
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
@@ -494,10 +535,9 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
                 return "l4proto-unsupported", f"IPv6 next header {l4proto}"
             hdrsize = size  # ctx->hdrsize
-            if buf[o + 7] <= 1:
+            if hop_limit <= 1:
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                return "ttl-expired", f"IPv6 hop limit {buf[o + 7]}"
-            src, dst = _UNPACK_V6_ADDRS(buf, o + 8)
+                return "ttl-expired", f"IPv6 hop limit {hop_limit}"
             l3proto = AF_INET6
         # the L4 header: pskb_may_pull(thoff + ctx->hdrsize), then the ports (or GRE's version)
         need = thoff + hdrsize
@@ -526,14 +566,16 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             inner = protocol
             o = nh
             if inner == ETH_P_8021Q:
-                inband = _new_tuple(Encap, ((buf[m] << 8) | buf[m + 1], ETH_P_8021Q))
+                tci, inner = _UNPACK_PORTS(buf, m)
+                fields = tci, ETH_P_8021Q
+                inband = encaps_get(fields) or _new_encap(fields)
                 encap = (inband,) if vlan is None else (vlan, inband)
-                inner = (buf[m + 2] << 8) | buf[m + 3]
                 o = nh + VLAN_HLEN
             elif inner == ETH_P_PPP_SES:
-                inband = _new_tuple(Encap, ((buf[nh + 2] << 8) | buf[nh + 3], ETH_P_PPP_SES))
+                sid, inner = _UNPACK_PPPOE(buf, nh)  # inner: the raw PPP protocol through 7.2.13
+                fields = sid, ETH_P_PPP_SES
+                inband = encaps_get(fields) or _new_encap(fields)
                 encap = (inband,) if vlan is None else (vlan, inband)
-                inner = (buf[nh + 6] << 8) | buf[nh + 7]  # the raw PPP protocol through 7.2.13
                 if pppoe_mapped:
                     inner = ppp_to_ethertype(inner, 0)
                 o = nh + PPPOE_SES_HLEN
@@ -541,10 +583,11 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 encap = (vlan,)  # type: ignore[assignment]  # vlan is set: the branch above takes the untagged case
         tun = None
         if inner == ETH_P_IP and tun_proto == IPPROTO_IPIP:
-            tsrc, tdst = _UNPACK_V4_ADDRS(buf, o + 12)
-            tun = _new_tuple(Tunnel, (tsrc + _ZERO12, tdst + _ZERO12, IPPROTO_IPIP))
+            addrs = _UNPACK_V4_ADDRS(buf, o + 12)
+            tun = tunnels_get(addrs) or _new_tunnel(addrs)
         elif inner == ETH_P_IPV6 and tun_proto == IPPROTO_IPV6:
-            tun = _new_tuple(Tunnel, (*_UNPACK_V6_ADDRS(buf, o + 8), IPPROTO_IPV6))
+            addrs = _UNPACK_V6_ADDRS(buf, o + 8)
+            tun = tunnels_get(addrs) or _new_tunnel(addrs)
         return (_new_tuple(FlowTuple, (src, dst, sport, dport, iifidx, l3proto, l4proto, encap, tun)),
                 offset, hdrsize, tun_hdr_size, tun_proto, ether_type)
 
