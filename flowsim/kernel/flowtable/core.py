@@ -165,7 +165,9 @@ class FlowOffloadTuple:
     xmit: FlowXmit = _NO_XMIT  # the route's part, shared by the flows of one route (flow_offload_fill_route)
     dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     flow: FlowOffload = attrs.field(kw_only=True)  # container_of(): the entry this half belongs to
-    l2_cache: tuple | None = None  # NEIGH xmit: the link-layer addresses read last (see fastpath._neigh_hh)
+    # the transmit plan the xmit switch answered last: (neighbour table version, egress device MAC, link-layer
+    # addresses, egress device, its ifindex), kept while those hold (see fastpath.nf_flow_offload_hook)
+    plan: tuple | None = None
     # simulator counters (the kernel keeps none per flow without the `counter` flag)
     packets: int = 0
     bytes: int = 0
@@ -390,14 +392,16 @@ class Flowtable:
     gso_segmented: int = 0  # GSO skbs the fast path cut in software before an encap push (needs_gso_segment)
     gso_segments: int = 0  # the segments it sent for them
     cost: SkbCost = attrs.Factory(SkbCost)  # header access of the hook: copies, reallocations, pull bugs
-    # (route device, destination key bytes, id(gateway), egress ifindex) -> (gateway, (neighbour table
-    # version, device MAC, link-layer addresses)): the NEIGH xmit's neighbour read, shared by the tuples
-    # through one next hop while the table is unchanged
+    # (route device, destination key bytes, id(gateway), egress ifindex) -> (gateway, the NEIGH xmit's plan:
+    # (neighbour table version, device MAC, link-layer addresses, device, ifindex)): the neighbour read, shared
+    # by the tuples through one next hop while the table is unchanged
     neigh_cache: dict = attrs.Factory(dict)
     # nft_flow_route question -> (generations, conntrack entry, its tuples, route, detail) of a resolution that
     # failed (_path_failure)
     path_failures: dict = attrs.Factory(dict)
     history: FlowHistory = attrs.Factory(FlowHistory)  # (time, event, flow id, detail)
+    # the hook's parse for the kernel's profile: (profile, its parser closure, the hook's protocol or 0 for inet)
+    hook: tuple | None = None
     _next_id: int = 1
     _ip_ident: int = 0
 

@@ -47,18 +47,18 @@ from flowsim.kernel.flowtable.core import (
     FlowOffloadTuple, Flowtable,
 )
 from flowsim.kernel.flowtable.path import XmitType
-from flowsim.kernel.flowtable.tuple import nf_flow_offload_parse
+from flowsim.kernel.flowtable.tuple import _HOOK_PROTO, _parser, nf_flow_offload_parse
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
-    AF_INET, ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
+    AF_INET, ETH_HLEN, ETH_P_8021AD, Encap, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
     IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, IPV4_HLEN, IPV6_HLEN, NEXTHDR_DEST, PPPOE_SES_HLEN, VLAN_HLEN,
     csum_replace, internet_checksum, mac_aton, pppoe_proto_to_ethertype,
 )
 from flowsim.reasons import ACCEPT, DROP, STOLEN
 
 __all__ = [
-    "nf_flow_offload_hook", "nf_flow_offload_forward", "nf_flow_xmit_xfrm",
-    "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_queue_xmit", "nf_flow_encap_gso_xmit",
+    "nf_flow_offload_hook", "nf_flow_xmit_xfrm",
+    "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_encap_gso_xmit",
     "nf_flow_encap_pop", "nf_flow_tunnel_push", "nf_flow_tunnel_ipip_push", "nf_flow_tunnel_ip6ip6_push",
     "nf_flow_encap_push", "nf_flow_vlan_push", "nf_flow_pppoe_push",
 ]
@@ -66,6 +66,8 @@ __all__ = [
 NEIGH_GC_THRESH3 = 1024  # net.ipv4/ipv6.neigh.default.gc_thresh3
 _NAT_FLAGS = (1 << NF_FLOW_SNAT) | (1 << NF_FLOW_DNAT)
 _TEARDOWN = 1 << NF_FLOW_TEARDOWN
+_CLOSING = 1 << NF_FLOW_CLOSING
+_new_tuple = tuple.__new__  # Encap(...) without the generated __new__'s extra call
 _NEIGH, _XFRM, _DIRECT = XmitType.NEIGH, XmitType.XFRM, XmitType.DIRECT  # module constants: no enum lookups per packet
 _ETH_PROTO = {p: p.to_bytes(2, "big") for p in (ETH_P_IP, ETH_P_IPV6, ETH_P_8021Q, ETH_P_8021AD, ETH_P_PPP_SES)}
 
@@ -188,19 +190,33 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     """The flowtable's ingress hook for *skb* received on *in_dev*: ACCEPT, DROP or STOLEN.
 
     ``nf_flow_offload_ip_hook`` / ``nf_flow_offload_ipv6_hook``: the lookup,
-    :func:`nf_flow_offload_forward`, then :func:`nf_flow_xmit_xfrm`, or
-    :func:`nf_flow_tunnel_push` and the :data:`XMIT` entry of the tuple's
-    xmit type.  The skb's header-access cost during the hook (copies, head
+    ``nf_flow_offload_forward`` (inlined below: the checks, then the packet's rewrite), then
+    :func:`nf_flow_xmit_xfrm`, or :func:`nf_flow_tunnel_push` and the switch on the tuple's xmit type,
+    answered by the tuple's transmit plan while it holds (see :func:`nf_flow_xmit_neigh`), and
+    :func:`nf_flow_queue_xmit`.  The skb's header-access cost during the hook (copies, head
     reallocations, pulls of non-linear data) is added to ``ft.cost``.
     """
     copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
+    profile = kernel.profile
     try:
-        # the parse's answer as it stands: (key, offset, hdrsize, tun_hdr_size, tun_proto, ether_type) — the
-        # tuple and nf_flowtable_ctx — or (reason, detail); no result object per packet
-        res, proto = nf_flow_offload_parse(skb, in_dev.ifindex, ft.family, kernel.profile)
+        # nf_flow_offload_lookup's parse (flowsim.kernel.flowtable.tuple): the closure of the profile and family,
+        # called here for an IPv4/IPv6 skb; another protocol at an inet flowtable (in-band VLAN, PPPoE) takes the
+        # inet hook's dispatch, nf_flow_offload_parse.  Its answer as it stands: (key, offset, hdrsize,
+        # tun_hdr_size, tun_proto, ether_type) — the tuple and nf_flowtable_ctx — or (reason, detail)
+        hook = ft.hook
+        if hook is None or hook[0] is not profile:
+            hook = ft.hook = (profile, _parser(profile, ft.family), _HOOK_PROTO[ft.family])
+        protocol = skb.protocol
+        proto = hook[2] or (protocol if protocol in (ETH_P_IPV6, ETH_P_IP) else 0)
+        if proto:
+            res = hook[1](skb.data, skb.network_header, skb.mac_header + ETH_HLEN, skb.linear_end, protocol,
+                          _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None, proto,
+                          skb, in_dev.ifindex, skb.buf)
+        else:
+            res, proto = nf_flow_offload_parse(skb, in_dev.ifindex, ft.family, profile)
         if len(res) == 2:
             return _accept(kernel, ft, skb, res[0], res[1])
-        key = res[0]
+        key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = res
         th = ft.table.get(key)  # flow_offload_lookup: the rhashtable lookup
         if th is None:
             _near_miss(ft, ns_state.conntrack, key)
@@ -217,22 +233,123 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
                          f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(key))
         v4 = proto == ETH_P_IP  # nf_flow_offload_ip_hook, else nf_flow_offload_ipv6_hook
         other = flow.tuplehash[1 - th.dir]
+        other_key = other.key
         try:
-            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res, v4)
-            if verdict is not None:
-                return verdict
-            # the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
-            xmit_type = th.xmit.xmit_type
+            # --- nf_flow_offload_forward: the checks that send the packet to the slow path (MTU, TCP state, stale
+            # route), writability, the refresh, then the packet's own rewrite: pop, NAT, TTL / hop limit, counters
+            buf = skb.buf
+            data = skb.data
+            ih = skb.network_header + offset
+            l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
+            thoff = offset + l3len  # from skb->data (= the network header at ingress)
+            l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
+            x = th.xmit  # the route's part of the tuple (FlowXmit)
+            mtu = x.mtu + offset
+            if other_key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
+                mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
+            if len(buf) - data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
+                l4len = (buf[data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
+                if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
+                    return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
+            if l4proto == IPPROTO_TCP:  # nf_flow_state_check
+                flags = buf[data + thoff + TCPH_FLAGS]
+                if flags & TCP_SYN and flow.flags & _CLOSING:
+                    ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
+                    return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
+                if flags & (TCP_FIN | TCP_RST):
+                    if profile.tcp_fin_rst == "teardown":
+                        ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
+                        return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
+                    flow.set(NF_FLOW_CLOSING)
+            # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
+            # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and
+            # is checked too); the answer of the last check stands while the FIB has not changed at all
+            # (th.dst_checked)
+            xmit_type = x.xmit_type
+            if xmit_type != _DIRECT or (x.dst is not None and profile.direct_tunnel_dst):
+                fib = ns_state.ns.fib
+                if th.dst_checked != fib.version:
+                    if not fib.dst_check(x.dst, x.dst_cookie):
+                        ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
+                        return _accept(kernel, ft, skb, "route-stale", _stale_detail(x.dst), th)
+                    th.dst_checked = fib.version
+            if data + thoff + hdrsize > skb.linear_end and not skb.ensure_writable(thoff + hdrsize):
+                return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
+            # flow_offload_refresh (Flowtable.flow_offload_refresh): the expiry, moved only by more than a second
+            timeout = kernel.now + flow.offload_timeout
+            if timeout - flow.timeout > 1.0:
+                flow.timeout = timeout
+
+            if th.key.encap:
+                nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
+                data = skb.data
+            elif tun_proto and protocol in (ETH_P_IP, ETH_P_IPV6):
+                # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
+                if data + tun_hdr_size <= skb.linear_end:
+                    data = skb.data = data + tun_hdr_size
+                else:
+                    skb.pull(tun_hdr_size)  # raises SkbPullBug
+                    data = skb.data
+                skb.network_header = data
+            if flow.flags & _NAT_FLAGS:
+                _nat(flow, th.dir, skb, v4)
+            if v4:
+                ip_decrease_ttl(buf, data)
+            else:
+                buf[data + IP6H_HOP_LIMIT] -= 1  # ipv6_hdr(skb)->hop_limit--
+            if ft.flags & NF_FLOWTABLE_COUNTER:
+                nf_ct_acct_update(flow.ct, th.dir, len(buf) - data)
+            th.packets += 1
+            th.bytes += len(buf) - data  # skb->len
+
+            # --- the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
             if xmit_type == _XFRM:
                 return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
-            if other.key.tun is None:  # nf_flow_tunnel_push returns at once: no call for the common case
-                ip_daddr = other.key.src
+            if other_key.tun is None:  # nf_flow_tunnel_push returns at once: no call for the common case
+                ip_daddr = other_key.src
             else:
-                ip_daddr = nf_flow_tunnel_push(kernel.profile, ft, skb, th, other, v4)
-            xmit = XMIT.get(xmit_type)
-            if xmit is None:  # default: WARN_ON_ONCE(1); NF_DROP
-                return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
-            return xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
+                ip_daddr = nf_flow_tunnel_push(profile, ft, skb, th, other, v4)
+            # the switch's answer is the tuple's transmit plan (egress device, link-layer addresses), kept while
+            # the egress ifindex names the same device, the neighbour table is unchanged and the device has the
+            # same MAC; the route is covered by the dst check above, the device's state by dev_queue_xmit
+            ns = ns_state.ns
+            plan = th.plan
+            if (plan is None or plan[0] != ns.neigh.version or ns.by_index.get(plan[4]) is not plan[3]
+                    or plan[1] is not plan[3].mac):
+                xmit = XMIT.get(xmit_type)
+                if xmit is None:  # default: WARN_ON_ONCE(1); NF_DROP
+                    return _drop(kernel, ft, skb, "xmit-type-unknown", xmit_type.name)
+                plan = xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
+                if plan.__class__ is str:  # the verdict: dropped, or (≤ 6.18 NEIGH) sent by neigh_xmit
+                    return plan
+            # --- nf_flow_queue_xmit: the other tuple's L2 encapsulation (6.19 on: nf_flow_encap_push; up to 6.18
+            # nothing is pushed, the VLAN or PPPoE device adds its header), the Ethernet header, dev_queue_xmit
+            outdev, hh = plan[3], plan[2]
+            if other_key.encap and (order := profile.encap_push_order) != "legacy":
+                if skb.gso_size and x.needs_gso_segment:
+                    return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
+                if not nf_flow_encap_push(skb, other, order):
+                    return _drop(kernel, ft, skb, "encap-push-failed")
+            if hh is not None:  # _dev_hard_header (dev_hard_header), inlined
+                data = skb.data
+                if data >= ETH_HLEN:  # skb_push into the headroom (skb.push reallocates when there is none)
+                    data = skb.data = data - ETH_HLEN
+                    skb.buf[data:data + ETH_HLEN] = hh + (_ETH_PROTO.get(protocol := skb.protocol)
+                                                           or protocol.to_bytes(2, "big"))
+                else:
+                    _dev_hard_header(skb, hh)
+            skb.mac_header = skb.data
+            # _stolen, inlined: Flowtable.count(STOLEN), the accounting, the verdict tap, the trace
+            ft.fastpath += 1
+            if skb.tag is not None:
+                kernel.account(skb, "fastpath")
+            if (tap := kernel.verdict) is not None:
+                tap(skb, "fastpath")
+            if kernel.tracing:
+                kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: dev_queue_xmit on {outdev.name}",
+                             dev=outdev.name)
+            kernel.dev_queue_xmit(outdev, skb)
+            return STOLEN
         except KernelBugError as exc:
             ft.kernel_bugs.append(str(exc))
             return _drop(kernel, ft, skb, "kernel-bug", str(exc))
@@ -244,76 +361,6 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             c.reallocs += skb.reallocs - reallocs
             c.bytes_copied += skb.bytes_copied - copied
             c.pull_bugs += skb.pull_bugs - bugs
-
-
-def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
-                            parsed: tuple, v4: bool) -> str | None:
-    """``nf_flow_offload_forward``: None when the packet goes on to the transmit, else the verdict.
-
-    The checks that send the packet to the slow path (MTU, TCP state, stale
-    route), writability, the refresh, then the packet's own rewrite: pop,
-    NAT, TTL / hop limit and the counters.
-    """
-    # the parse's answer: the tuple and nf_flowtable_ctx as the parse left it
-    _key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = parsed
-    flow = th.flow
-    buf = skb.buf
-    ih = skb.network_header + offset
-    l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
-    thoff = offset + l3len  # from skb->data (= the network header at ingress)
-    l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
-    x = th.xmit  # the route's part of the tuple (FlowXmit)
-    mtu = x.mtu + offset
-    if other.key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
-        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if kernel.profile.ip6ip6_tx_encap_limit else 0)
-    if len(buf) - skb.data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
-        l4len = (buf[skb.data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
-        if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
-            return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
-    if l4proto == IPPROTO_TCP:  # nf_flow_state_check
-        flags = buf[skb.data + thoff + TCPH_FLAGS]
-        if flags & TCP_SYN and flow.test(NF_FLOW_CLOSING):
-            ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
-            return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
-        if flags & (TCP_FIN | TCP_RST):
-            if kernel.profile.tcp_fin_rst == "teardown":
-                ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
-                return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
-            flow.set(NF_FLOW_CLOSING)
-    # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
-    # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and is
-    # checked too); the answer of the last check stands while the FIB has not changed at all (th.dst_checked)
-    if x.xmit_type != _DIRECT or (x.dst is not None and kernel.profile.direct_tunnel_dst):
-        fib = ns_state.ns.fib
-        if th.dst_checked != fib.version:
-            if not fib.dst_check(x.dst, x.dst_cookie):
-                ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
-                return _accept(kernel, ft, skb, "route-stale", _stale_detail(x.dst), th)
-            th.dst_checked = fib.version
-    if skb.data + thoff + hdrsize > skb.linear_end and not skb.ensure_writable(thoff + hdrsize):
-        return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
-    ft.flow_offload_refresh(flow, kernel.now)
-
-    if th.key.encap:
-        nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
-    elif tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
-        # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
-        if skb.data + tun_hdr_size <= skb.linear_end:
-            skb.data += tun_hdr_size
-        else:
-            skb.pull(tun_hdr_size)  # raises SkbPullBug
-        skb.network_header = skb.data
-    if flow.flags & _NAT_FLAGS:
-        _nat(flow, th.dir, skb, v4)
-    if v4:
-        ip_decrease_ttl(skb.buf, skb.data)
-    else:
-        skb.buf[skb.data + IP6H_HOP_LIMIT] -= 1  # ipv6_hdr(skb)->hop_limit--
-    if ft.flags & NF_FLOWTABLE_COUNTER:
-        nf_ct_acct_update(flow.ct, th.dir, skb.len)
-    th.packets += 1
-    th.bytes += len(skb.buf) - skb.data  # skb->len
-    return None
 
 
 def _stale_detail(dst) -> str:
@@ -361,9 +408,10 @@ def nf_flow_tunnel_push(profile, ft: Flowtable, skb, th: FlowOffloadTuple, other
 
 
 def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
-                       ip_daddr: bytes, v4: bool) -> str:
+                       ip_daddr: bytes, v4: bool) -> str | tuple:
     """``case FLOW_OFFLOAD_XMIT_NEIGH``: ≤ 6.18 ``neigh_xmit`` on the route's device (whose driver tags
-    and encapsulates); later the neighbour's addresses and :func:`nf_flow_queue_xmit` on ``tuple->ifidx``."""
+    and encapsulates): the verdict; later the neighbour's addresses on ``tuple->ifidx``, the tuple's transmit
+    plan for :func:`nf_flow_queue_xmit` (see :func:`_neigh_hh`), or the verdict of a failure."""
     ns = ns_state.ns
     x = th.xmit
     rt = x.dst
@@ -379,49 +427,35 @@ def nf_flow_xmit_neigh(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTupl
     if outdev is None:
         ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {x.ifidx} not found")
         return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {x.ifidx}")
-    l2 = th.l2_cache
-    if l2 is None or l2[0] != ns.neigh.version or l2[1] is not outdev.mac:
-        assert rt is not None  # flow_offload_fill_route gives every NEIGH tuple its route
-        l2 = th.l2_cache = _neigh_hh(ft, ns, rt, outdev, ip_daddr, v4)
-        if l2 is None:  # __neigh_create failed: the neighbour table is full
-            ft.flow_offload_teardown(th.flow, kernel, ns_state, "neighbour table overflow")
-            return _drop(kernel, ft, skb, "neigh-error", f"{rt.dev}: neighbour table overflow (gc_thresh3)")
-    return nf_flow_queue_xmit(kernel, ft, skb, th, other, outdev, l2[2])
+    assert rt is not None  # flow_offload_fill_route gives every NEIGH tuple its route
+    plan = th.plan = _neigh_hh(ft, ns, rt, outdev, x.ifidx, ip_daddr, v4)
+    if plan is None:  # __neigh_create failed: the neighbour table is full
+        ft.flow_offload_teardown(th.flow, kernel, ns_state, "neighbour table overflow")
+        return _drop(kernel, ft, skb, "neigh-error", f"{rt.dev}: neighbour table overflow (gc_thresh3)")
+    return plan
 
 
 def nf_flow_xmit_direct(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
-                        ip_daddr: bytes, v4: bool) -> str:
+                        ip_daddr: bytes, v4: bool) -> str | tuple:
     """``case FLOW_OFFLOAD_XMIT_DIRECT``: the cached MACs on ``out.ifidx`` — up to 6.18 the path's first VLAN
     or PPPoE device (``info->outdev``), whose own xmit adds its header; ``out.hw_ifidx``, the real device,
-    served only hardware offload (nf_flow_table_offload.c)."""
+    served only hardware offload (nf_flow_table_offload.c).  The tuple's transmit plan for
+    :func:`nf_flow_queue_xmit`, or the verdict when the device is gone."""
     x = th.xmit
-    outdev = ns_state.ns.by_index.get(x.out_ifidx)
+    ns = ns_state.ns
+    outdev = ns.by_index.get(x.out_ifidx)
     if outdev is None:
         ft.flow_offload_teardown(th.flow, kernel, ns_state, f"egress ifindex {x.out_ifidx} not found")
         return _drop(kernel, ft, skb, "no-egress-device", f"ifindex {x.out_ifidx}")
     hh = mac_aton(x.h_dest) + mac_aton(x.h_source) if outdev.link_type == "ether" else None
-    return nf_flow_queue_xmit(kernel, ft, skb, th, other, outdev, hh)
+    plan = th.plan = (ns.neigh.version, outdev.mac, hh, outdev, x.out_ifidx)
+    return plan
 
 
-#: the switch on ``tuple->xmit_type`` after the tunnel push (XFRM is handled before it, as in the kernel)
-XMIT: dict[XmitType, Callable[..., str]] = {_NEIGH: nf_flow_xmit_neigh, _DIRECT: nf_flow_xmit_direct}
-
-
-def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple, outdev,
-                       hh: bytes | None) -> str:
-    """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple (6.19 on: ``nf_flow_encap_push``; up to
-    6.18 nothing is pushed, the VLAN or PPPoE device *outdev* adds its header), the Ethernet header,
-    ``dev_queue_xmit``."""
-    order = kernel.profile.encap_push_order
-    if other.key.encap and order != "legacy":
-        if skb.gso_size and th.xmit.needs_gso_segment:
-            return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
-        if not nf_flow_encap_push(skb, other, order):
-            return _drop(kernel, ft, skb, "encap-push-failed")
-    _dev_hard_header(skb, hh)
-    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
-    kernel.dev_queue_xmit(outdev, skb)
-    return STOLEN
+#: the switch on ``tuple->xmit_type`` after the tunnel push (XFRM is handled before it, as in the kernel): the
+#: tuple's transmit plan ``(neighbour table version, device MAC, link-layer addresses, egress device, its
+#: ifindex)``, or the verdict
+XMIT: dict[XmitType, Callable[..., str | tuple]] = {_NEIGH: nf_flow_xmit_neigh, _DIRECT: nf_flow_xmit_direct}
 
 
 def _dev_hard_header(skb, hh: bytes | None) -> None:
@@ -461,21 +495,25 @@ def nf_flow_encap_gso_xmit(kernel, ft: Flowtable, skb, other: FlowOffloadTuple, 
     return STOLEN
 
 
-def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple | None:
-    """The NEIGH xmit's link-layer addresses: (neighbour table version, device MAC, dest + source or None).
+def _neigh_hh(ft: Flowtable, ns, rt, outdev, ifidx: int, ip_daddr: bytes, v4: bool) -> tuple | None:
+    """The NEIGH xmit's plan: (neighbour table version, device MAC, dest + source or None, the device, *ifidx*,
+    the ifindex it was found at).
 
     ip_neigh_gw4/6 for rt_nexthop(): the neighbour's current address, its state
     not checked; a missing entry is created (``NUD_NONE``, address zeros), and
     when the table is full that fails: None.  A tuple keeps the result while
-    the neighbour table and the device's MAC are unchanged (its route is
-    covered by the dst check); tuples through the same next hop share one
-    entry (ft.neigh_cache), so a busy flow holds a reference, not its own copy.
+    the neighbour table and the device's MAC are unchanged and *ifidx* names the
+    same device (its route is covered by the dst check); tuples through the same
+    next hop share one entry (ft.neigh_cache), so a busy flow holds a reference,
+    not its own copy.
     """
     neigh_table = ns.neigh
-    key = (rt.dev, ip_daddr, id(rt.gateway), outdev.ifindex)
+    key = (rt.dev, ip_daddr, id(rt.gateway), ifidx)
     hit = ft.neigh_cache.get(key)
-    if hit is not None and hit[0] is rt.gateway and hit[1][0] == neigh_table.version and hit[1][1] is outdev.mac:
-        return hit[1]
+    if hit is not None and hit[0] is rt.gateway:
+        entry = hit[1]
+        if entry[0] == neigh_table.version and entry[3] is outdev and entry[1] is outdev.mac:
+            return entry
     hh = None
     if outdev.link_type == "ether":
         nexthop = rt.nexthop(_ip(ip_daddr, v4))
@@ -486,7 +524,7 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ip_daddr: bytes, v4: bool) -> tuple
             if neigh is None:
                 return None
         hh = mac_aton(neigh.lladdr) + mac_aton(outdev.mac)
-    entry = (neigh_table.version, outdev.mac, hh)
+    entry = (neigh_table.version, outdev.mac, hh, outdev, ifidx)
     ft.neigh_cache[key] = (rt.gateway, entry)  # the gateway object is kept so its id stays unique
     return entry
 
