@@ -49,7 +49,7 @@ time of :mod:`flowsim.kernel.stack.ip` (the kernel's initcalls).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from flowsim.kernel.devices.base import Encap
 from flowsim.kernel.devices.bridge import BridgeDevice
@@ -436,7 +436,7 @@ def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
     if peer is None:
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
-    frame = tx_frame(skb, False)
+    frame = tx_frame(skb, False) if skb.vlan_present else bytes(skb.buf[skb.data:])  # tx_frame without a tag
     mark = skb.mark if peer.netns == dev.netns else 0  # skb_scrub_packet(xnet) clears the mark
     kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, mark,
                     skb.gso_size, skb.gso_type)
@@ -498,11 +498,19 @@ def dev_queue_xmit(kernel, dev, skb: SkBuff) -> None:
     if dev.kind == "dummy":
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
+    segs: Iterable[SkBuff] = (skb,)
     if skb.gso_size and not dev.GSO:  # validate_xmit_skb: netif_needs_gso → software segmentation
-        for seg in gso_segment(kernel, skb, f"{dev.netns} {dev.name} xmit") or ():
-            _xmit_one(kernel, dev, seg)
-        return
-    _xmit_one(kernel, dev, skb)
+        segs = gso_segment(kernel, skb, f"{dev.netns} {dev.name} xmit") or ()
+    xmit = XMIT.get(type(dev), _xmit_unsupported)
+    for seg in segs:
+        # xmit_one: taps (capture, trace) see each skb, then the device's ndo_start_xmit
+        if kernel.capture is not None or kernel.packet_tap is not None or kernel.tracing:
+            _xmit_taps(kernel, dev, seg)
+        kernel.xmit_depth += 1
+        try:
+            xmit(kernel, dev, seg)
+        finally:
+            kernel.xmit_depth -= 1
 
 
 def gso_segment(kernel, skb: SkBuff, where: str) -> list[SkBuff] | None:
@@ -517,21 +525,14 @@ def gso_segment(kernel, skb: SkBuff, where: str) -> list[SkBuff] | None:
     return segs
 
 
-def _xmit_one(kernel, dev, skb: SkBuff) -> None:
-    """``xmit_one``: taps (capture, trace) see each skb, then the device's ``ndo_start_xmit``."""
-    if kernel.capture is not None or kernel.packet_tap is not None or kernel.tracing:
-        l3 = dev.link_type in _L3_LINK_TYPES
-        if kernel.capture is not None or kernel.packet_tap is not None:
-            _capture(kernel, dev, tx_frame(skb, l3), skb, True)
-        if kernel.tracing:
-            kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
-                         vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
-    xmit = XMIT.get(type(dev), _xmit_unsupported)
-    kernel.xmit_depth += 1
-    try:
-        xmit(kernel, dev, skb)
-    finally:
-        kernel.xmit_depth -= 1
+def _xmit_taps(kernel, dev, skb: SkBuff) -> None:
+    """``xmit_one``'s taps: ``dev_queue_xmit_nit`` (capture) and the trace see each skb before the xmit."""
+    l3 = dev.link_type in _L3_LINK_TYPES
+    if kernel.capture is not None or kernel.packet_tap is not None:
+        _capture(kernel, dev, tx_frame(skb, l3), skb, True)
+    if kernel.tracing:
+        kernel.trace(skb, f"{dev.netns} {dev.name}", "xmit", len=skb.len,
+                     vlan=skb.vlan_tci & 0xFFF if skb.vlan_present else None, frame=tx_frame(skb, l3).hex())
 
 
 def neigh_output(kernel, dev, skb: SkBuff, nexthop) -> None:
