@@ -29,7 +29,9 @@ from flowsim.conform.guest import (
     IP_HEADER, ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
 )
 from flowsim.conform.harness import plan_traffic, run_conformance, update_doc
-from flowsim.conform.parse import parse_bytes, parse_conntrack, parse_links, parse_nft_json, split_sections
+from flowsim.conform.parse import (
+    parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_sockets, split_sections,
+)
 from flowsim.errors import ConfigError, TopologyError
 from flowsim.kernel.devices.base import Command
 
@@ -279,6 +281,55 @@ def test_parse_links_and_bytes():
     links = parse_links((DATA / "ip-link.json").read_text())
     assert links["veth0"]["rx_packets"] > 0 and links["lo"]["tx_packets"] == 0
     assert parse_bytes("t0.srv 100\nt0.cli 0\ngarbage\n") == {"t0.srv": 100, "t0.cli": 0}
+
+
+def test_parse_sockets_reads_retransmissions():
+    """ss -tinH: the ports of each socket and, from its tcp_info line, the segments and bytes sent again
+    (printed only when non-zero: absent is 0); a line ss did not mean is skipped, not an error."""
+    text = ("ESTAB 0      0      10.0.1.99:40000 10.0.2.99:12345\n"
+            "\t cubic wscale:7,7 rto:204 rtt:0.5/0.2 mss:1448 retrans:0/4 bytes_retrans:5792 segs_out:60 data_segs_out:52\n"
+            "ESTAB 0      0      [2001:db8:1::1]:40001 [2001:db8:3::2]:5201\n"
+            "\t cubic wscale:7,7 rto:204 rtt:0.5/0.2 mss:1428 bytes_sent:2000\n"
+            "Cannot open netns\n")
+    text = text.replace("mss:1428", "mss:1428 segs_out:3")
+    a, b = parse_sockets(text)
+    assert (a.lport, a.pport, a.retrans, a.bytes_retrans) == (40000, 12345, 4, 5792)
+    assert (b.lport, b.pport, b.retrans, b.bytes_retrans) == (40001, 5201, 0, 0)
+    # without tcp_diag ss reads /proc/net/tcp (6.12.117's guest before the module was shipped): no tcp_info,
+    # so nothing is measured, though the socket is there
+    (c,) = parse_sockets("ESTAB 0 0  203.0.113.10:8080  192.0.0.2:40300 rto:0.2 ato:0.04 cwnd:34 reordering:0\n")
+    assert (c.lport, c.pport, c.retrans, c.bytes_retrans) == (8080, 40300, None, None)
+
+
+def test_observe_reads_each_senders_retransmissions_at_mid():
+    """The client's socket sends the original direction, the server's (on the port it listens on) the reply;
+    a boot without the sockets section measures nothing (None)."""
+    from flowsim.conform.observe import observe
+    from flowsim.conform.parse import Section
+    plan = plan_scenario(load_topology(ROOT / "topologies/conform-forward.toml"))
+    t = next(x for x in plan.traffic if x.proto == "tcp")
+    sid = str(plan.index)
+    sections = [Section(sid, "begin", None, None, plan.name),
+                Section(sid, "sockets", t.client, "mid",
+                        f"ESTAB 0 0 {t.src}:{t.sport} {t.dst}:{t.dport}\n\t segs_out:9 retrans:0/2 bytes_retrans:300\n"),
+                Section(sid, "sockets", t.server, "mid", f"ESTAB 0 0 {t.dst}:{t.listen_port} {t.src}:{t.sport}\n\t segs_out:4\n")]
+    c = observe(plan, sections).conns[t.name]
+    assert c.retrans == {"original": (2, 300), "reply": (0, 0)}
+    assert observe(plan, sections[:1]).conns[t.name].retrans == {"original": None, "reply": None}
+
+
+def test_measured_retransmissions_replace_the_fixed_allowance():
+    """Where the sender's retransmissions were measured the high end of a count of every packet allows exactly
+    those (bytes: their payload and a header each), not TCP_RETRANSMITS; counts that see no ACKs allow none."""
+    plan = plan_scenario(load_topology(ROOT / "topologies/openwrt-fw4.toml"))
+    t = next(x for x in plan.traffic if x.name == "tcp-dslite")
+    fixed = cc._tcp_tolerance(t, "reply", True, 60, t.reply_size)
+    none = cc._tcp_tolerance(t, "reply", True, 60, t.reply_size, retrans=(0, 0))
+    seven = cc._tcp_tolerance(t, "reply", True, 60, t.reply_size, retrans=(7, 7 * 1348))
+    assert fixed.high - none.high == cc.TCP_RETRANSMITS * t.reply_size and none.low == fixed.low
+    assert seven.high - none.high == 7 * 1348 + 7 * 60 and "7 retransmitted" in seven.why
+    assert cc._tcp_tolerance(t, "reply", True, retrans=(7, 7 * 1348)).high == none.high // 60 + 7
+    assert cc._tcp_tolerance(t, "reply", False, retrans=(7, 1)) == cc._tcp_tolerance(t, "reply", False)
 
 
 # ---------------------------------------------------------------------- comparator
@@ -658,3 +709,17 @@ def test_short_pieces_explain_the_nopmtu_byte_totals_on_6_12():
     t = next(x for x in plan.traffic if x.name == "tcp-12345-nopmtu")
     whole = cc._tcp_tolerance(t, "reply", True, IP_HEADER[4] + 40, t.reply_size, segments=1, split="leaves")
     assert not whole.accepts(97860, 100112)  # the rule before the counters
+
+
+def test_measured_retransmissions_explain_a_dslite_download_on_6_12():
+    """Debian 6.12.117 (saved boot of openwrt-fw4 with the sockets' tcp_info, 2026-12-02): under the host's
+    load the DS-Lite server sent 7 segments again, 5412 bytes (tcpi_total_retrans, tcpi_bytes_retrans), more
+    than the 3 the fixed allowance grants, and the router's ct bytes reply came 8948 bytes above flowsim's.
+    The measured allowance covers exactly them; every fact of the topology agrees."""
+    topology = str(ROOT / "topologies" / "openwrt-fw4.toml")
+    result = run_conformance([topology], "debian-6.12", results=str(DATA / "results-retrans-debian-6.12.log.gz"))
+    assert result.status == 0, result.text()
+    row = next(f for f in result.facts if f.subject == "tcp-dslite" and f.fact == "router: ct bytes reply")
+    assert (row.kernel, row.sim) == (289112, 280164) and "7 retransmitted" in row.tolerance
+    (scenario,) = result.scenarios
+    assert scenario.observation.conns["tcp-dslite"].retrans == {"original": (0, 0), "reply": (7, 5412)}

@@ -42,7 +42,9 @@ to ``2 + (data segments the other side sent)`` where those ACKs are counted
 accounting that includes fast-path packets), less the pure ACKs the model
 sent there (the window keeps its width and moves down by them), plus 3 retransmitted segments
 (tail-loss probes and RTOs happen when TCG stalls a virtual CPU), by 2
-elsewhere, and be 1 below it (and the model's pure ACKs below, where counted).  Where every packet
+elsewhere, and be 1 below it (and the model's pure ACKs below, where counted).  Since 2026-12-02 the
+guest reads each sender's retransmissions from its socket (``ss -tinH`` at the ``mid`` snapshot:
+``tcpi_total_retrans``, ``tcpi_bytes_retrans``), and those measured replace the 3.  Where every packet
 is counted the window also moves by the data segments the kernel's sender made of the same writes: sub-MSS
 writes queued while an earlier segment has not left the host merge into one segment (autocorking, TSQ, a
 full congestion window), and writes queued into one GSO skb leave cut at the receive window's edge when the
@@ -239,7 +241,7 @@ def sim_ct_shown(e: dict | None) -> str:
 
 def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, size: int = 0,
                    sim_acks: int = 0, segments: int = 0, split: str = "",
-                   short: tuple[int, int] | None = None) -> Tolerance:
+                   short: tuple[int, int] | None = None, retrans: tuple[int, int] | None = None) -> Tolerance:
     """The TCP allowance of the module docstring; *hdr* > 1 scales it to bytes (*size*: a data segment's).
 
     *sim_acks*: the pure ACKs the simulation itself sent in direction *d* (``acks = "linux"``); where ACKs are
@@ -252,6 +254,9 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
     *short*: the data segments shorter than the writes the kernel's receiver got more than the model's, and
     their IP bytes (:func:`_short_measured`): only such pieces can fit the flow's MTU, so where measured they
     bound what a slow-path count loses — the low end moves by them instead of by whole writes.
+    *retrans*: the segments and payload bytes the direction's real sender sent again (its socket's
+    ``tcp_info``, :func:`flowsim.conform.observe.observe`); where measured, the high end of a count of every
+    packet allows exactly those instead of :data:`TCP_RETRANSMITS` segments.
     """
     if t.proto != "tcp":
         return EXACT
@@ -282,8 +287,14 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
     elif segments > 0 and split == "joins":
         high += 2 * segments
         why += f" + {segments} split writes fast-pathed"
-    retrans = TCP_RETRANSMITS * (size or 1) if acks_counted else 0
-    return Tolerance(low * hdr - (data if hdr > 1 else 0), high * hdr + retrans, why)
+    if not acks_counted:
+        again = 0
+    elif retrans is None:  # a boot without the sockets' counters: TLPs and RTOs under emulation, a few
+        again = TCP_RETRANSMITS * (size or 1)
+    else:  # measured: each segment sent again, its payload and at most a full header
+        again = retrans[1] + retrans[0] * hdr if hdr > 1 else retrans[0]
+        why = why.replace(" + retransmissions", f" + {retrans[0]} retransmitted" if retrans[0] else "")
+    return Tolerance(low * hdr - (data if hdr > 1 else 0), high * hdr + again, why)
 
 
 def _segments_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) -> int:
@@ -384,24 +395,26 @@ def _compare_conn(rows: list, plan: ScenarioPlan, t: TrafficPlan, c: ConnObserva
             counts_all = sd.get("packets", 0) > (_sim_slow(plan, dirs.get(d, {})) or 0)
             acks = counts_all or _bulk(dirs.get(d, {}), _sim_slow(plan, dirs.get(d, {})))
             na, nc = _sim_acks(report, t, d), _segments_measured(report, t, c, d)
-            nshort = _short_measured(report, t, c, d)
+            nshort, again = _short_measured(report, t, c, d), c.retrans.get(d)
             split = "" if counts_all else _split_path(plan, dirs.get(d, {}), "leaves")
             _fact(rows, s, t.name, f"{ns}: ct packets {d}", kd.packets, sd.get("packets"),
-                  _tcp_tolerance(t, d, acks, sim_acks=na, segments=nc, split=split, short=nshort))
+                  _tcp_tolerance(t, d, acks, sim_acks=na, segments=nc, split=split, short=nshort, retrans=again))
             _fact(rows, s, t.name, f"{ns}: ct bytes {d}", kd.bytes, sd.get("bytes"),
                   _tcp_tolerance(t, d, acks, IP_HEADER[t.family] + 40,
                                  t.size if d == "original" else t.reply_size, sim_acks=na, segments=nc,
-                                 split=split, short=nshort))
+                                 split=split, short=nshort, retrans=again))
     for d in DIRS:
         sd, na, nc = dirs.get(d, {}), _sim_acks(report, t, d), _segments_measured(report, t, c, d)
+        again = c.retrans.get(d)
         _fact(rows, s, t.name, f"slow path {d}", _kernel_slow(c, d), _sim_slow(plan, sd),
               _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)), sim_acks=na, segments=nc,
-                             split=_split_path(plan, sd, "leaves"), short=_short_measured(report, t, c, d)))
+                             split=_split_path(plan, sd, "leaves"), short=_short_measured(report, t, c, d),
+                             retrans=again))
         _fact(rows, s, t.name, f"fast path {d}", kfast[d], _sim_fast(plan, t, sd),
               _tcp_tolerance(t, d, bool(sd.get("fastpath")), sim_acks=na, segments=nc,
-                             split=_split_path(plan, sd, "joins")))
+                             split=_split_path(plan, sd, "joins"), retrans=again))
         _fact(rows, s, t.name, f"delivered {d}", c.delivered.get(d), sd.get("delivered"),
-              _tcp_tolerance(t, d, True, sim_acks=na, segments=nc))
+              _tcp_tolerance(t, d, True, sim_acks=na, segments=nc, retrans=again))
 
 
 def _sim_fast(plan: ScenarioPlan, t: TrafficPlan, direction: dict) -> int | None:
@@ -452,9 +465,10 @@ def _aggregate_tolerance(plan: ScenarioPlan, report: dict, text: str, netns: str
         traffic = next((x for x in report.get("traffic", []) if x.get("name") == t.name), {})
         for d in DIRS:
             sd = traffic.get("directions", {}).get(d, {})
+            c = obs.conns.get(t.name) if obs else None
             tol = _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)) or netns in (t.client, t.server),
-                                 sim_acks=_sim_acks(report, t, d),
-                                 segments=_segments_measured(report, t, obs.conns.get(t.name) if obs else None, d))
+                                 sim_acks=_sim_acks(report, t, d), segments=_segments_measured(report, t, c, d),
+                                 retrans=c.retrans.get(d) if c is not None else None)
             low, high = low + tol.low, high + tol.high
     return Tolerance(low, high, "sum over TCP connections") if (low or high) else EXACT
 

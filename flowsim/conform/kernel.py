@@ -164,7 +164,10 @@ MODULE_ROOTS = ("net/netfilter", "net/ipv4/netfilter", "net/ipv6/netfilter", "ne
                 "crypto/drbg.ko", "crypto/jitterentropy_rng.ko",
                 # textsearch algorithms the conntrack helpers ask for by name (nf_conntrack_amanda's
                 # textsearch_prepare("kmp") -> request_module("ts_kmp")): no modules.dep edge leads there
-                "lib/ts_kmp.ko", "lib/ts_bm.ko", "lib/ts_fsm.ko")
+                "lib/ts_kmp.ko", "lib/ts_bm.ko", "lib/ts_fsm.ko",
+                # ss reads each sender's tcp_info (its retransmissions) through sock_diag: without them it
+                # falls back to /proc/net/tcp, which has no such counter
+                "net/ipv4/inet_diag.ko", "net/ipv4/tcp_diag.ko")
 MODULE_EXCLUDE = ("br_netfilter",)
 
 _MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")

@@ -17,7 +17,9 @@ Theory of operation
   them the TCP segments that carried payload (``data_segs``, the receiver's
   ``data_segs_in``), and of those the segments shorter than the direction's
   writes, packets and bytes (``short_segs``: pieces of cut writes);
-* the bytes the receiving sockets got (``bytes``).
+* the bytes the receiving sockets got (``bytes``), and the segments and bytes
+  each direction's sender sent again (``retrans``: its socket's ``tcp_info``
+  at ``mid``).
 
 Beside the connections: each namespace's rule counters and named counters of
 the topology's own ruleset (the probe table left out) at ``end``, and the
@@ -34,7 +36,7 @@ import attrs
 
 from flowsim.conform.guest import PROBE_TABLE, ScenarioPlan, TrafficPlan
 from flowsim.conform.parse import (
-    CtLine, Section, canonical_addr, parse_bytes, parse_conntrack, parse_links, parse_nft_json,
+    CtLine, Section, canonical_addr, parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_sockets,
 )
 
 __all__ = ["ConnObservation", "ScenarioObservation", "observe", "find_ct", "describe"]
@@ -54,6 +56,7 @@ class ConnObservation:
     delivered: dict = attrs.field(factory=dict)   # dir -> packets into the receiving host
     data_segs: dict = attrs.field(factory=dict)   # dir -> of them, TCP segments with payload (data_segs_in)
     short_segs: dict = attrs.field(factory=dict)  # dir -> (packets, IP bytes) of data segments below the write size
+    retrans: dict = attrs.field(factory=dict)     # dir -> (segments, payload bytes) its sender sent again
     bytes: dict = attrs.field(factory=dict)       # dir -> bytes the receiving socket got
 
 
@@ -115,6 +118,9 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
             # boots before the short-segment counters have none: None, and the comparison falls back
             c.short_segs = {d: _probe_counter(ends[d], f"{t.tag}_short_{d}") for d in DIRS}
         c.bytes = {"original": received.get(f"{t.tag}.srv"), "reply": received.get(f"{t.tag}.cli")}
+        if t.proto == "tcp":
+            c.retrans = {"original": _retrans(by.get(("sockets", t.client, "mid")), t.sport, t.dport),
+                         "reply": _retrans(by.get(("sockets", t.server, "mid")), t.listen_port, t.sport)}
         obs.conns[t.name] = c
     for ns, state in nft_end.items():
         if state.error:
@@ -135,6 +141,19 @@ def _probe_count(state, name: str) -> int | None:
     if state is None:
         return None
     return state.counters.get(("inet", PROBE_TABLE, name), (None,))[0]
+
+
+def _retrans(section: Section | None, lport: int, pport: int) -> tuple[int, int] | None:
+    """(segments, payload bytes) the socket with these ports sent again, from the ``mid`` snapshot's
+    ``ss -tinH`` (``tcpi_total_retrans``, ``tcpi_bytes_retrans``); None when the boot has no such section
+    (before 2026-12-02), the socket is gone (a sender that gave up) or ss could not read its ``tcp_info``.
+    The peer port is the client's own: NAT keeps it unless it clashes (nf_nat_l4proto_unique_tuple)."""
+    if section is None:
+        return None
+    sock = next((x for x in parse_sockets(section.text) if (x.lport, x.pport) == (lport, pport)), None)
+    if sock is None or sock.retrans is None or sock.bytes_retrans is None:
+        return None
+    return sock.retrans, sock.bytes_retrans
 
 
 def _probe_counter(state, name: str) -> tuple[int, int] | None:

@@ -19,6 +19,8 @@ print a field this parser has not seen — it is kept in ``extra``):
   chain.
 * :func:`parse_links` reads ``ip -s -j link show``: rx/tx packets and bytes
   per device.
+* :func:`parse_sockets` reads ``ss -tinH``: each TCP socket's ports and
+  its retransmissions (``tcp_info``), at the ``mid`` snapshot.
 * :func:`parse_pcap` reads a capture the guest sent base64-encoded
   (``--frames``: tcpdump's pcap of one device and direction, or of an
   nflog group): link type and every frame's captured bytes.  A truncated
@@ -37,7 +39,8 @@ import struct
 import attrs
 
 __all__ = ["Section", "split_sections", "CtTupleDir", "CtLine", "parse_conntrack", "NftRule", "NftState",
-           "parse_nft_json", "parse_links", "parse_bytes", "canonical_addr", "Pcap", "parse_pcap"]
+           "parse_nft_json", "parse_links", "parse_bytes", "Socket", "parse_sockets", "canonical_addr", "Pcap",
+           "parse_pcap"]
 
 
 @attrs.frozen
@@ -288,6 +291,54 @@ def parse_bytes(text: str) -> dict[str, int]:
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             out[parts[0]] = int(parts[1])
+    return out
+
+
+@attrs.frozen
+class Socket:
+    """One TCP socket of ``ss -tinH``: its ports and the ``tcp_info`` counters the harness reads."""
+
+    state: str
+    lport: int
+    pport: int
+    # tcpi_total_retrans, tcpi_bytes_retrans: segments sent again (RTO, TLP, fast retransmit) and their payload;
+    # None when ss had no tcp_info (no tcp_diag: it falls back to /proc/net/tcp, which has no such counter)
+    retrans: int | None = None
+    bytes_retrans: int | None = None
+
+
+def _port(endpoint: str) -> int | None:
+    """The port of ``ADDR:PORT`` / ``[ADDR]:PORT`` (``ss -n``); None for ``*`` or a malformed one."""
+    port = endpoint.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
+
+
+def _tcp_info(sock: Socket, tokens: list[str]) -> Socket:
+    """*sock* with the retransmission counters of its ``tcp_info`` fields, when *tokens* are ``tcp_info``'s
+    (``segs_out``, which every kernel since 4.2 reports, is there); ss prints ``retrans:CUR/TOTAL`` and
+    ``bytes_retrans:N`` only when non-zero, so there their absence means 0."""
+    fields = dict(tok.split(":", 1) for tok in tokens if ":" in tok)
+    if "segs_out" not in fields:
+        return sock
+    total = fields.get("retrans", "").rpartition("/")[2]
+    nbytes = fields.get("bytes_retrans", "")
+    return attrs.evolve(sock, retrans=int(total) if total.isdigit() else 0,
+                        bytes_retrans=int(nbytes) if nbytes.isdigit() else 0)
+
+
+def parse_sockets(text: str) -> list[Socket]:
+    """``ss -tinH``: a line per socket (state, queues, local, peer), its ``tcp_info`` fields on an indented
+    line after it (or on the same line)."""
+    out: list[Socket] = []
+    for line in text.splitlines():
+        if line[:1].isspace() and out:
+            out[-1] = _tcp_info(out[-1], line.split())
+            continue
+        parts = line.split()
+        if len(parts) >= 5 and parts[1].isdigit() and parts[2].isdigit():
+            lport, pport = _port(parts[3]), _port(parts[4])
+            if lport is not None and pport is not None:
+                out.append(_tcp_info(Socket(parts[0], lport, pport), parts[5:]))
     return out
 
 

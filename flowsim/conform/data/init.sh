@@ -20,6 +20,7 @@ exec 3>/dev/ttyS1
 IP=/usr/sbin/ip
 NFT=/usr/sbin/nft
 CT=/usr/sbin/conntrack
+SS=/usr/bin/ss
 
 up() { cut -d' ' -f1 /proc/uptime; }
 say() { echo "$*" >&3; }
@@ -123,6 +124,8 @@ snapshot() {
     NS "$ns" cat /proc/net/nf_conntrack 2>/dev/null | section "$s" proc_conntrack "$ns" "$phase"
     NS "$ns" $NFT -j list ruleset 2>&1 | section "$s" nft "$ns" "$phase"
     NS "$ns" $IP -s -j link show 2>&1 | section "$s" links "$ns" "$phase"
+    # every byte delivered, no socket closed yet: each sender's retransmissions (tcp_info)
+    if [ "$phase" = mid ]; then NS "$ns" $SS -tinH 2>&1 | section "$s" sockets "$ns" "$phase"; fi
   done
 }
 
@@ -148,7 +151,7 @@ cleanup() {
 
 echo "$(uname -r)" | section - kernel - -
 /sbin/modprobe -a veth nf_tables nf_conntrack nf_flow_table nf_flow_table_inet nft_flow_offload nft_ct \
-  nf_conntrack_netlink nf_nat nft_chain_nat nft_masq nft_nat 8021q bridge ipip ip6_tunnel 2>&1 | section - modprobe - -
+  nf_conntrack_netlink nf_nat nft_chain_nat nft_masq nft_nat 8021q bridge ipip ip6_tunnel tcp_diag 2>&1 | section - modprobe - -
 echo "$(up)" | section - ready - -
 
 @SCENARIOS@
