@@ -47,7 +47,7 @@ from flowsim.kernel.flowtable.core import (
     FlowOffloadTuple, Flowtable,
 )
 from flowsim.kernel.flowtable.path import XmitType
-from flowsim.kernel.flowtable.tuple import _HOOK_PROTO, _parser, nf_flow_offload_parse
+from flowsim.kernel.flowtable.tuple import hook_parser, nf_flow_offload_parse
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_segment
 from flowsim.kernel.headers import (
     AF_INET, ETH_HLEN, ETH_P_8021AD, Encap, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, ETHERTYPE_TO_PPP, IPPROTO_IPIP,
@@ -57,8 +57,8 @@ from flowsim.kernel.headers import (
 from flowsim.reasons import ACCEPT, DROP, STOLEN
 
 __all__ = [
-    "nf_flow_offload_hook", "nf_flow_xmit_xfrm",
-    "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_encap_gso_xmit",
+    "nf_flow_offload_hook", "nf_flow_offload_forward", "nf_flow_xmit_xfrm",
+    "nf_flow_xmit_neigh", "nf_flow_xmit_direct", "XMIT", "nf_flow_queue_xmit", "nf_flow_encap_gso_xmit",
     "nf_flow_encap_pop", "nf_flow_tunnel_push", "nf_flow_tunnel_ipip_push", "nf_flow_tunnel_ip6ip6_push",
     "nf_flow_encap_push", "nf_flow_vlan_push", "nf_flow_pppoe_push",
 ]
@@ -190,7 +190,7 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     """The flowtable's ingress hook for *skb* received on *in_dev*: ACCEPT, DROP or STOLEN.
 
     ``nf_flow_offload_ip_hook`` / ``nf_flow_offload_ipv6_hook``: the lookup,
-    ``nf_flow_offload_forward`` (inlined below: the checks, then the packet's rewrite), then
+    :func:`nf_flow_offload_forward` (the checks, then the packet's rewrite), then
     :func:`nf_flow_xmit_xfrm`, or :func:`nf_flow_tunnel_push` and the switch on the tuple's xmit type,
     answered by the tuple's transmit plan while it holds (see :func:`nf_flow_xmit_neigh`), and
     :func:`nf_flow_queue_xmit`.  The skb's header-access cost during the hook (copies, head
@@ -205,7 +205,7 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         # tun_hdr_size, tun_proto, ether_type) — the tuple and nf_flowtable_ctx — or (reason, detail)
         hook = ft.hook
         if hook is None or hook[0] is not profile:
-            hook = ft.hook = (profile, _parser(profile, ft.family), _HOOK_PROTO[ft.family])
+            hook = ft.hook = (profile, *hook_parser(profile, ft.family))
         protocol = skb.protocol
         proto = hook[2] or (protocol if protocol in (ETH_P_IPV6, ETH_P_IP) else 0)
         if proto:
@@ -235,74 +235,11 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         other = flow.tuplehash[1 - th.dir]
         other_key = other.key
         try:
-            # --- nf_flow_offload_forward: the checks that send the packet to the slow path (MTU, TCP state, stale
-            # route), writability, the refresh, then the packet's own rewrite: pop, NAT, TTL / hop limit, counters
-            buf = skb.buf
-            data = skb.data
-            ih = skb.network_header + offset
-            l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
-            thoff = offset + l3len  # from skb->data (= the network header at ingress)
-            l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
-            x = th.xmit  # the route's part of the tuple (FlowXmit)
-            mtu = x.mtu + offset
-            if other_key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
-                mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
-            if len(buf) - data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
-                l4len = (buf[data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
-                if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
-                    return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
-            if l4proto == IPPROTO_TCP:  # nf_flow_state_check
-                flags = buf[data + thoff + TCPH_FLAGS]
-                if flags & TCP_SYN and flow.flags & _CLOSING:
-                    ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
-                    return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
-                if flags & (TCP_FIN | TCP_RST):
-                    if profile.tcp_fin_rst == "teardown":
-                        ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
-                        return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
-                    flow.set(NF_FLOW_CLOSING)
-            # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
-            # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and
-            # is checked too); the answer of the last check stands while the FIB has not changed at all
-            # (th.dst_checked)
-            xmit_type = x.xmit_type
-            if xmit_type != _DIRECT or (x.dst is not None and profile.direct_tunnel_dst):
-                fib = ns_state.ns.fib
-                if th.dst_checked != fib.version:
-                    if not fib.dst_check(x.dst, x.dst_cookie):
-                        ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
-                        return _accept(kernel, ft, skb, "route-stale", _stale_detail(x.dst), th)
-                    th.dst_checked = fib.version
-            if data + thoff + hdrsize > skb.linear_end and not skb.ensure_writable(thoff + hdrsize):
-                return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
-            # flow_offload_refresh (Flowtable.flow_offload_refresh): the expiry, moved only by more than a second
-            timeout = kernel.now + flow.offload_timeout
-            if timeout - flow.timeout > 1.0:
-                flow.timeout = timeout
-
-            if th.key.encap:
-                nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
-                data = skb.data
-            elif tun_proto and protocol in (ETH_P_IP, ETH_P_IPV6):
-                # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
-                if data + tun_hdr_size <= skb.linear_end:
-                    data = skb.data = data + tun_hdr_size
-                else:
-                    skb.pull(tun_hdr_size)  # raises SkbPullBug
-                    data = skb.data
-                skb.network_header = data
-            if flow.flags & _NAT_FLAGS:
-                _nat(flow, th.dir, skb, v4)
-            if v4:
-                ip_decrease_ttl(buf, data)
-            else:
-                buf[data + IP6H_HOP_LIMIT] -= 1  # ipv6_hdr(skb)->hop_limit--
-            if ft.flags & NF_FLOWTABLE_COUNTER:
-                nf_ct_acct_update(flow.ct, th.dir, len(buf) - data)
-            th.packets += 1
-            th.bytes += len(buf) - data  # skb->len
-
-            # --- the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
+            verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res, v4)
+            if verdict is not None:
+                return verdict
+            # the hook's tail: XFRM first, else the tunnel push and the switch on tuple->xmit_type
+            xmit_type = th.xmit.xmit_type
             if xmit_type == _XFRM:
                 return nf_flow_xmit_xfrm(kernel, ns_state, ft, skb, th)
             if other_key.tun is None:  # nf_flow_tunnel_push returns at once: no call for the common case
@@ -311,7 +248,7 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
                 ip_daddr = nf_flow_tunnel_push(profile, ft, skb, th, other, v4)
             # the switch's answer is the tuple's transmit plan (egress device, link-layer addresses), kept while
             # the egress ifindex names the same device, the neighbour table is unchanged and the device has the
-            # same MAC; the route is covered by the dst check above, the device's state by dev_queue_xmit
+            # same MAC; the route is covered by the dst check, the device's state by dev_queue_xmit
             ns = ns_state.ns
             plan = th.plan
             if (plan is None or plan[0] != ns.neigh.version or ns.by_index.get(plan[4]) is not plan[3]
@@ -322,34 +259,7 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
                 plan = xmit(kernel, ns_state, ft, skb, th, other, ip_daddr, v4)
                 if plan.__class__ is str:  # the verdict: dropped, or (≤ 6.18 NEIGH) sent by neigh_xmit
                     return plan
-            # --- nf_flow_queue_xmit: the other tuple's L2 encapsulation (6.19 on: nf_flow_encap_push; up to 6.18
-            # nothing is pushed, the VLAN or PPPoE device adds its header), the Ethernet header, dev_queue_xmit
-            outdev, hh = plan[3], plan[2]
-            if other_key.encap and (order := profile.encap_push_order) != "legacy":
-                if skb.gso_size and x.needs_gso_segment:
-                    return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
-                if not nf_flow_encap_push(skb, other, order):
-                    return _drop(kernel, ft, skb, "encap-push-failed")
-            if hh is not None:  # _dev_hard_header (dev_hard_header), inlined
-                data = skb.data
-                if data >= ETH_HLEN:  # skb_push into the headroom (skb.push reallocates when there is none)
-                    data = skb.data = data - ETH_HLEN
-                    skb.buf[data:data + ETH_HLEN] = hh + (_ETH_PROTO.get(protocol := skb.protocol)
-                                                           or protocol.to_bytes(2, "big"))
-                else:
-                    _dev_hard_header(skb, hh)
-            skb.mac_header = skb.data
-            # _stolen, inlined: Flowtable.count(STOLEN), the accounting, the verdict tap, the trace
-            ft.fastpath += 1
-            if skb.tag is not None:
-                kernel.account(skb, "fastpath")
-            if (tap := kernel.verdict) is not None:
-                tap(skb, "fastpath")
-            if kernel.tracing:
-                kernel.trace(skb, f"flowtable @{ft.name}", f"fast path: dev_queue_xmit on {outdev.name}",
-                             dev=outdev.name)
-            kernel.dev_queue_xmit(outdev, skb)
-            return STOLEN
+            return nf_flow_queue_xmit(kernel, ft, skb, th, other, plan[3], plan[2])
         except KernelBugError as exc:
             ft.kernel_bugs.append(str(exc))
             return _drop(kernel, ft, skb, "kernel-bug", str(exc))
@@ -361,6 +271,102 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             c.reallocs += skb.reallocs - reallocs
             c.bytes_copied += skb.bytes_copied - copied
             c.pull_bugs += skb.pull_bugs - bugs
+
+
+def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple,
+                            parsed: tuple, v4: bool) -> str | None:
+    """``nf_flow_offload_forward``: None when the packet goes on to the transmit, else the verdict.
+
+    The checks that send the packet to the slow path (MTU, TCP state, stale
+    route), writability, the refresh, then the packet's own rewrite: pop,
+    NAT, TTL / hop limit and the counters.
+    """
+    # the parse's answer: the tuple and nf_flowtable_ctx as the parse left it
+    _key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = parsed
+    profile = kernel.profile
+    flow = th.flow
+    buf = skb.buf
+    data = skb.data
+    ih = skb.network_header + offset
+    l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
+    thoff = offset + l3len  # from skb->data (= the network header at ingress)
+    l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
+    x = th.xmit  # the route's part of the tuple (FlowXmit)
+    mtu = x.mtu + offset
+    if other.key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
+        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
+    if len(buf) - data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
+        l4len = (buf[data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
+        if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
+            return _accept(kernel, ft, skb, "mtu-exceeded", f"length {skb.len} > flow MTU {mtu}", th)
+    if l4proto == IPPROTO_TCP:  # nf_flow_state_check
+        flags = buf[data + thoff + TCPH_FLAGS]
+        if flags & TCP_SYN and flow.flags & _CLOSING:
+            ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
+            return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
+        if flags & (TCP_FIN | TCP_RST):
+            if profile.tcp_fin_rst == "teardown":
+                ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
+                return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
+            flow.set(NF_FLOW_CLOSING)
+    # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
+    # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and is
+    # checked too); the answer of the last check stands while the FIB has not changed at all (th.dst_checked)
+    if x.xmit_type != _DIRECT or (x.dst is not None and profile.direct_tunnel_dst):
+        fib = ns_state.ns.fib
+        if th.dst_checked != fib.version:
+            if not fib.dst_check(x.dst, x.dst_cookie):
+                ft.flow_offload_teardown(flow, kernel, ns_state, "route obsolete")
+                return _accept(kernel, ft, skb, "route-stale", _stale_detail(x.dst), th)
+            th.dst_checked = fib.version
+    if data + thoff + hdrsize > skb.linear_end and not skb.ensure_writable(thoff + hdrsize):
+        return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
+    ft.flow_offload_refresh(flow, kernel.now)
+
+    if th.key.encap:
+        nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
+        data = skb.data
+    elif tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
+        # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
+        if data + tun_hdr_size <= skb.linear_end:
+            data = skb.data = data + tun_hdr_size
+        else:
+            skb.pull(tun_hdr_size)  # raises SkbPullBug
+            data = skb.data
+        skb.network_header = data
+    if flow.flags & _NAT_FLAGS:
+        _nat(flow, th.dir, skb, v4)
+    if v4:
+        ip_decrease_ttl(buf, data)
+    else:
+        buf[data + IP6H_HOP_LIMIT] -= 1  # ipv6_hdr(skb)->hop_limit--
+    if ft.flags & NF_FLOWTABLE_COUNTER:
+        nf_ct_acct_update(flow.ct, th.dir, len(buf) - data)
+    th.packets += 1
+    th.bytes += len(buf) - data  # skb->len
+    return None
+
+
+def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: FlowOffloadTuple, outdev,
+                       hh: bytes | None) -> str:
+    """``nf_flow_queue_xmit``: L2 encapsulation of the *other* tuple (6.19 on: ``nf_flow_encap_push``; up to
+    6.18 nothing is pushed, the VLAN or PPPoE device *outdev* adds its header), the Ethernet header,
+    ``dev_queue_xmit``."""
+    if other.key.encap and (order := kernel.profile.encap_push_order) != "legacy":
+        if skb.gso_size and th.xmit.needs_gso_segment:
+            return nf_flow_encap_gso_xmit(kernel, ft, skb, other, outdev, hh, order)
+        if not nf_flow_encap_push(skb, other, order):
+            return _drop(kernel, ft, skb, "encap-push-failed")
+    if hh is not None and (data := skb.data) >= ETH_HLEN:
+        # dev_hard_header's common case inlined (once per fast-path packet): skb_push into the headroom
+        data = skb.data = data - ETH_HLEN
+        skb.buf[data:data + ETH_HLEN] = hh + (_ETH_PROTO.get(protocol := skb.protocol) or protocol.to_bytes(2, "big"))
+        skb.mac_header = data
+    else:
+        _dev_hard_header(skb, hh)
+    _stolen(kernel, ft, skb, outdev, "dev_queue_xmit")
+    kernel.dev_queue_xmit(outdev, skb)
+    return STOLEN
 
 
 def _stale_detail(dst) -> str:

@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # annotations only: flowsim tuple's frame path builds no skb
 __all__ = [
     "Encap", "Tunnel", "FlowTuple", "FlowtableCtx", "TupleResult",
     "flow_tuple_from_skb", "flow_tuple_from_frame", "frame_parser", "nf_flow_offload_lookup", "nf_flow_offload_parse",
+    "hook_parser",
     "HOOKS",
     "NF_FLOW_TABLE_ENCAP_MAX",
 ]
@@ -625,6 +626,13 @@ def _parser(profile: Profile, family: str) -> _Parse:
         entry = _PARSERS[id(profile), family] = (profile, _make_parser(profile, family))
     _last_parser = (profile, family, entry[1])
     return entry[1]
+
+
+def hook_parser(profile: Profile, family: str) -> tuple[_Parse, int]:
+    """The parse closure of *profile* at a *family* flowtable, and the protocol of the family's hook (0 for
+    inet, whose hook dispatches): what the fast-path hook calls directly for an IPv4/IPv6 skb, with the
+    arguments :func:`nf_flow_offload_parse` passes it."""
+    return _parser(profile, family), _HOOK_PROTO[family]
 
 
 # --- hook entry points ----------------------------------------------------------
