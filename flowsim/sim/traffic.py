@@ -598,7 +598,9 @@ class Endpoint:
             pkt = build_ipv6(self.laddr, self.raddr, proto, seg, hlim=spec.ttl)
         self.conv.seq += 1
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, seq=self.conv.seq, flow=self.conv.flow)
-        tag.sent_l4 = (self.laddr, self.raddr, seg)  # checksummed above: the receiver verifies what changed
+        # checksummed above: the receiver verifies what changed (flowsim.kernel.stack.ip._l4_ok).  The header and
+        # the length of the zero payload say what the segment is, without keeping its bytes alive until then
+        tag.sent_l4 = (self.laddr, self.raddr, seg[:len(seg) - payload_len], payload_len)
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:

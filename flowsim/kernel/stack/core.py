@@ -98,8 +98,9 @@ class PacketTag:
     state: str = "live"
     reason: str | None = None  # first drop reason of any piece
     where: str | None = None  # namespace/device of that drop
-    # (source, destination, L4 segment) as its sending host checksummed it, until a receiver verified it
-    # (flowsim.kernel.stack.ip._l4_ok): a segment that arrives identical between the same addresses needs no sum
+    # (source, destination, L4 header, length of the zero payload after it): the segment as its sending host
+    # checksummed it, until a receiver verified it (flowsim.kernel.stack.ip._l4_ok): a segment that arrives
+    # identical between the same addresses needs no sum
     sent_l4: tuple | None = None
 
     def __str__(self) -> str:

@@ -86,6 +86,8 @@ __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_outpu
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
 _OPPOSITE: dict[str | None, str] = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
+# a sent segment's zero payload is compared with a prefix of this (_l4_ok); a longer one is summed instead
+_ZEROS = bytes(65536)
 
 
 def _pull_to(skb: SkBuff, off: int) -> None:
@@ -346,14 +348,20 @@ def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
     """The receiving host's checksum verification (``skb_checksum_init`` in ``tcp_v4_rcv`` / ``udp_rcv``).
 
     A segment that arrives byte for byte as its sending host checksummed it, between the same addresses
-    (``tag.sent_l4``), verifies by construction: the sum is taken only over what the network changed.
+    (``tag.sent_l4``: its L4 header and the length of the zero payload after it), verifies by construction:
+    the sum is taken only over what the network changed.  The comparison reads the skb in place (no copy).
     """
-    seg = skb.buf[info.l4off:info.l3off + info.tot_len]
+    buf = skb.buf
+    at, end = info.l4off, info.l3off + info.tot_len
     tag = skb.tag
     if tag is not None and tag.sent_l4 is not None:
-        sent, tag.sent_l4 = tag.sent_l4, None  # one receiver: a copy delivered elsewhere (flooding) is summed
-        if sent == (info.src, info.dst, seg):  # tuples compare addresses by identity first
+        (src, dst, hdr, zeros), tag.sent_l4 = tag.sent_l4, None  # one receiver: a copy delivered elsewhere
+        body = at + len(hdr)                                     # (flooding) is summed
+        # addresses by identity first (the parser's objects), as a tuple comparison would
+        if (end - body == zeros and (src is info.src or src == info.src) and (dst is info.dst or dst == info.dst)
+                and buf.startswith(hdr, at) and _ZEROS.startswith(memoryview(buf)[body:end])):
             return True
+    seg = buf[at:end]
     if info.l4proto == IPPROTO_UDP and info.version == 4 and seg[6:8] == b"\0\0":
         return True  # no checksum
     return l4_checksum(info.src, info.dst, info.l4proto, seg) == 0
