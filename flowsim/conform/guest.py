@@ -534,10 +534,12 @@ def _writer(count: int, size: int, rate: float, after_each: str = "") -> str:
 
 
 # How long a UDP end waits for the other's packet that the simulation has come first (udp_order): polls of
-# UDP_ORDER_POLL_US, at most UDP_ORDER_POLLS per wait (about a second, more with the guest's fork of usleep),
-# and how often a wait may run out (a datagram too big for the path, conform-mtu's first, is never answered)
-# before the client stops waiting: the harness's wait_bytes gives up after 3 s without progress.
-UDP_ORDER_POLL_US, UDP_ORDER_POLLS, UDP_ORDER_TIMEOUTS = 10_000, 100, 1
+# UDP_ORDER_POLL_US, at most UDP_ORDER_POLLS per wait (about two seconds, more with the guest's fork of
+# usleep), and how often a wait may run out (a datagram too big for the path, conform-mtu's first, is never
+# answered) before the client stops waiting: the harness's wait_bytes gives up after 3 s without progress.
+# One second was too short on a loaded host (2026-12-02, 7.2.13 under a load of 5 on 2 cores: conform-mtu's
+# udp-big client gave up before socat's server had forked its first reply, and all 20 replies met the flow).
+UDP_ORDER_POLL_US, UDP_ORDER_POLLS, UDP_ORDER_TIMEOUTS = 10_000, 200, 1
 
 
 def _await(unmet: str) -> str:
