@@ -393,28 +393,40 @@ class ConntrackTable:
     def __init__(self, timeouts: CtTimeouts = DEFAULT_TIMEOUTS, *, tcp_loose: bool = True):
         self.timeouts = timeouts
         self.tcp_loose = tcp_loose  # net.netfilter.nf_conntrack_tcp_loose: pick up mid-stream
-        self._hash: dict[CtTuple, tuple[CtEntry, int]] = {}
+        # the hash of both tuples of every confirmed entry, one dict per direction (the direction is which dict:
+        # no (entry, direction) pair per tuple, issue 16: memory per connection).  A tuple is in at most one:
+        # the clash test of nf_conntrack_confirm, and a tuple that is its own inverse is only the REPLY one
+        self._orig: dict[CtTuple, CtEntry] = {}
+        self._reply: dict[CtTuple, CtEntry] = {}
         self._next_id = 1
 
     # --- table
     def __len__(self) -> int:
-        return len(self._hash) // 2
+        return (len(self._orig) + len(self._reply)) // 2
 
     def entries(self) -> Iterator[CtEntry]:
-        """Confirmed entries, each once."""
-        for _t, (ct, d) in list(self._hash.items()):
-            if d == IP_CT_DIR_ORIGINAL:
-                yield ct
+        """Confirmed entries, each once (in the order they were confirmed)."""
+        yield from list(self._orig.values())
+
+    def _find(self, t: CtTuple) -> CtEntry | None:
+        """The entry either of whose tuples is *t*."""
+        ct = self._orig.get(t)
+        return self._reply.get(t) if ct is None else ct
 
     def lookup(self, t: CtTuple, now: float | None = None) -> tuple[CtEntry, int] | None:
         """nf_conntrack_find_get: (entry, direction) for either tuple; expired entries are reaped."""
-        hit = self._hash.get(t)
-        if hit is None:
+        ct = self._orig.get(t)
+        if ct is not None:
+            d = IP_CT_DIR_ORIGINAL
+        else:
+            ct = self._reply.get(t)
+            if ct is None:
+                return None
+            d = IP_CT_DIR_REPLY
+        if now is not None and ct.is_expired(now):
+            self.nf_ct_kill(ct)
             return None
-        if now is not None and hit[0].is_expired(now):
-            self.nf_ct_kill(hit[0])
-            return None
-        return hit
+        return ct, d
 
     def create(self, t: CtTuple, now: float) -> CtEntry:
         """init_conntrack: a new unconfirmed entry (reply = inverted tuple), not in the hash."""
@@ -429,20 +441,24 @@ class ConntrackTable:
         if ct.dying:
             return False
         for t in ct.tuplehash:
-            other = self._hash.get(t)
-            if other is not None and other[0] is not ct:
+            other = self._find(t)
+            if other is not None and other is not ct:
                 return False
         ct.status |= IPS_CONFIRMED
-        self._hash[ct.tuplehash[0]] = (ct, IP_CT_DIR_ORIGINAL)
-        self._hash[ct.tuplehash[1]] = (ct, IP_CT_DIR_REPLY)
+        orig, reply = ct.tuplehash
+        if orig != reply:  # one tuple for both directions (its own inverse) is found as the REPLY one
+            self._orig[orig] = ct
+        self._reply[reply] = ct
         return True
 
     def nf_ct_kill(self, ct: CtEntry) -> None:
         """Mark dying and unhash (nf_ct_delete)."""
         ct.status |= IPS_DYING
         for t in ct.tuplehash:
-            if self._hash.get(t, (None,))[0] is ct:
-                del self._hash[t]
+            if self._orig.get(t) is ct:
+                del self._orig[t]
+            elif self._reply.get(t) is ct:
+                del self._reply[t]
 
     def gc(self, now: float) -> list[CtEntry]:
         """gc_worker: kill every expired entry; returns them."""
@@ -524,8 +540,8 @@ class ConntrackTable:
     # --- NAT
     def nf_nat_used_tuple(self, t: CtTuple, ignored: CtEntry) -> bool:
         """Is the REPLY tuple that *t* would produce already taken by another entry?"""
-        hit = self._hash.get(t.invert())
-        return hit is not None and hit[0] is not ignored
+        other = self._find(t.invert())
+        return other is not None and other is not ignored
 
     def nf_nat_setup_info(self, ct: CtEntry, manip: str, rng: NatRange | None) -> bool:
         """Bind SRC or DST NAT (None: the null binding); rewrites the REPLY tuple.
