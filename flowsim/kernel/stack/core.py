@@ -115,7 +115,8 @@ class Ledger:
         self.injected: collections.Counter[str] = collections.Counter()  # origin -> n
         self.delivered: collections.Counter[str] = collections.Counter()  # origin -> n
         self.dropped: collections.Counter[str] = collections.Counter()  # reason -> n
-        self.live: dict[int, PacketTag] = {}
+        # the packets in flight, in injection order (a dict keyed by the tag itself: no id() int per packet)
+        self.live: dict[PacketTag, None] = {}
         # per traffic: (name, direction, origin) -> Counter(sent, delivered, dropped)
         self.per_traffic: collections.defaultdict[tuple[str | None, str | None, str], collections.Counter[str]] = \
             collections.defaultdict(collections.Counter)
@@ -127,7 +128,7 @@ class Ledger:
         if self.all_tags is not None:
             self.all_tags.append(tag)
         self.injected[tag.origin] += 1
-        self.live[id(tag)] = tag
+        self.live[tag] = None
         self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["sent"] += 1
 
     def add_pieces(self, tag: PacketTag, n: int) -> None:
@@ -145,7 +146,7 @@ class Ledger:
             return False
         tag.state = "delivered"
         self.delivered[tag.origin] += 1
-        self.live.pop(id(tag), None)
+        self.live.pop(tag, None)
         self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["delivered"] += 1
         return True
 
@@ -158,7 +159,7 @@ class Ledger:
             return False
         tag.state = "dropped"
         self.dropped[tag.reason] += 1
-        self.live.pop(id(tag), None)
+        self.live.pop(tag, None)
         self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["dropped"] += 1
         if len(self.drop_log) < 1000:
             self.drop_log.append((now, str(tag), tag.reason, tag.where))
@@ -178,13 +179,13 @@ class Ledger:
         t = self.totals()
         if t["injected"] != t["delivered"] + t["dropped"] + t["in_flight"]:
             raise AssertionError(f"packet conservation violated: {t}")
-        for tag in self.live.values():
+        for tag in self.live:
             if tag.pieces <= 0:
                 raise AssertionError(f"packet {tag} is live with no skb left (leaked)")
         if pending is not None:
-            for key, tag in self.live.items():
-                if pending.get(key, 0) != tag.pieces:
-                    raise AssertionError(f"packet {tag}: {tag.pieces} pieces alive, {pending.get(key, 0)} queued")
+            for tag in self.live:
+                if pending.get(id(tag), 0) != tag.pieces:
+                    raise AssertionError(f"packet {tag}: {tag.pieces} pieces alive, {pending.get(id(tag), 0)} queued")
 
 
 @attrs.frozen
