@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :class:`Simulation` owns one :class:`~flowsim.kernel.stack.core.Kernel` for the whole
 topology and a priority queue of events ``(time, order, function,
-arguments)``.  Events are the traffic endpoints' sends
+*arguments)`` (one flat tuple per event).  Events are the traffic endpoints' sends
 (:mod:`flowsim.sim.traffic`), frames arriving at the far end of a veth pair or
 cable (``Kernel.link_delay`` after they were sent), and the ICMP errors the
 stack sends.  Events at the same time run in the order they were
@@ -186,7 +186,13 @@ class Simulation:
         self.sequential = sequential
         self._waves: list[list[Conversation]] = []
         self._stalled: list[Conversation] = []  # tables given up on, still retransmitting
-        self._by_key = {(c.spec.name, c.flow): c for c in self.conversations}
+        # the conversations of each traffic name: (index of its first, flows) per table of that name, the last
+        # table first (its flows answer, as the later key of a dict would); no key per conversation (issue 16)
+        self._by_name: dict[str | None, list[tuple[int, int]]] = {}
+        first = 0
+        for spec in self.specs:
+            self._by_name.setdefault(spec.name, []).insert(0, (first, spec.flows))
+            first += spec.flows
         self.queue: list = []
         self.events_run: list = []  # the [[event]] tables executed so far (flowsim.config.events.Event)
         self._order = 0
@@ -246,7 +252,9 @@ class Simulation:
             what = getattr(fn, "__qualname__", "an event")
             raise ConfigError(f"{what} scheduled at virtual time {t:g} s", value=t,
                               expected=f"times within [0, {MAX_TIME:g}] s (a start or rate too far out?)")
-        heapq.heappush(self.queue, (t, self._order, fn, args))
+        # one flat tuple (time, order, fn, *args): no arguments tuple of its own per queued event (issue 16:
+        # frames in flight)
+        heapq.heappush(self.queue, (t, self._order, fn, *args))
         self._order += 1
 
     def _event(self, event) -> None:
@@ -268,8 +276,11 @@ class Simulation:
         tag = skb.tag
         if tag is None or tag.origin != ORIGIN_HOST or tag.direction != "original":
             return None
-        conv = self._by_key.get((tag.traffic, tag.flow))
-        return conv.accept(kernel, st, info) if conv is not None else None
+        flow = tag.flow
+        for first, flows in self._by_name.get(tag.traffic, ()):
+            if 0 <= flow < flows:
+                return self.conversations[first + flow].accept(kernel, st, info)
+        return None
 
     def _capture(self, netns: str, dev: str, frame: bytes) -> None:
         w = self._writers.get((netns, dev))
@@ -356,7 +367,8 @@ class Simulation:
         q = self.queue
         events = 0
         while q:
-            t, _, fn, _ = q[0]
+            head = q[0]
+            t, fn = head[0], head[2]
             if fn.__class__ is Timer and fn.cancelled:  # del_timer'd: gone without moving the clock
                 heapq.heappop(q)
                 continue
@@ -364,7 +376,7 @@ class Simulation:
                 break
             if self._next_gc <= t:  # a GC tick is due before this event (the test of _gc_until, without a call)
                 self._gc_until(t, None)
-            t, _, fn, args = heapq.heappop(q)
+            t, _, fn, *args = heapq.heappop(q)
             k.now = t
             fn(*args)
             if progress is not None:
@@ -445,8 +457,8 @@ class Simulation:
     def pending(self) -> collections.Counter:
         """id(tag) -> skbs of that packet still queued (events and reassembly queues)."""
         out: collections.Counter = collections.Counter()
-        for _t, _n, _fn, args in self.queue:
-            for a in args:
+        for event in self.queue:
+            for a in event[3:]:
                 if isinstance(a, PacketTag):
                     out[id(a)] += 1
         for st in self.kernel.netns.values():

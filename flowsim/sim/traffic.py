@@ -443,7 +443,7 @@ class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
     # slots: a run of a million connections holds two of these per connection
-    __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state", "isn",
+    __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
                  "pure_acks", "received", "data_segs_in", "short_segs_in", "short_bytes_in", "bytes_received", "done",
                  "_icmp_errors", "options",
@@ -458,8 +458,8 @@ class Endpoint:
         self.laddr, self.lport, self.raddr, self.rport = ip_addr(laddr), lport, ip_addr(raddr), rport
         self.state = "closed"
         seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
-        self.isn = seed & 0x7FFFFFFF
-        self.snd_nxt = self.isn
+        isn = seed & 0x7FFFFFFF
+        self.snd_nxt = isn
         self.rcv_nxt = 0
         self.ident = seed & 0xFFFF
         self.pmtu: int | None = None
@@ -467,7 +467,7 @@ class Endpoint:
         self.mss_clamp = 0  # the peer's MSS option (tp->rx_opt.mss_clamp); 0: none seen, no clamp
         self.sent = 0  # data segments sent (retransmissions included)
         self.writes = 0  # writes of the table's size done
-        self.una = self.isn  # oldest unacknowledged sequence number (tcp_ack)
+        self.una = isn  # oldest unacknowledged sequence number (tcp_ack)
         self.rtx_queue: list[tuple[int, int]] = []  # (seq, length) of data segments sent, oldest first
         # the receiver's ACK clock, only with acks = "linux" (every use is behind that test)
         self.acks: AckState = AckState() if conv.spec.acks == "linux" else None  # type: ignore[assignment]
@@ -485,7 +485,8 @@ class Endpoint:
         self._icmp_errors: list[tuple[int, int, int]] | None = None  # created at the first error (icmp_errors)
         # Linux's TCP options (acks = "linux"): the header is 12 bytes longer after the handshake
         self.options = conv.spec.proto == "tcp" and conv.spec.acks == "linux"
-        self.ts_off = seed >> 1  # tcp_sk(sk)->tsoffset: a per-connection random offset (secure_tcp_ts_off)
+        # tcp_sk(sk)->tsoffset: a per-connection random offset (secure_tcp_ts_off); only options use it
+        self.ts_off = seed >> 1 if self.options else 0
         self.ts_recent = 0  # the peer's last TSval, echoed as TSecr (tcp_store_ts_recent)
 
     @property
