@@ -33,8 +33,8 @@ from __future__ import annotations
 import array
 import collections
 import ipaddress
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Iterator, Mapping, Sequence
+from typing import ClassVar, overload
 
 import attrs
 
@@ -156,12 +156,17 @@ def _xmit_field(name: str) -> property:
     return property(lambda self: getattr(self.xmit, name), doc=f"``{name}`` of the tuple's route (FlowXmit)")
 
 
-@attrs.define(slots=True, eq=False)
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class FlowOffloadTuple:
-    """``struct flow_offload_tuple_rhash``: the key and the metadata after ``__hash``."""
+    """``struct flow_offload_tuple_rhash``: the key and the metadata after ``__hash``.
 
+    This class is the ORIGINAL tuple, :class:`FlowOffloadReplyTuple` the REPLY one: ``dir`` is a class attribute,
+    not a slot, and no ``__weakref__`` slot either, so a tuple takes 96 bytes, not 112 (issue 16: memory per
+    flow entry).  :func:`flow_offload_tuple` makes the one of a direction.
+    """
+
+    dir: ClassVar[int] = IP_CT_DIR_ORIGINAL
     key: FlowTuple
-    dir: int
     xmit: FlowXmit = _NO_XMIT  # the route's part, shared by the flows of one route (flow_offload_fill_route)
     dst_checked: int = -1  # simulator memo: the Fib.version at which dst_check last passed (no change since)
     flow: FlowOffload = attrs.field(kw_only=True)  # container_of(): the entry this half belongs to
@@ -205,6 +210,19 @@ class FlowOffloadTuple:
         return d
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
+class FlowOffloadReplyTuple(FlowOffloadTuple):
+    """The REPLY direction's :class:`FlowOffloadTuple`."""
+
+    dir: ClassVar[int] = IP_CT_DIR_REPLY
+
+
+def flow_offload_tuple(key: FlowTuple, d: int, flow: FlowOffload) -> FlowOffloadTuple:
+    """The flow's tuple of direction *d* (``flow->tuplehash[d]``)."""
+    cls = FlowOffloadTuple if d == IP_CT_DIR_ORIGINAL else FlowOffloadReplyTuple
+    return cls(key=key, flow=flow)
+
+
 @attrs.define(slots=True, eq=False)
 class FlowOffload:
     """``struct flow_offload``: one connection's two directions."""
@@ -246,7 +264,7 @@ def flow_offload_alloc(ct: CtEntry) -> FlowOffload | None:
         ports = (t.sport, t.dport) if t.l4proto in (IPPROTO_TCP, IPPROTO_UDP) else (0, 0)
         l3 = AF_INET if t.l3proto == 2 else AF_INET6
         key = FlowTuple(_addr16(t.src), _addr16(t.dst), ports[0], ports[1], 0, l3, t.l4proto)
-        halves.append(FlowOffloadTuple(key=key, dir=d, flow=flow))
+        halves.append(flow_offload_tuple(key, d, flow))
     flow.tuplehash = tuple(halves)
     if ct.status & IPS_SRC_NAT:
         flow.set(NF_FLOW_SNAT)
@@ -360,6 +378,74 @@ class FlowHistory(Sequence):
         return f"FlowHistory({list(self)!r})"
 
 
+#: the failure details in use, one string per text ("TCP state SYN_SENT" for every connection refused on its
+#: handshake); a new one past _ADDR16_MAX starts the memo afresh
+_DETAILS: dict[str, str] = {}
+
+
+def _detail_interned(detail: str) -> str:
+    if not detail:
+        return ""
+    if len(_DETAILS) >= _ADDR16_MAX:
+        _DETAILS.clear()
+    return _DETAILS.setdefault(detail, detail)
+
+
+class CtFailures(Mapping):
+    """One connection's refused flow adds (``Flowtable.ct_failures``): reason id -> ``(count, first detail)``, in
+    the order first seen.
+
+    Almost every connection has one reason only (a TCP connection's handshake packets are refused as not yet
+    established): that one lives in three slots of this object, the others in a dict created on the second
+    reason.  A dict and a [count, detail] list per connection cost ~230 bytes, this 64 (issue 16: memory per
+    connection).
+    """
+
+    __slots__ = ("rid", "count", "detail", "more")
+
+    def __init__(self, rid: str, detail: str = "") -> None:
+        self.rid = rid
+        self.count = 1
+        self.detail = detail
+        self.more: dict[str, list] | None = None  # the other reasons: rid -> [count, first detail]
+
+    def add(self, rid: str, detail: str = "") -> None:
+        """One more refusal for *rid*; its detail is kept from the first one only."""
+        if rid == self.rid:
+            self.count += 1
+            return
+        more = self.more
+        if more is None:
+            more = self.more = {}
+        entry = more.get(rid)
+        if entry is None:
+            more[rid] = [1, _detail_interned(detail)]
+        else:
+            entry[0] += 1
+
+    def __getitem__(self, rid: str) -> tuple[int, str]:
+        if rid == self.rid:
+            return self.count, self.detail
+        if self.more is not None and rid in self.more:
+            count, detail = self.more[rid]
+            return count, detail
+        raise KeyError(rid)
+
+    def __contains__(self, rid: object) -> bool:
+        return rid == self.rid or (self.more is not None and rid in self.more)
+
+    def __iter__(self) -> Iterator[str]:
+        yield self.rid
+        if self.more is not None:
+            yield from self.more
+
+    def __len__(self) -> int:
+        return 1 + (len(self.more) if self.more is not None else 0)
+
+    def __repr__(self) -> str:
+        return f"CtFailures({dict(self.items())!r})"
+
+
 @attrs.define(slots=True, eq=False)
 class Flowtable:
     """``struct nf_flowtable`` of one namespace, with the simulator's statistics."""
@@ -383,7 +469,7 @@ class Flowtable:
     flows_created: int = 0
     flows_removed: int = 0
     flow_add_failures: collections.Counter = attrs.Factory(collections.Counter)
-    ct_failures: dict = attrs.Factory(dict)  # ct id -> {reason id: [count, first detail]} of refused flow adds
+    ct_failures: dict = attrs.Factory(dict)  # ct id -> CtFailures {reason id: (count, first detail)} of refused adds
     near_misses: dict = attrs.Factory(dict)  # (flow id, dir) -> (differing fields, count, first packet key)
     # a missing key -> (its live flow, dir) or None (fastpath._near_miss), until the next flow_offload_add
     miss_memo: dict = attrs.Factory(dict)
@@ -539,11 +625,11 @@ class Flowtable:
         reason(rid)  # only ids from the table
         self.flow_add_failures[rid] += 1
         if ct is not None:
-            per = self.ct_failures.setdefault(ct.id, {})
-            if rid in per:
-                per[rid][0] += 1
+            per = self.ct_failures.get(ct.id)
+            if per is None:
+                self.ct_failures[ct.id] = CtFailures(rid, _detail_interned(detail))
             else:
-                per[rid] = [1, detail]
+                per.add(rid, detail)
 
     def report(self, ns=None) -> dict:
         """The ``flowtables[]`` object of ``flowsim run --json``."""
