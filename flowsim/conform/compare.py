@@ -297,6 +297,12 @@ def _tcp_tolerance(t: TrafficPlan, d: str, acks_counted: bool, hdr: int = 1, siz
     return Tolerance(low * hdr - (data if hdr > 1 else 0), high * hdr + again, why)
 
 
+def _delivered_whole(t: TrafficPlan, c: ConnObservation | None, d: str) -> bool:
+    """The kernel's receiver got every byte of TCP direction *d*: only then do its segment counts measure how
+    the sender cut and merged the writes (a stalled transfer's are data never sent)."""
+    return c is not None and t.proto == "tcp" and c.bytes.get(d) == t.stream_bytes(d)
+
+
 def _segments_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, d: str) -> int:
     """How many more (> 0) or fewer (< 0) data segments the kernel's receiver counted in direction *d* than
     the model's: what the real sender's timing made of the same writes.
@@ -311,9 +317,7 @@ def _segments_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, 
     own.  Only when the kernel's receiver got every byte: fewer segments of a stalled transfer are data
     never sent.
     """
-    if c is None or t.proto != "tcp":
-        return 0
-    if c.bytes.get(d) != t.stream_bytes(d):
+    if not _delivered_whole(t, c, d):
         return 0
     kernel = c.data_segs.get(d)
     sim = report.get("data_segs_in", {}).get(t.name, {}).get(d)
@@ -326,7 +330,7 @@ def _short_measured(report: dict, t: TrafficPlan, c: ConnObservation | None, d: 
     receive window's edge (``tcp_write_xmit`` → ``tcp_mss_split_point``).  The net count of
     :func:`_segments_measured` hides a cut behind a merge elsewhere; these counters do not.  None for a boot
     without the counters (before 2026-12-02) or a transfer that did not complete."""
-    if c is None or t.proto != "tcp" or c.bytes.get(d) != t.stream_bytes(d):
+    if not _delivered_whole(t, c, d):
         return None
     kernel = c.short_segs.get(d)
     sim = report.get("short_segs_in", {}).get(t.name, {}).get(d)
