@@ -28,6 +28,10 @@ Three bars, all context managers that close themselves:
     bar appears only for a file of at least :data:`LOAD_MIN_COMMANDS`
     command lines (thousands of generated ``ip`` lines).
 
+A bar that is not drawn is a :class:`HiddenBar`, not a disabled tqdm: tqdm
+is imported only to draw, because its import and the multiprocessing lock
+every tqdm takes, even disabled, cost ~25 ms CPU of each command's start-up.
+
     >>> with SimProgress(10.0, enabled=False) as hook:
     ...     hook(2.5)
     ...     hook.n
@@ -38,12 +42,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
-__all__ = ["progress_enabled", "expected_end", "SimProgress", "count_bar", "LoadProgress", "VIRTUAL_FORMAT",
-           "LOAD_MIN_COMMANDS"]
+__all__ = ["progress_enabled", "expected_end", "SimProgress", "count_bar", "LoadProgress", "HiddenBar",
+           "VIRTUAL_FORMAT", "LOAD_MIN_COMMANDS"]
 
 LOAD_MIN_COMMANDS = 1000  # fewer command lines load in well under a second: no bar
 VIRTUAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.3f}/{total:.3f} s virtual [{elapsed}<{remaining}]"
@@ -61,6 +66,33 @@ def progress_enabled(quiet: bool = False, stream: IO | None = None) -> bool:
         return False
 
 
+class HiddenBar:
+    """A bar that draws nothing: what the bars here use of tqdm's interface (``total``, ``update``, ``close``,
+    a context manager), without importing tqdm."""
+
+    def __init__(self, total: float):
+        self.total = total
+
+    def update(self, n: float = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> HiddenBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _drawn(total: float, **tqdm_args) -> tqdm:
+    """A tqdm bar of *total* (the one place tqdm is imported)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, **tqdm_args)
+
+
 def expected_end(specs: Iterable, duration: float | None = None) -> float:
     """Virtual time a run should end at: *duration*, else the latest ``start + packets × gap`` of *specs*."""
     if duration is not None:
@@ -75,8 +107,9 @@ class SimProgress:
                  desc: str = "simulating"):
         stream = sys.stderr if stream is None else stream
         on = progress_enabled(stream=stream) if enabled is None else enabled
-        self.bar = tqdm(total=max(float(total), 1e-9), file=stream, disable=not on, leave=False,
-                        desc=desc, bar_format=VIRTUAL_FORMAT, dynamic_ncols=True)
+        total = max(float(total), 1e-9)
+        self.bar = _drawn(total, file=stream, leave=False, desc=desc, bar_format=VIRTUAL_FORMAT,
+                          dynamic_ncols=True) if on else HiddenBar(total)
         self.n = 0.0
 
     @classmethod
@@ -101,12 +134,12 @@ class SimProgress:
         self.close()
 
 
-def count_bar(total: int, *, desc: str = "runs", enabled: bool | None = None, stream: IO | None = None) -> tqdm:
-    """A bar counting *total* items (``bar.update(1)`` per finished one); a no-op bar when disabled."""
+def count_bar(total: int, *, desc: str = "runs", enabled: bool | None = None,
+              stream: IO | None = None) -> tqdm | HiddenBar:
+    """A bar counting *total* items (``bar.update(1)`` per finished one); a :class:`HiddenBar` when disabled."""
     stream = sys.stderr if stream is None else stream
     on = progress_enabled(stream=stream) if enabled is None else enabled
-    return tqdm(total=total, file=stream, disable=not on, leave=False, desc=desc, unit="run",
-                dynamic_ncols=True)
+    return _drawn(total, file=stream, leave=False, desc=desc, unit="run", dynamic_ncols=True) if on else HiddenBar(total)
 
 
 class LoadProgress:
@@ -132,8 +165,8 @@ class LoadProgress:
             if not self.on or total < self.minimum:
                 self.n = done
                 return
-            self.bar = tqdm(total=total, file=self.stream, leave=False, desc=self.desc, unit="cmd",
-                            dynamic_ncols=True)
+            self.bar = _drawn(total, file=self.stream, leave=False, desc=self.desc, unit="cmd",
+                              dynamic_ncols=True)
         if total != self.bar.total:
             self.bar.total = total
         if done > self.n:
