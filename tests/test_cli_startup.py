@@ -1,4 +1,5 @@
-"""Start-up: a command imports only its own module; ``--version`` builds no command parser.
+"""Start-up: a command imports only its own module; ``--version`` builds no command parser; a bar that
+is not drawn imports no tqdm; the program (not a caller of ``main(argv)``) freezes what start-up built.
 
 Import sets, not timings (timings belong to benchmarks/): what a command does not
 import it cannot spend time on.
@@ -6,10 +7,14 @@ import it cannot spend time on.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+from pathlib import Path
 
-from flowsim.cli import command_names
+from flowsim.cli import command_names, main
+
+TOPO = Path(__file__).resolve().parent.parent / "topologies" / "selftest.toml"
 
 PROBE = """
 import sys
@@ -34,6 +39,31 @@ def test_a_command_imports_only_itself():
     assert mods == ["flowsim.commands.reasons"]
     _, mods = _imported(["--debug", "profiles"])
     assert mods == ["flowsim.commands.profiles"]
+
+
+def test_a_run_without_a_bar_imports_no_tqdm():
+    probe = f"""
+import sys
+from flowsim.cli import main
+main(["run", "-q", "--json", {str(TOPO)!r}])
+print("tqdm" in sys.modules, file=sys.stderr)
+"""
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert res.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_the_program_freezes_its_start_up_a_caller_keeps_its_collector(capsys):
+    probe = """
+import gc, sys
+from flowsim.cli import main
+sys.argv = ["flowsim", "reasons"]
+main()
+print(gc.get_freeze_count() > 1000, gc.isenabled(), file=sys.stderr)
+"""
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert res.stderr.strip().splitlines()[-1] == "True True"
+    frozen = gc.get_freeze_count()
+    assert main(["reasons"]) == 0 and gc.get_freeze_count() == frozen and gc.isenabled()
 
 
 def test_top_level_help_and_unknown_commands_still_list_every_command():
