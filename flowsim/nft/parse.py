@@ -30,9 +30,13 @@ file (a TOML topology).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
 import re
+import sys
+import tempfile
 from collections.abc import Iterator
 from importlib import resources
 from types import MappingProxyType
@@ -91,22 +95,64 @@ class _BracePostLex(PostLex):
             yield tok
 
 
+_LARK_OPTIONS = {"parser": "lalr", "lexer": "contextual", "propagate_positions": True, "maybe_placeholders": False}
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
+    """The parser of ``nft.lark``, loaded from the cache (:func:`_table_cache`) when it holds this grammar's."""
     grammar = resources.files("flowsim.nft").joinpath("nft.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", lexer="contextual", postlex=_BracePostLex(),
-                     propagate_positions=True, maybe_placeholders=False, cache=_table_cache())
+    cache = _table_cache()
+    if not isinstance(cache, str):
+        return lark.Lark(grammar, postlex=_BracePostLex(), **_LARK_OPTIONS)
+    key = hashlib.sha256(repr((lark.__version__, sys.version_info[:2], _LARK_OPTIONS, grammar)).encode()).hexdigest()
+    parser = _load_tables(cache, key)
+    if parser is None:
+        parser = lark.Lark(grammar, postlex=_BracePostLex(), **_LARK_OPTIONS)
+        _save_tables(parser, cache, key)
+    return parser
+
+
+def _load_tables(cache: str, key: str) -> lark.Lark | None:
+    """The parser saved in *cache* under *key*; None when the file is missing, holds another key (another
+    grammar, lark, Python or options) or cannot be loaded (truncated, corrupt): the tables are computed again."""
+    try:
+        with open(cache, "rb") as f:
+            if f.readline().rstrip(b"\n") != key.encode():
+                return None
+            parser = lark.Lark.load(f)
+    except Exception:  # noqa: BLE001 - whatever a damaged pickle raises, the cache only saves time
+        return None
+    return parser if isinstance(parser, lark.Lark) else None
+
+
+def _save_tables(parser: lark.Lark, cache: str, key: str) -> None:
+    """Write *key* and *parser* (``Lark.save``: its LALR tables, options and the stateless postlex, pickled
+    by class) to *cache*: into a temporary file renamed over it, so that a concurrent run reads the old file
+    or the new one, never half of one.  A cache that cannot be written is left as it is."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache), prefix=".nft-lalr-", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.encode() + b"\n")
+            parser.save(f)
+        os.replace(tmp, cache)
+    except Exception:  # noqa: BLE001 - a full disk or a parser lark cannot save: no cache, same parser
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _table_cache() -> str | bool:
-    """Where lark keeps the LALR tables it computed from the grammar (most of a small run's start-up): a file
-    in the user's own cache directory (``$XDG_CACHE_HOME/flowsim``, else ``~/.cache/flowsim``), or False (no
-    cache) when that directory cannot be made private to the user.
+    """Where the LALR tables computed from the grammar are kept (computing them was most of a small run's
+    start-up): a file in the user's own cache directory (``$XDG_CACHE_HOME/flowsim``, else
+    ``~/.cache/flowsim``), or False (no cache) when that directory cannot be made private to the user.
 
-    lark stores the grammar's hash with the tables (lark version, Python version and parser options
-    included) and rebuilds them when it differs, so the cache never serves another grammar; an unreadable
-    or half-written file is rebuilt too.  The file is a pickle: it is only read from a directory that the
-    user owns and nobody else can write to.
+    The file starts with the hash of what the tables depend on (grammar, lark version, Python version,
+    parser options) and is rebuilt when that differs, so it never serves another grammar; a missing,
+    unreadable or corrupt file is rebuilt too, and it is replaced whole (:func:`_save_tables`).  The rest
+    is a pickle: it is only read from a directory that the user owns and nobody else can write to.
     """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     where = os.path.join(base, "flowsim")
