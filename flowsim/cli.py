@@ -34,13 +34,16 @@ import traceback
 from flowsim import __version__
 from flowsim.commands._args import plain_parser
 from flowsim.errors import FlowsimError
-from flowsim.profiles import DEFAULT_PROFILE, PROFILES
 
 __all__ = ["main", "build_parser", "add_profile_args"]
 
 
 def add_profile_args(parser: argparse.ArgumentParser, *, multiple: bool = False) -> None:
     """The common ``--profile P`` and ``--set K=V`` options."""
+    # imported here, as a command registers: the profiles (and attrs) load while main() has the collector off,
+    # and never for `flowsim --version`
+    from flowsim.profiles import DEFAULT_PROFILE, PROFILES
+
     if multiple:
         parser.add_argument("--profile", action="append", metavar="P", default=None,
                             help=f"kernel behaviour profile, given twice ({', '.join(PROFILES)})")
