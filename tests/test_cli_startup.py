@@ -1,5 +1,6 @@
-"""Start-up: a command imports only its own module; ``--version`` builds no command parser; a bar that
-is not drawn imports no tqdm; the program (not a caller of ``main(argv)``) freezes what start-up built.
+"""Start-up: a command imports only its own module; ``--version`` builds no command parser; a run imports
+no tqdm when it draws no bar and no replay module without --replay; the program (not a caller of
+``main(argv)``) freezes what start-up built.
 
 Import sets, not timings (timings belong to benchmarks/): what a command does not
 import it cannot spend time on.
@@ -41,15 +42,15 @@ def test_a_command_imports_only_itself():
     assert mods == ["flowsim.commands.profiles"]
 
 
-def test_a_run_without_a_bar_imports_no_tqdm():
+def test_a_run_imports_neither_a_bar_it_does_not_draw_nor_the_replay_it_does_not_do():
     probe = f"""
 import sys
 from flowsim.cli import main
 main(["run", "-q", "--json", {str(TOPO)!r}])
-print("tqdm" in sys.modules, file=sys.stderr)
+print([m for m in ("tqdm", "flowsim.sim.replay") if m in sys.modules], file=sys.stderr)
 """
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert res.stderr.strip().splitlines()[-1] == "False"
+    assert res.stderr.strip().splitlines()[-1] == "[]"
 
 
 def test_the_program_freezes_its_start_up_a_caller_keeps_its_collector(capsys):

@@ -47,7 +47,6 @@ import collections
 
 from flowsim.kernel import conntrack as ctmod
 from flowsim.kernel.stack.core import ORIGIN_HOST, ORIGIN_STACK
-from flowsim.sim.replay import ORIGIN_REPLAY
 from flowsim.schemas import schema_id
 
 __all__ = ["build_report", "format_report", "ct_status_names", "STATUS_BITS"]
@@ -100,10 +99,13 @@ def build_report(sim) -> dict:
     ledger = k.ledger
     now = k.now
     totals = ledger.totals()
-    by_origin = {
-        origin: {"injected": ledger.injected[origin], "delivered": ledger.delivered[origin]}
-        for origin in (ORIGIN_HOST, ORIGIN_STACK) + ((ORIGIN_REPLAY,) if getattr(sim, "replay", None) is not None else ())
-    }
+    origins: tuple[str, ...] = (ORIGIN_HOST, ORIGIN_STACK)
+    if getattr(sim, "replay", None) is not None:
+        from flowsim.sim.replay import ORIGIN_REPLAY  # here: a run without --replay never loads the replay module
+
+        origins += (ORIGIN_REPLAY,)
+    by_origin = {origin: {"injected": ledger.injected[origin], "delivered": ledger.delivered[origin]}
+                 for origin in origins}
     per = ledger.per_traffic
     traffic = []
     for spec in sim.specs:
