@@ -47,6 +47,7 @@ from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
 
 __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
+    "AddrPair", "addr_pair", "ipv4_header", "ipv6_header", "tcp_header", "udp_header",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
     "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header",
     "fix_l4_checksum", "pseudo_sum", "ICMP_DEST_UNREACH",
@@ -72,19 +73,28 @@ _V4 = struct.Struct("!BBHHHBBH4s4s")
 _V6 = struct.Struct("!IHBB16s16s")
 _EXT_HDRS = frozenset(n for n in range(256) if ipv6_ext_hdr(n))  # ipv6_ext_hdr as a set: no call per header
 _PORTS = struct.Struct("!HH")
+_TCP_PORTS_FLAGS = struct.Struct("!HH9xB")  # a TCP header's ports and flags (byte 13)
+_PORT_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
+_ICMP_PROTOS = frozenset({IPPROTO_ICMP, IPPROTO_ICMPV6})
+_TCP = struct.Struct("!HHIIBBHHH")  # ports, seq, ack, data offset, flags, window, checksum, urgent pointer
+_UDP = struct.Struct("!HHHH")
 _HEADROOM = bytes(NET_SKB_PAD)
 _V4ADDR = ipaddress.IPv4Address
 _V6ADDR = ipaddress.IPv6Address
 
 
-@functools.lru_cache(maxsize=8192)
-def _addr4(raw: bytes) -> ipaddress.IPv4Address:
-    return _V4ADDR(raw)
+#: the parser's address objects by their packed bytes (4 or 16), read by parse_ip with one dict lookup (an
+#: lru_cache call costs twice that); emptied when full, so a run with many addresses keeps only the recent ones
+_ADDRS: dict[bytes, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}
+_ADDRS_MAX = 8192
 
 
-@functools.lru_cache(maxsize=8192)
-def _addr6(raw: bytes) -> ipaddress.IPv6Address:
-    return _V6ADDR(raw)
+def _addr(raw: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The parser's object for the packed address *raw* (after a miss in ``_ADDRS``)."""
+    if len(_ADDRS) >= _ADDRS_MAX:
+        _ADDRS.clear()
+    addr = _ADDRS[raw] = (_V4ADDR if len(raw) == 4 else _V6ADDR)(raw)
+    return addr
 
 
 def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -94,7 +104,8 @@ def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IP
     A socket or route key holding the parser's own object is found by identity, without a Python-level
     ``IPv6Address.__eq__`` per packet (the caches keep the objects of the addresses in use).
     """
-    parsed = _addr4(addr.packed) if addr.version == 4 else _addr6(addr.packed)
+    packed = addr.packed
+    parsed = _ADDRS.get(packed) or _addr(packed)
     return parsed if parsed == addr else addr
 
 
@@ -185,7 +196,7 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
             tot_len = min(tot_len, end - off)
         elif tot_len < ihl or off + tot_len > end or internet_checksum(buf[off:off + ihl]) != 0:
             return None
-        src, dst, dscp, l4off = _addr4(s), _addr4(d), tos >> 2, off + ihl
+        src, dst, dscp, l4off = _ADDRS.get(s) or _addr(s), _ADDRS.get(d) or _addr(d), tos >> 2, off + ihl
         df, mf, frag_off = bool(fo & IP_DF), bool(fo & IP_MF), fo & IP_OFFSET
         frag, first = bool(fo & (IP_MF | IP_OFFSET)), not frag_off
     elif version == 6:
@@ -198,7 +209,7 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
                 return None
             tot_len = end - off
         # traffic class: bits 20..27 of the first word; DSCP its upper six
-        src, dst, dscp = _addr6(s), _addr6(d), (word >> 22) & 0x3F
+        src, dst, dscp = _ADDRS.get(s) or _addr(s), _ADDRS.get(d) or _addr(d), (word >> 22) & 0x3F
         pos, stop = off + 40, off + tot_len
         while nh in _EXT_HDRS:  # ipv6_ext_hdr; ipv6_skip_exthdr, remembering the fragment header
             if nh == 59 or pos + 8 > stop:
@@ -222,12 +233,14 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
     sport = dport = tcp_flags = icmp_type = icmp_code = None
     if first:
         # the L4 header: ports, TCP flags, ICMP type/code (within the packet and the buffer)
-        at, end = l4off, min(end, off + tot_len)
-        if l4proto in (IPPROTO_TCP, IPPROTO_UDP) and at + 4 <= end:
+        at = l4off
+        if off + tot_len < end:
+            end = off + tot_len
+        if l4proto == IPPROTO_TCP and at + 14 <= end:
+            sport, dport, tcp_flags = _TCP_PORTS_FLAGS.unpack_from(buf, at)
+        elif l4proto in _PORT_PROTOS and at + 4 <= end:  # UDP, or a quoted TCP header cut short
             sport, dport = _PORTS.unpack_from(buf, at)
-            if l4proto == IPPROTO_TCP and at + 14 <= end:
-                tcp_flags = buf[at + 13]
-        elif l4proto in (IPPROTO_ICMP, IPPROTO_ICMPV6) and at + 2 <= end:
+        elif l4proto in _ICMP_PROTOS and at + 2 <= end:
             icmp_type, icmp_code = buf[at], buf[at + 1]
             if at + 6 <= end:
                 sport, dport = (buf[at + 4] << 8) | buf[at + 5], 0  # echo id, as conntrack keys it
@@ -248,23 +261,60 @@ def reparse_ip(buf: bytearray, off: int) -> PktInfo:
 def build_ipv4(src, dst, proto: int, payload: bytes, *, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
                ident: int = 0, df: bool = True, frag: int = 0) -> bytes:
     """An IPv4 header (no options, checksum computed) followed by *payload*."""
+    return ipv4_header(src.packed, dst.packed, proto, len(payload), ttl, tos, ident, df, frag) + payload
+
+
+def ipv4_header(saddr: bytes, daddr: bytes, proto: int, length: int, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
+                ident: int = 0, df: bool = True, frag: int = 0) -> bytes:
+    """The IPv4 header (no options, checksum computed) of a packet carrying *length* bytes; *saddr* / *daddr* are
+    the addresses packed (:class:`AddrPair`)."""
     fo = (IP_DF if df else 0) | frag
-    hdr = bytearray(_V4.pack(0x45, tos, 20 + len(payload), ident & 0xFFFF, fo, ttl, proto, 0, src.packed, dst.packed))
-    struct.pack_into("!H", hdr, 10, internet_checksum(hdr))
-    return bytes(hdr) + payload
+    tot_len, ident = 20 + length, ident & 0xFFFF
+    check = internet_checksum(_V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, 0, saddr, daddr))
+    return _V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, check, saddr, daddr)
 
 
 def build_ipv6(src, dst, nexthdr: int, payload: bytes, *, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
                flowlabel: int = 0) -> bytes:
     """An IPv6 header followed by *payload* (which may start with extension headers)."""
-    first = (6 << 28) | (tclass << 20) | (flowlabel & 0xFFFFF)
-    return struct.pack("!IHBB", first, len(payload), nexthdr, hlim) + src.packed + dst.packed + payload
+    return ipv6_header(src.packed, dst.packed, nexthdr, len(payload), hlim, tclass, flowlabel) + payload
+
+
+def ipv6_header(saddr: bytes, daddr: bytes, nexthdr: int, length: int, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
+                flowlabel: int = 0) -> bytes:
+    """The IPv6 header of a packet carrying *length* bytes; *saddr* / *daddr* are the addresses packed
+    (:class:`AddrPair`)."""
+    return _V6.pack((6 << 28) | (tclass << 20) | (flowlabel & 0xFFFFF), length, nexthdr, hlim, saddr, daddr)
+
+
+@attrs.frozen(slots=True)
+class AddrPair:
+    """A source and a destination address with what the builders need of them, computed once: a socket sends
+    thousands of packets between the same two addresses, and ``.packed`` and ``int()`` of an address object
+    are Python-level calls.  :func:`addr_pair` shares one object among the sockets of a pair.
+    """
+
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
+    version: int
+    saddr: bytes  # packed, as the IP header carries them
+    daddr: bytes
+    addr_sum: int  # int(src) + int(dst): the pseudo-header's addresses for pseudo_sum
+
+
+@functools.lru_cache(maxsize=8192)
+def addr_pair(src, dst) -> AddrPair:
+    """The :class:`AddrPair` of *src* and *dst* (one object per pair in use)."""
+    return AddrPair(src, dst, src.version, src.packed, dst.packed, int(src) + int(dst))
 
 
 def pseudo_sum(src, dst, proto: int, length: int) -> int:
     """The unfolded sum of the pseudo-header (``csum_tcpudp_nofold`` / ``csum_ipv6_magic``), as a value with
     the same one's-complement sum: each address as one number (2**16 = 1 modulo 0xFFFF, see
-    :func:`~flowsim.kernel.headers.internet_checksum`), zero only when the word sum is."""
+    :func:`~flowsim.kernel.headers.internet_checksum`), zero only when the word sum is.
+
+    *src* and *dst* may be addresses or their integer values; only their sum counts, so a precomputed
+    :attr:`AddrPair.addr_sum` stands for both with *dst* 0."""
     return int(src) + int(dst) + proto + (length >> 16) + (length & 0xFFFF)
 
 
@@ -273,31 +323,45 @@ def l4_checksum(src, dst, proto: int, segment: bytes | bytearray) -> int:
     return internet_checksum(segment, pseudo_sum(src, dst, proto, len(segment)))
 
 
-def _segment_checksum(src, dst, proto: int, hdr: bytes | bytearray, payload: bytes) -> int:
-    """:func:`l4_checksum` of the segment *hdr* + *payload* (*hdr* of even length, its checksum field zero).
+def _segment_checksum(addr_sum: int, proto: int, hdr: bytes, payload: bytes) -> int:
+    """:func:`l4_checksum` of the segment *hdr* + *payload* (*hdr* of even length, its checksum field zero)
+    between the addresses whose sum is *addr_sum* (:attr:`AddrPair.addr_sum`).
 
     A payload of zeros, what the simulated hosts send, adds nothing to the one's-complement sum: only the
     header's words are summed then (the pseudo-header still counts the whole length) — a 20-byte remainder
     instead of a 1400-byte one per packet.
     """
     data = hdr if payload == bytes(len(payload)) else hdr + payload
-    return internet_checksum(data, pseudo_sum(src, dst, proto, len(hdr) + len(payload)))
+    return internet_checksum(data, pseudo_sum(addr_sum, 0, proto, len(hdr) + len(payload)))
 
 
 def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
                 window: int = 65535, options: bytes = b"") -> bytes:
     """A TCP header (20 bytes and *options*, a multiple of 4 bytes) and *payload*, checksum included."""
-    hdr = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
-                                (5 + len(options) // 4) << 4, flags, window, 0, 0) + options)
-    struct.pack_into("!H", hdr, 16, _segment_checksum(src, dst, IPPROTO_TCP, hdr, payload))
-    return bytes(hdr) + payload
+    return tcp_header(int(src) + int(dst), sport, dport, seq, ack, flags, payload, window, options) + payload
+
+
+def tcp_header(addr_sum: int, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
+               window: int = 65535, options: bytes = b"") -> bytes:
+    """The TCP header (20 bytes and *options*, a multiple of 4 bytes) of a segment carrying *payload*, checksum
+    included, between the addresses whose sum is *addr_sum* (:attr:`AddrPair.addr_sum`)."""
+    seq, ack, doff = seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, (5 + len(options) // 4) << 4
+    check = _segment_checksum(addr_sum, IPPROTO_TCP, _TCP.pack(sport, dport, seq, ack, doff, flags, window, 0, 0)
+                              + options, payload)
+    return _TCP.pack(sport, dport, seq, ack, doff, flags, window, check, 0) + options
 
 
 def udp_datagram(src, dst, sport: int, dport: int, payload: bytes = b"") -> bytes:
     """A UDP header and *payload*, checksum included (0 is sent as 0xFFFF)."""
-    hdr = bytearray(struct.pack("!HHHH", sport, dport, 8 + len(payload), 0))
-    struct.pack_into("!H", hdr, 6, _segment_checksum(src, dst, IPPROTO_UDP, hdr, payload) or 0xFFFF)
-    return bytes(hdr) + payload
+    return udp_header(int(src) + int(dst), sport, dport, payload) + payload
+
+
+def udp_header(addr_sum: int, sport: int, dport: int, payload: bytes = b"") -> bytes:
+    """The UDP header of a datagram carrying *payload*, checksum included (0 is sent as 0xFFFF), between the
+    addresses whose sum is *addr_sum* (:attr:`AddrPair.addr_sum`)."""
+    length = 8 + len(payload)
+    check = _segment_checksum(addr_sum, IPPROTO_UDP, _UDP.pack(sport, dport, length, 0), payload) or 0xFFFF
+    return _UDP.pack(sport, dport, length, check)
 
 
 def fix_l4_checksum(buf: bytearray, info: PktInfo) -> None:

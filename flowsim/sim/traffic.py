@@ -79,7 +79,7 @@ from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
-from flowsim.kernel.pkt import IPV6_MIN_MTU, build_ipv4, build_ipv6, ip_addr, tcp_segment, udp_datagram
+from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ip_addr, ipv4_header, ipv6_header, tcp_header, udp_header
 from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
@@ -95,7 +95,6 @@ def client_port(base: int, offset: int) -> int:
     port = base + offset
     return port if port <= 65535 else _PORT_LOW + (port - _PORT_LOW) % _PORT_SPAN
 _HDR = {4: 20, 6: 40}
-_L4HDR = {"tcp": 20, "udp": 8}
 # The options a Linux TCP sends (tcp_options_write, net/ipv4/tcp_output.c) with the sysctl defaults
 # (timestamps, SACK, window scaling on): NOP NOP TIMESTAMP on every segment after the handshake, and on SYN
 # and SYN/ACK MSS, SACK_PERM + TIMESTAMP, NOP WSCALE.  acks = "linux" endpoints send them (the ACK clock
@@ -104,6 +103,7 @@ TCPOLEN_TSTAMP_ALIGNED = 12
 TCP_WSCALE = 7  # tcp_select_initial_window with the default tcp_rmem[2] (6 MB)
 _TS_OPTION = struct.Struct("!BBBBII")        # NOP NOP kind 8 len 10 TSval TSecr
 _SYN_OPTIONS = struct.Struct("!BBHBBBBIIBBBB")  # MSS, SACK_PERM, TIMESTAMP, NOP WSCALE
+_SEQ_ACK_DOFF = struct.Struct("!4xIIB")  # a received TCP header's sequence and ACK numbers, data offset byte
 MAX_TCP_HEADER = 320  # L1_CACHE_ALIGN(128 + MAX_HEADER) on x86-64
 GSO_MAX_SKB = GSO_LEGACY_MAX_SIZE - 1 - MAX_TCP_HEADER  # tcp_tso_autosize: the largest GSO skb TCP builds
 
@@ -443,7 +443,7 @@ class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
     # slots: a run of a million connections holds two of these per connection
-    __slots__ = ("conv", "role", "direction", "netns", "laddr", "lport", "raddr", "rport", "state",
+    __slots__ = ("conv", "role", "direction", "netns", "addrs", "lport", "rport", "state",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
                  "pure_acks", "received", "data_segs_in", "short_segs_in", "short_bytes_in", "bytes_received", "done",
                  "_icmp_errors", "options",
@@ -454,8 +454,10 @@ class Endpoint:
         self.role = role  # client | server
         self.direction = "original" if role == "client" else "reply"
         self.netns = netns
-        # the parser's objects for the addresses: the socket and route lookups of received packets hit by identity
-        self.laddr, self.lport, self.raddr, self.rport = ip_addr(laddr), lport, ip_addr(raddr), rport
+        # the parser's objects for the addresses: the socket and route lookups of received packets hit by identity;
+        # with their packed bytes and sum, shared by the pair's sockets
+        self.addrs: AddrPair = addr_pair(ip_addr(laddr), ip_addr(raddr))
+        self.lport, self.rport = lport, rport
         self.state = "closed"
         seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
         isn = seed & 0x7FFFFFFF
@@ -495,6 +497,14 @@ class Endpoint:
         return self._icmp_errors if self._icmp_errors is not None else []
 
     @property
+    def laddr(self):
+        return self.addrs.src
+
+    @property
+    def raddr(self):
+        return self.addrs.dst
+
+    @property
     def key(self) -> tuple:
         proto = IPPROTO_TCP if self.conv.spec.proto == "tcp" else IPPROTO_UDP
         return (proto, self.laddr, self.lport, self.raddr, self.rport)
@@ -516,13 +526,13 @@ class Endpoint:
         (``tcp_sync_mss`` → ``__tcp_mtu_to_mss``: min(pmtu − headers, mss_clamp), then the options)."""
         l3 = min(size, self.pmtu or size)
         if self.mss_clamp:
-            return min(l3, self.mss_clamp + _HDR[self.laddr.version] + 20)
+            return min(l3, self.mss_clamp + _HDR[self.addrs.version] + 20)
         return l3
 
     def mss(self) -> int:
         """``tcp_current_mss``: the path MTU less the IP and TCP headers (``__tcp_mtu_to_mss``), at most the MSS
         the peer announced (``rx_opt.mss_clamp``), less the options."""
-        mss = (self.pmtu or 65535) - _HDR[self.laddr.version] - 20
+        mss = (self.pmtu or 65535) - _HDR[self.addrs.version] - 20
         if self.mss_clamp and mss > self.mss_clamp:
             mss = self.mss_clamp
         return max(1, mss - (self.tcp_hdrlen() - 20))
@@ -538,7 +548,7 @@ class Endpoint:
         endpoint with ``options``; the caller tests it, once per packet)."""
         tsval = (int(kernel.now * 1000) + self.ts_off) & 0xFFFFFFFF
         if flags & TCP_SYN:
-            mss = self.adv_mtu - _HDR[self.laddr.version] - 20
+            mss = self.adv_mtu - _HDR[self.addrs.version] - 20
             return _SYN_OPTIONS.pack(2, 4, mss, 4, 2, 8, 10, tsval, self.ts_recent, 1, 3, 3, TCP_WSCALE)
         return _TS_OPTION.pack(1, 1, 8, 10, tsval, self.ts_recent)
 
@@ -547,14 +557,15 @@ class Endpoint:
         """Build one packet of *kind* (*size* = IP length for data, or *payload* bytes of a TCP segment the
         sender already cut, at *seq* for a retransmission) and hand it to ``ip_local_out``."""
         spec = self.conv.spec
-        v = self.laddr.version
-        l4 = self.tcp_hdrlen() if spec.proto == "tcp" else _L4HDR[spec.proto]
+        addrs = self.addrs
+        v = addrs.version
+        tcp = spec.proto == "tcp"
+        l4 = self.tcp_hdrlen() if tcp else 8
         gso_size = 0
         if payload is not None:
             payload_len = payload
         elif size is None:
             payload_len = 0
-            l3 = _HDR[v] + l4
         elif spec.gso_size:
             # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
             mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - _HDR[v] - l4))
@@ -565,15 +576,13 @@ class Endpoint:
         else:
             # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
             # MTU; IPv4 UDP may be fragmented by this host
-            clamp = v == 6 or spec.proto == "tcp"
-            l3 = self._l3_size(size) if clamp else size
+            l3 = self._l3_size(size) if v == 6 or tcp else size
             payload_len = max(l3 - _HDR[v] - l4, 0)
         payload = bytes(payload_len)
-        if spec.proto == "tcp":
+        if tcp:
             at = self.snd_nxt if seq is None else seq
-            seg = tcp_segment(self.laddr, self.raddr, self.lport, self.rport, at,
-                              self.rcv_nxt if flags & TCP_ACK else 0, flags, payload,
-                              options=self.tcp_options(kernel, flags) if self.options else b"")
+            hdr = tcp_header(addrs.addr_sum, self.lport, self.rport, at, self.rcv_nxt if flags & TCP_ACK else 0,
+                             flags, payload, 65535, self.tcp_options(kernel, flags) if self.options else b"")
             if seq is None:
                 self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
                 if payload_len:
@@ -588,20 +597,22 @@ class Endpoint:
             proto = IPPROTO_TCP
             df = spec.df is not False
         else:
-            seg = udp_datagram(self.laddr, self.raddr, self.lport, self.rport, payload)
+            hdr = udp_header(addrs.addr_sum, self.lport, self.rport, payload)
             proto = IPPROTO_UDP
-            seglen = _HDR[v] + 8 + gso_size if gso_size else len(seg) + _HDR[v]
+            seglen = _HDR[v] + 8 + (gso_size or payload_len)
             df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
         self.ident = (self.ident + 1) & 0xFFFF
         if v == 4:
-            pkt = build_ipv4(self.laddr, self.raddr, proto, seg, ttl=spec.ttl, ident=self.ident, df=df)
+            iph = ipv4_header(addrs.saddr, addrs.daddr, proto, len(hdr) + payload_len, spec.ttl, 0, self.ident, df)
         else:
-            pkt = build_ipv6(self.laddr, self.raddr, proto, seg, hlim=spec.ttl)
-        self.conv.seq += 1
-        tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, seq=self.conv.seq, flow=self.conv.flow)
+            iph = ipv6_header(addrs.saddr, addrs.daddr, proto, len(hdr) + payload_len, spec.ttl)
+        pkt = iph + hdr + payload
+        conv = self.conv
+        conv.seq += 1
+        tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
         # checksummed above: the receiver verifies what changed (flowsim.kernel.stack.ip._l4_ok).  The header and
         # the length of the zero payload say what the segment is, without keeping its bytes alive until then
-        tag.sent_l4 = (self.laddr, self.raddr, seg[:len(seg) - payload_len], payload_len)
+        tag.sent_l4 = (addrs.src, addrs.dst, hdr, payload_len)
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
@@ -610,7 +621,7 @@ class Endpoint:
             return
         spec = self.conv.spec
         if spec.proto == "tcp" and not spec.gso_size:
-            self.tcp_sendmsg(kernel, max(size - _HDR[self.laddr.version] - self.tcp_hdrlen(), 0))
+            self.tcp_sendmsg(kernel, max(size - _HDR[self.addrs.version] - self.tcp_hdrlen(), 0))
         else:
             self.send(kernel, "data", TCP_ACK | TCP_PSH if spec.proto == "tcp" else 0, size)
             self.sent += 1
@@ -677,37 +688,39 @@ class Endpoint:
 
     # --- receiving (called by the stack after local delivery)
     def rx(self, kernel, st, info, skb) -> None:
+        tot_len = info.tot_len
         self.received += 1
-        self.bytes_received += info.tot_len
-        if self.conv.spec.proto == "udp":
+        self.bytes_received += tot_len
+        spec = self.conv.spec
+        if spec.proto == "udp":
             return
         flags = info.tcp_flags or 0
-        seq = int.from_bytes(skb.buf[info.l4off + 4:info.l4off + 8], "big")
-        doff = (skb.buf[info.l4off + 12] >> 4) * 4
-        datalen = info.l3off + info.tot_len - info.l4off - doff
+        buf, at = skb.buf, info.l4off
+        seq, ack, doff = _SEQ_ACK_DOFF.unpack_from(buf, at)
+        doff = (doff >> 4) * 4
+        datalen = info.l3off + tot_len - at - doff
         if self.options and doff > 20:
-            self.ts_recent = _tsval(skb.buf, info.l4off + 20, info.l4off + doff, self.ts_recent)
+            self.ts_recent = _tsval(buf, at + 20, at + doff, self.ts_recent)
             if flags & TCP_SYN:
-                self.mss_clamp = _mss_option(skb.buf, info.l4off + 20, info.l4off + doff) or self.mss_clamp
+                self.mss_clamp = _mss_option(buf, at + 20, at + doff) or self.mss_clamp
         if datalen > 0:
             self.data_segs_in += 1
-            spec = self.conv.spec
-            if info.tot_len < (spec.size if self.role == "server" else spec.reply_size or spec.size):
+            if tot_len < (spec.size if self.role == "server" else spec.reply_size or spec.size):
                 self.short_segs_in += 1
-                self.short_bytes_in += info.tot_len
+                self.short_bytes_in += tot_len
+        linux = spec.acks == "linux"
         if flags & TCP_ACK:
             outstanding = len(self.rtx_queue)
-            if self.tcp_ack(int.from_bytes(skb.buf[info.l4off + 8:info.l4off + 12], "big")):
+            if self.tcp_ack(ack):
                 if self.cc is not None:
                     self.cc.acked(self, kernel, outstanding - len(self.rtx_queue))
-                if self.conv.spec.acks == "linux":
+                if linux:
                     self.conv.maybe_close(kernel)
         state = self.state
         _TCP_RX[state](self, kernel, flags, seq, datalen)
-        if datalen and self.conv.spec.acks == "linux" and state in ("established", "fin_wait") \
-                and not flags & (TCP_RST | TCP_FIN):
+        if datalen and linux and state in ("established", "fin_wait") and not flags & (TCP_RST | TCP_FIN):
             self.acks.data_received(self, kernel, datalen)
-        if datalen > 0 and self.data_segs_in == 1 and self.role == "server" and self.conv.spec.reply_after == "data":
+        if datalen > 0 and self.data_segs_in == 1 and self.role == "server" and spec.reply_after == "data":
             kernel.schedule(kernel.now, self.conv.start_replies, kernel)  # after this segment's quick ACK
 
     def tcp_ack(self, ack: int) -> bool:
@@ -715,7 +728,14 @@ class Endpoint:
         (``tcp_clean_rtx_queue``); True when it acknowledged something new."""
         if _after(ack, self.una) and not _after(ack, self.snd_nxt):
             self.una = ack
-            self.rtx_queue = [(s, n) for s, n in self.rtx_queue if _after(s + n, ack)]
+            # the queue is in sequence order (segments are queued as snd_nxt advances; retransmissions are not
+            # queued again): what the ACK covers is a prefix, and the first segment it does not end the scan
+            queue, acked = self.rtx_queue, 0
+            for s, n in queue:
+                if _after(s + n, ack):
+                    break
+                acked += 1
+            del queue[:acked]
             return True
         return False
 
@@ -782,7 +802,7 @@ class Endpoint:
         if not (frag_needed or too_big):
             return
         mtu = value & 0xFFFF if frag_needed else value
-        floor = 68 if self.laddr.version == 4 else IPV6_MIN_MTU
+        floor = 68 if self.addrs.version == 4 else IPV6_MIN_MTU
         if mtu < floor:
             return
         # inet_csk_update_pmtu / ip6_sk_update_pmtu: the route learns it first, for every later socket too
