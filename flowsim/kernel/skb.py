@@ -52,10 +52,9 @@ class SkbTag(Protocol):
     #: (source, destination, L4 segment) as the sending host checksummed it, until a receiver verified it
     sent_l4: tuple | None
 
-__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "NET_SKB_PAD"]
+__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD"]
 
 NET_SKB_PAD = 64  # headroom drivers reserve (max(32, L1_CACHE_BYTES) on x86-64)
-_HEADROOM = bytes(NET_SKB_PAD)
 
 
 @attrs.define(slots=True)
@@ -243,17 +242,20 @@ def skb_vlan_untag(skb: SkBuff) -> bool:
 
 
 def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
-                   rx_vlan_offload: bool = True, gso_size: int = 0, gso_type: int = 0) -> SkBuff | None:
+                   rx_vlan_offload: bool = True, gso_size: int = 0, gso_type: int = 0,
+                   zeros: int = 0) -> SkBuff | None:
     """An Ethernet frame as the skb an ingress hook sees (``eth_type_trans`` +
     ``__netif_receive_skb_core``).
 
     *headlen* is the number of frame bytes in the linear area (default: the
     whole frame; at least the Ethernet header, which every driver pulls).
     With *rx_vlan_offload* the outermost 802.1Q/802.1AD tag becomes the
-    hwaccel tag.  Returns ``None`` for a runt frame (shorter than an Ethernet
-    header, or a truncated outer tag) that the kernel would drop before any hook.
+    hwaccel tag.  *zeros* zero bytes follow *frame* (a frame as it waits on
+    the wire: :func:`frame_on_wire`).  Returns ``None`` for a runt frame
+    (shorter than an Ethernet header, or a truncated outer tag) that the
+    kernel would drop before any hook.
     """
-    n = len(frame)
+    n = len(frame) + zeros
     if n < ETH_HLEN:
         return None
     if headlen is None or headlen > n:
@@ -261,11 +263,23 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     elif headlen < ETH_HLEN:
         headlen = ETH_HLEN
     data = NET_SKB_PAD + ETH_HLEN
+    # one zeroed buffer of headroom + frame, the frame's bytes copied in: its zero tail is the buffer's own
+    buf = bytearray(NET_SKB_PAD + n)
+    buf[NET_SKB_PAD:NET_SKB_PAD + len(frame)] = frame
     # positional arguments, in field order: this runs once per received frame
-    buf = bytearray(_HEADROOM)
-    buf += frame  # one copy of the frame behind the headroom
     skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
-                 (frame[12] << 8) | frame[13], False, 0, 0, iif, gso_size, gso_type)
+                 (buf[NET_SKB_PAD + 12] << 8) | buf[NET_SKB_PAD + 13], False, 0, 0, iif, gso_size, gso_type)
     if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD) and not skb_vlan_untag(skb):
         return None
     return skb
+
+
+def frame_on_wire(buf: bytes | bytearray, start: int) -> tuple[bytes, int]:
+    """The frame from offset *start* of *buf* as it waits on the wire: its bytes up to the trailing run of
+    zeros, and that run's length (:func:`skb_from_frame` puts the zeros back).
+
+    Flowsim's payloads are zeros, so a frame in flight is mostly a zero tail; a run whose connections all
+    start at once has two frames in flight per connection (issue 16).
+    """
+    end = max(len(buf.rstrip(b"\0")), start)
+    return bytes(buf[start:end]), len(buf) - end

@@ -64,7 +64,7 @@ from flowsim.kernel.headers import (
     PPP_TO_ETHERTYPE, mac_aton, mac_ntoa,
 )
 from flowsim.kernel.pkt import eth_header, ipv4_change_dsfield, ipv6_change_dsfield, parse_ip
-from flowsim.kernel.skb import SkBuff, skb_from_frame, skb_vlan_untag
+from flowsim.kernel.skb import SkBuff, frame_on_wire, skb_from_frame, skb_vlan_untag
 from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["netif_receive_frame", "netif_receive_skb", "dev_queue_xmit", "neigh_output", "br_handle_frame",
@@ -124,11 +124,16 @@ def _capture(kernel, dev, frame: bytes, skb: SkBuff, outbound: bool) -> None:
 
 # ----------------------------------------------------------------- receive
 
-def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> None:
-    """A frame arrives from *dev*'s wire: ``eth_type_trans`` + ``netif_receive_skb``."""
-    skb = skb_from_frame(frame, dev.ifindex, kernel.headlen, True, gso_size, gso_type)  # positional: once per frame
+def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0,
+                        zeros: int = 0) -> None:
+    """A frame arrives from *dev*'s wire: ``eth_type_trans`` + ``netif_receive_skb``.
+
+    *frame* is followed by *zeros* zero bytes: a frame waits on the wire without its zero tail
+    (:func:`flowsim.kernel.skb.frame_on_wire`)."""
+    # positional: once per frame
+    skb = skb_from_frame(frame, dev.ifindex, kernel.headlen, True, gso_size, gso_type, zeros)
     if skb is None:
-        skb = SkBuff(buf=bytearray(frame), data=0, linear_end=len(frame), tag=tag)
+        skb = SkBuff(buf=bytearray(frame) + bytes(zeros), data=0, linear_end=len(frame) + zeros, tag=tag)
         kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name}")
         return
     skb.tag = tag
@@ -436,10 +441,11 @@ def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
     if peer is None:
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
-    frame = tx_frame(skb, False) if skb.vlan_present else bytes(skb.buf[skb.data:])  # tx_frame without a tag
+    # the frame waits on the wire without its zero tail (tx_frame's bytes when the hwaccel tag goes in-band)
+    frame, zeros = frame_on_wire(tx_frame(skb, False), 0) if skb.vlan_present else frame_on_wire(skb.buf, skb.data)
     mark = skb.mark if peer.netns == dev.netns else 0  # skb_scrub_packet(xnet) clears the mark
     kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, mark,
-                    skb.gso_size, skb.gso_type)
+                    skb.gso_size, skb.gso_type, zeros)
 
 
 def _xmit_vlan(kernel, vdev: VlanDevice, skb: SkBuff) -> None:
