@@ -49,10 +49,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
+from typing import TYPE_CHECKING
 
 import attrs
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import ether_frame
@@ -63,6 +62,9 @@ from flowsim.kernel.headers import (
 )
 from flowsim.kernel.pkt import build_ipv4, build_ipv6, eth_header, tcp_segment, udp_datagram
 from flowsim.kernel.skb import SkBuff
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = [
     "XfrmState", "EspFrame", "XfrmReceiver", "RxResult", "INNER_KINDS", "ESP_HEADER_LEN",
@@ -137,6 +139,9 @@ class XfrmState:
 
 @functools.lru_cache(maxsize=16)
 def _aead(key: bytes) -> AESGCM:
+    # imported with the first SA used: cryptography costs ~9 ms CPU of every run's start-up, and most runs have
+    # no IPsec (issue 16)
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     return AESGCM(key[:-GCM_SALT_LEN])
 
 
@@ -519,6 +524,8 @@ class XfrmReceiver:
 
 def esp_input(state: XfrmState, esp: bytes) -> tuple[bytes, int] | None:
     """``esp_input`` + ``esp_input_done2``: open the AEAD, strip the trailer; ``None`` on a bad ICV or trailer."""
+    from cryptography.exceptions import InvalidTag  # loaded by _aead: a lookup in sys.modules
+
     esph, iv, ct = esp[:ESP_HDR_LEN], esp[ESP_HDR_LEN:ESP_HEADER_LEN], esp[ESP_HEADER_LEN:]
     try:
         plain = _aead(state.key).decrypt(state.key[-GCM_SALT_LEN:] + iv, ct, esph)
