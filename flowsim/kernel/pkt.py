@@ -32,7 +32,6 @@ not modelled.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import struct
 
@@ -69,8 +68,9 @@ ICMPV6_NOROUTE = 0
 #: error types per IP version (``icmp_is_err`` / ``icmpv6_is_err``): never answered with an error
 ICMP_ERROR_TYPES = {4: frozenset({3, 4, 5, 11, 12}), 6: frozenset({1, 2, 3, 4})}
 
-_V4 = struct.Struct("!BBHHHBBH4s4s")
-_V6 = struct.Struct("!IHBB16s16s")
+# the addresses as one field, source then destination: the key of an AddrPair
+_V4 = struct.Struct("!BBHHHBBH8s")
+_V6 = struct.Struct("!IHBB32s")
 _EXT_HDRS = frozenset(n for n in range(256) if ipv6_ext_hdr(n))  # ipv6_ext_hdr as a set: no call per header
 _PORTS = struct.Struct("!HH")
 _TCP_PORTS_FLAGS = struct.Struct("!HH9xB")  # a TCP header's ports and flags (byte 13)
@@ -83,18 +83,32 @@ _V4ADDR = ipaddress.IPv4Address
 _V6ADDR = ipaddress.IPv6Address
 
 
-#: the parser's address objects by their packed bytes (4 or 16), read by parse_ip with one dict lookup (an
-#: lru_cache call costs twice that); emptied when full, so a run with many addresses keeps only the recent ones
+#: the parser's address objects by their packed bytes (4 or 16), and the pairs of them by source and destination
+#: packed together (AddrPair): parse_ip finds a packet's addresses with one dict lookup (an lru_cache call costs
+#: twice that).  Emptied when full, so that a run with many addresses keeps only the recent ones.
 _ADDRS: dict[bytes, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}
-_ADDRS_MAX = 8192
+_PAIRS: dict[bytes, AddrPair] = {}
+_CACHE_MAX = 8192
 
 
 def _addr(raw: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The parser's object for the packed address *raw* (after a miss in ``_ADDRS``)."""
-    if len(_ADDRS) >= _ADDRS_MAX:
+    if len(_ADDRS) >= _CACHE_MAX:
         _ADDRS.clear()
     addr = _ADDRS[raw] = (_V4ADDR if len(raw) == 4 else _V6ADDR)(raw)
     return addr
+
+
+def _pair(packed: bytes) -> AddrPair:
+    """The parser's :class:`AddrPair` for the source and destination *packed* together (after a miss in
+    ``_PAIRS``)."""
+    if len(_PAIRS) >= _CACHE_MAX:
+        _PAIRS.clear()
+    half = len(packed) // 2
+    s, d = packed[:half], packed[half:]
+    src, dst = _ADDRS.get(s) or _addr(s), _ADDRS.get(d) or _addr(d)
+    pair = _PAIRS[packed] = AddrPair(src, dst, src.version, packed, pseudo_sum(src, dst, 0, 0))
+    return pair
 
 
 def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -188,7 +202,7 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
     if version == 4:
         if end - off < 20:
             return None
-        vihl, tos, tot_len, ident, fo, ttl, l4proto, _csum, s, d = _V4.unpack_from(buf, off)
+        vihl, tos, tot_len, ident, fo, ttl, l4proto, _csum, addrs = _V4.unpack_from(buf, off)
         ihl = (vihl & 0x0F) * 4
         if ihl < 20 or off + ihl > end:
             return None
@@ -196,20 +210,22 @@ def parse_ip(buf, off: int, end: int | None = None, *, quoted: bool = False) -> 
             tot_len = min(tot_len, end - off)
         elif tot_len < ihl or off + tot_len > end or internet_checksum(buf[off:off + ihl]) != 0:
             return None
-        src, dst, dscp, l4off = _ADDRS.get(s) or _addr(s), _ADDRS.get(d) or _addr(d), tos >> 2, off + ihl
+        pair = _PAIRS.get(addrs) or _pair(addrs)
+        src, dst, dscp, l4off = pair.src, pair.dst, tos >> 2, off + ihl
         df, mf, frag_off = bool(fo & IP_DF), bool(fo & IP_MF), fo & IP_OFFSET
         frag, first = bool(fo & (IP_MF | IP_OFFSET)), not frag_off
     elif version == 6:
         if end - off < 40:
             return None
-        word, plen, nh, ttl, s, d = _V6.unpack_from(buf, off)
+        word, plen, nh, ttl, addrs = _V6.unpack_from(buf, off)
         tot_len = 40 + plen
         if off + tot_len > end:
             if not quoted:
                 return None
             tot_len = end - off
         # traffic class: bits 20..27 of the first word; DSCP its upper six
-        src, dst, dscp = _ADDRS.get(s) or _addr(s), _ADDRS.get(d) or _addr(d), (word >> 22) & 0x3F
+        pair = _PAIRS.get(addrs) or _pair(addrs)
+        src, dst, dscp = pair.src, pair.dst, (word >> 22) & 0x3F
         pos, stop = off + 40, off + tot_len
         while nh in _EXT_HDRS:  # ipv6_ext_hdr; ipv6_skip_exthdr, remembering the fragment header
             if nh == 59 or pos + 8 > stop:
@@ -261,51 +277,55 @@ def reparse_ip(buf: bytearray, off: int) -> PktInfo:
 def build_ipv4(src, dst, proto: int, payload: bytes, *, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
                ident: int = 0, df: bool = True, frag: int = 0) -> bytes:
     """An IPv4 header (no options, checksum computed) followed by *payload*."""
-    return ipv4_header(src.packed, dst.packed, proto, len(payload), ttl, tos, ident, df, frag) + payload
+    return ipv4_header(src.packed + dst.packed, proto, len(payload), ttl, tos, ident, df, frag) + payload
 
 
-def ipv4_header(saddr: bytes, daddr: bytes, proto: int, length: int, ttl: int = IP_DEFAULT_TTL, tos: int = 0,
-                ident: int = 0, df: bool = True, frag: int = 0) -> bytes:
-    """The IPv4 header (no options, checksum computed) of a packet carrying *length* bytes; *saddr* / *daddr* are
-    the addresses packed (:class:`AddrPair`)."""
+def ipv4_header(addrs: bytes, proto: int, length: int, ttl: int = IP_DEFAULT_TTL, tos: int = 0, ident: int = 0,
+                df: bool = True, frag: int = 0) -> bytes:
+    """The IPv4 header (no options, checksum computed) of a packet carrying *length* bytes; *addrs* is the source
+    and destination packed (:attr:`AddrPair.packed`)."""
     fo = (IP_DF if df else 0) | frag
     tot_len, ident = 20 + length, ident & 0xFFFF
-    check = internet_checksum(_V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, 0, saddr, daddr))
-    return _V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, check, saddr, daddr)
+    check = internet_checksum(_V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, 0, addrs))
+    return _V4.pack(0x45, tos, tot_len, ident, fo, ttl, proto, check, addrs)
 
 
 def build_ipv6(src, dst, nexthdr: int, payload: bytes, *, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
                flowlabel: int = 0) -> bytes:
     """An IPv6 header followed by *payload* (which may start with extension headers)."""
-    return ipv6_header(src.packed, dst.packed, nexthdr, len(payload), hlim, tclass, flowlabel) + payload
+    return ipv6_header(src.packed + dst.packed, nexthdr, len(payload), hlim, tclass, flowlabel) + payload
 
 
-def ipv6_header(saddr: bytes, daddr: bytes, nexthdr: int, length: int, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
+def ipv6_header(addrs: bytes, nexthdr: int, length: int, hlim: int = IP_DEFAULT_TTL, tclass: int = 0,
                 flowlabel: int = 0) -> bytes:
-    """The IPv6 header of a packet carrying *length* bytes; *saddr* / *daddr* are the addresses packed
-    (:class:`AddrPair`)."""
-    return _V6.pack((6 << 28) | (tclass << 20) | (flowlabel & 0xFFFFF), length, nexthdr, hlim, saddr, daddr)
+    """The IPv6 header of a packet carrying *length* bytes; *addrs* is the source and destination packed
+    (:attr:`AddrPair.packed`)."""
+    return _V6.pack((6 << 28) | (tclass << 20) | (flowlabel & 0xFFFFF), length, nexthdr, hlim, addrs)
 
 
 @attrs.frozen(slots=True)
 class AddrPair:
     """A source and a destination address with what the builders need of them, computed once: a socket sends
     thousands of packets between the same two addresses, and ``.packed`` and ``int()`` of an address object
-    are Python-level calls.  :func:`addr_pair` shares one object among the sockets of a pair.
+    are Python-level calls.  :func:`parse_ip` and :func:`addr_pair` share one object per pair (``_PAIRS``).
     """
 
     src: ipaddress.IPv4Address | ipaddress.IPv6Address
     dst: ipaddress.IPv4Address | ipaddress.IPv6Address
     version: int
-    saddr: bytes  # packed, as the IP header carries them
-    daddr: bytes
-    addr_sum: int  # int(src) + int(dst): the pseudo-header's addresses for pseudo_sum
+    packed: bytes  # source then destination, as the IP header carries them
+    addr_sum: int  # pseudo_sum(src, dst, 0, 0): the pseudo-header's addresses
 
 
-@functools.lru_cache(maxsize=8192)
 def addr_pair(src, dst) -> AddrPair:
-    """The :class:`AddrPair` of *src* and *dst* (one object per pair in use)."""
-    return AddrPair(src, dst, src.version, src.packed, dst.packed, int(src) + int(dst))
+    """The :class:`AddrPair` of *src* and *dst* holding the parser's objects for them (see :func:`ip_addr`): a
+    socket keyed by them finds the packets :func:`parse_ip` reads by identity."""
+    packed = src.packed + dst.packed
+    pair = _PAIRS.get(packed) or _pair(packed)
+    if pair.src == src and pair.dst == dst:
+        return pair
+    src, dst = ip_addr(src), ip_addr(dst)  # an IPv6 scope id: not the parser's pair
+    return AddrPair(src, dst, src.version, packed, pseudo_sum(src, dst, 0, 0))
 
 
 def pseudo_sum(src, dst, proto: int, length: int) -> int:
@@ -338,7 +358,7 @@ def _segment_checksum(addr_sum: int, proto: int, hdr: bytes, payload: bytes) -> 
 def tcp_segment(src, dst, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
                 window: int = 65535, options: bytes = b"") -> bytes:
     """A TCP header (20 bytes and *options*, a multiple of 4 bytes) and *payload*, checksum included."""
-    return tcp_header(int(src) + int(dst), sport, dport, seq, ack, flags, payload, window, options) + payload
+    return tcp_header(pseudo_sum(src, dst, 0, 0), sport, dport, seq, ack, flags, payload, window, options) + payload
 
 
 def tcp_header(addr_sum: int, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"",
@@ -353,7 +373,7 @@ def tcp_header(addr_sum: int, sport: int, dport: int, seq: int, ack: int, flags:
 
 def udp_datagram(src, dst, sport: int, dport: int, payload: bytes = b"") -> bytes:
     """A UDP header and *payload*, checksum included (0 is sent as 0xFFFF)."""
-    return udp_header(int(src) + int(dst), sport, dport, payload) + payload
+    return udp_header(pseudo_sum(src, dst, 0, 0), sport, dport, payload) + payload
 
 
 def udp_header(addr_sum: int, sport: int, dport: int, payload: bytes = b"") -> bytes:

@@ -79,7 +79,7 @@ from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
-from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ip_addr, ipv4_header, ipv6_header, tcp_header, udp_header
+from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ipv4_header, ipv6_header, tcp_header, udp_header
 from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
@@ -456,7 +456,7 @@ class Endpoint:
         self.netns = netns
         # the parser's objects for the addresses: the socket and route lookups of received packets hit by identity;
         # with their packed bytes and sum, shared by the pair's sockets
-        self.addrs: AddrPair = addr_pair(ip_addr(laddr), ip_addr(raddr))
+        self.addrs: AddrPair = addr_pair(laddr, raddr)
         self.lport, self.rport = lport, rport
         self.state = "closed"
         seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
@@ -560,24 +560,23 @@ class Endpoint:
         addrs = self.addrs
         v = addrs.version
         tcp = spec.proto == "tcp"
-        l4 = self.tcp_hdrlen() if tcp else 8
         gso_size = 0
         if payload is not None:
             payload_len = payload
         elif size is None:
             payload_len = 0
-        elif spec.gso_size:
-            # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
-            mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - _HDR[v] - l4))
-            l3 = min(size, GSO_MAX_SKB)
-            payload_len = max(l3 - _HDR[v] - l4, 0)
-            if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
-                gso_size = mss
-        else:
-            # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
-            # MTU; IPv4 UDP may be fragmented by this host
-            l3 = self._l3_size(size) if v == 6 or tcp else size
-            payload_len = max(l3 - _HDR[v] - l4, 0)
+        else:  # the payload that makes an IP packet of *size*: less the IP and TCP / UDP headers
+            headers = _HDR[v] + (self.tcp_hdrlen() if tcp else 8)
+            if spec.gso_size:
+                # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
+                mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - headers))
+                payload_len = max(min(size, GSO_MAX_SKB) - headers, 0)
+                if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
+                    gso_size = mss
+            else:
+                # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
+                # MTU; IPv4 UDP may be fragmented by this host
+                payload_len = max((self._l3_size(size) if v == 6 or tcp else size) - headers, 0)
         payload = bytes(payload_len)
         if tcp:
             at = self.snd_nxt if seq is None else seq
@@ -603,9 +602,9 @@ class Endpoint:
             df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
         self.ident = (self.ident + 1) & 0xFFFF
         if v == 4:
-            iph = ipv4_header(addrs.saddr, addrs.daddr, proto, len(hdr) + payload_len, spec.ttl, 0, self.ident, df)
+            iph = ipv4_header(addrs.packed, proto, len(hdr) + payload_len, spec.ttl, 0, self.ident, df)
         else:
-            iph = ipv6_header(addrs.saddr, addrs.daddr, proto, len(hdr) + payload_len, spec.ttl)
+            iph = ipv6_header(addrs.packed, proto, len(hdr) + payload_len, spec.ttl)
         pkt = iph + hdr + payload
         conv = self.conv
         conv.seq += 1
