@@ -217,6 +217,10 @@ class AckState:
                 self.ato = TCP_ATO_MIN
         self.scheduled = False
         self.rcv_wup = ep.rcv_nxt
+        # inet_csk_clear_xmit_timer(sk, ICSK_TIME_DACK) clears icsk_ack.pending but leaves the timer armed: its
+        # sk_stop_timer is under INET_CSK_CLEAR_TIMERS, which include/net/inet_connection_sock.h does not define.
+        # The timer still fires and tcp_delack_timer_handler finds nothing pending; so does delack_timer here (a
+        # stale generation), an event that moves the clock as the kernel's expiry does, not a cancelled Timer
         self.timeout = None
         self.timer_gen += 1
 
