@@ -28,10 +28,10 @@ def _esp_on_the_link():
     wire = []
     orig = sim.kernel.receive_frame
 
-    def receive_frame(dev, frame, tag, mark=0, gso_size=0, gso_type=0, zeros=0):
+    def receive_frame(dev, frame, tag, zeros=0, *args):
         if (dev.netns, dev.name) in (("nsr1", "veth1"), ("nsr2", "veth0")):
             wire.append(Ether(frame + bytes(zeros)))  # the frame and its zero tail
-        orig(dev, frame, tag, mark, gso_size, gso_type, zeros)
+        orig(dev, frame, tag, zeros, *args)
 
     sim.kernel.receive_frame = receive_frame
     sim.run(None)

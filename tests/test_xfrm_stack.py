@@ -32,10 +32,10 @@ def _run(text: str | None = None, profile: str = "linux-7.1.5"):
     kernel = sim.kernel
     orig = kernel.receive_frame
 
-    def receive_frame(dev, frame, tag, mark=0, gso_size=0, gso_type=0, zeros=0):
+    def receive_frame(dev, frame, tag, zeros=0, *args):
         if (dev.netns, dev.name) in (("nsr1", "veth1"), ("nsr2", "veth0")):
             wire.append((dev.netns, frame + bytes(zeros)))  # the frame and its zero tail
-        orig(dev, frame, tag, mark, gso_size, gso_type, zeros)
+        orig(dev, frame, tag, zeros, *args)
 
     kernel.receive_frame = receive_frame
     sim.run(None)

@@ -262,8 +262,8 @@ class Replay:
             return
         self._receive(dev, r.data, tag)
 
-    def _wire(self, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0,
-              zeros: int = 0) -> None:
+    def _wire(self, dev, frame: bytes, tag, zeros: int = 0, mark: int = 0, gso_size: int = 0,
+              gso_type: int = 0) -> None:
         """A frame reaches the far end of a wire: absorbed when a replayed packet left through a replayed port."""
         k = self.kernel
         assert k is not None and self._receive is not None
@@ -276,7 +276,7 @@ class Replay:
                     r.forwarded = f"{sender.netns}/{sender.name}"
                 k.deliver(_Wire(tag), f"{sender.netns} {sender.name} wire")
                 return
-        self._receive(dev, frame, tag, mark, gso_size, gso_type, zeros)
+        self._receive(dev, frame, tag, zeros, mark, gso_size, gso_type)
 
     def tap(self, netns: str, dev: str, frame: bytes, skb, outbound: bool) -> None:
         """``Kernel.packet_tap``: where a replayed packet was received and transmitted."""

@@ -363,7 +363,7 @@ class Kernel:
         self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
         self._peers: dict = {}
         # The two per-packet entry points, bound once as partials (one Python frame less per frame and skb):
-        #   receive_frame(dev, frame, tag, mark=0, gso_size=0, gso_type=0, zeros=0): a frame (and *zeros* zero
+        #   receive_frame(dev, frame, tag, zeros=0, mark=0, gso_size=0, gso_type=0): a frame (and *zeros* zero
         #     bytes after it) arrives on *dev* from its wire (veth peer, cable); a GSO skb crosses a veth whole
         #     (stack_l2.netif_receive_frame);
         #   dev_queue_xmit(dev, skb): egress hook, capture, then the device's xmit (kernel_api.Kernel;

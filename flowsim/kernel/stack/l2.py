@@ -124,8 +124,8 @@ def _capture(kernel, dev, frame: bytes, skb: SkBuff, outbound: bool) -> None:
 
 # ----------------------------------------------------------------- receive
 
-def netif_receive_frame(kernel, dev, frame: bytes, tag, mark: int = 0, gso_size: int = 0, gso_type: int = 0,
-                        zeros: int = 0) -> None:
+def netif_receive_frame(kernel, dev, frame: bytes, tag, zeros: int = 0, mark: int = 0, gso_size: int = 0,
+                        gso_type: int = 0) -> None:
     """A frame arrives from *dev*'s wire: ``eth_type_trans`` + ``netif_receive_skb``.
 
     *frame* is followed by *zeros* zero bytes: a frame waits on the wire without its zero tail
@@ -444,8 +444,11 @@ def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
     # the frame waits on the wire without its zero tail (tx_frame's bytes when the hwaccel tag goes in-band)
     frame, zeros = frame_on_wire(tx_frame(skb, False), 0) if skb.vlan_present else frame_on_wire(skb.buf, skb.data)
     mark = skb.mark if peer.netns == dev.netns else 0  # skb_scrub_packet(xnet) clears the mark
-    kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, mark,
-                    skb.gso_size, skb.gso_type, zeros)
+    if mark or skb.gso_size or skb.gso_type:
+        kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, zeros, mark,
+                        skb.gso_size, skb.gso_type)
+    else:  # most frames: a queued event without the three zeros (issue 16: the frames in flight)
+        kernel.schedule(kernel.now + kernel.link_delay, kernel.receive_frame, peer, frame, skb.tag, zeros)
 
 
 def _xmit_vlan(kernel, vdev: VlanDevice, skb: SkBuff) -> None:
@@ -463,7 +466,7 @@ def _xmit_vlan(kernel, vdev: VlanDevice, skb: SkBuff) -> None:
 
 def _xmit_loopback(kernel, lo, skb: SkBuff) -> None:
     """``loopback_xmit``: the packet comes straight back in on lo."""
-    kernel.schedule(kernel.now, kernel.receive_frame, lo, tx_frame(skb, False), skb.tag, skb.mark, skb.gso_size,
+    kernel.schedule(kernel.now, kernel.receive_frame, lo, tx_frame(skb, False), skb.tag, 0, skb.mark, skb.gso_size,
                     skb.gso_type)
 
 
