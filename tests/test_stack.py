@@ -375,6 +375,18 @@ def test_ledger_detects_a_leaked_packet():
         ledger.check()
 
 
+def test_tags_of_one_traffic_direction_share_their_ledger_key():
+    """A tag's (traffic, direction, origin) is one tuple for all such packets; its first drop is (reason, where)."""
+    from flowsim.kernel.stack.core import ORIGIN_HOST, Kernel
+
+    k = Kernel(line())
+    a, b = k.new_tag("x", "original", "data", ORIGIN_HOST, 1), k.new_tag("x", "original", "ack", ORIGIN_HOST, 2)
+    assert a.key is b.key and (a.traffic, a.direction, a.origin) == ("x", "original", ORIGIN_HOST)
+    assert k.ledger.drop(a, "no-route", "r veth0", 0.0)
+    assert (a.reason, a.where, b.reason, b.where) == ("no-route", "r veth0", None, None)
+    assert k.ledger.per_traffic[("x", "original", ORIGIN_HOST)] == {"sent": 2, "dropped": 1}
+
+
 def test_tunnel_device_ingress_hooks_see_the_inner_packet():
     """Decapsulated packets are received on the tunnel device: its netdev ingress chain runs (ip_tunnel_rcv → gro_cells)."""
     text = (TOPOLOGIES / "ipip.toml").read_text()

@@ -80,32 +80,65 @@ ORIGIN_HOST = "host"  # sent by a traffic endpoint
 ORIGIN_STACK = "stack"  # made by the simulated kernel (ICMP errors)
 
 
-@attrs.define(slots=True, eq=False)
+@attrs.define(slots=True, eq=False, init=False, weakref_slot=False)
 class PacketTag:
     """The simulator's label on a packet (``skb.tag``): whose it is, and what became of it.
 
     ``pieces`` counts the skbs alive for this packet (fragments, flooded
     copies); ``state`` is ``live``, ``delivered`` or ``dropped``.
+
+    Eight slots (a run whose connections all start at once holds two tags per connection, issue 16):
+    ``key`` is (traffic, direction, origin), what the ledger counts the packet under, one tuple shared by
+    every packet with that key; ``drop`` is (reason, where) of the first drop of any piece.
     """
 
-    traffic: str | None
-    direction: str | None  # "original" | "reply"
+    key: tuple[str | None, str | None, str]
     seq: int
-    kind: str = "data"  # syn, synack, ack, data, fin, rst, udp, icmp-error …
-    origin: str = ORIGIN_HOST
-    flow: int = 0  # which flow of a traffic table with several
-    pieces: int = 1
-    state: str = "live"
-    reason: str | None = None  # first drop reason of any piece
-    where: str | None = None  # namespace/device of that drop
+    kind: str  # syn, synack, ack, data, fin, rst, udp, icmp-error …
+    flow: int  # which flow of a traffic table with several
+    pieces: int
+    state: str
+    drop: tuple[str, str] | None
     # (source, destination, L4 header, length of the zero payload after it): the segment as its sending host
     # checksummed it, until a receiver verified it (flowsim.kernel.stack.ip._l4_ok): a segment that arrives
     # identical between the same addresses needs no sum
-    sent_l4: tuple | None = None
+    sent_l4: tuple | None
+
+    def __init__(self, traffic: str | None, direction: str | None, seq: int, kind: str = "data",
+                 origin: str = ORIGIN_HOST, flow: int = 0) -> None:
+        key = (traffic, direction, origin)
+        self.__attrs_init__(_TAG_KEYS.setdefault(key, key), seq, kind, flow, 1, "live", None, None)
+
+    @property
+    def traffic(self) -> str | None:
+        return self.key[0]
+
+    @property
+    def direction(self) -> str | None:  # "original" | "reply"
+        return self.key[1]
+
+    @property
+    def origin(self) -> str:
+        return self.key[2]
+
+    @property
+    def reason(self) -> str | None:
+        """First drop reason of any piece."""
+        return None if self.drop is None else self.drop[0]
+
+    @property
+    def where(self) -> str | None:
+        """Namespace/device of that drop."""
+        return None if self.drop is None else self.drop[1]
 
     def __str__(self) -> str:
+        traffic, direction, _origin = self.key
         flow = f"[{self.flow}]" if self.flow else ""
-        return f"{self.traffic or '-'}{flow}/{self.direction or '-'}#{self.seq}:{self.kind}"
+        return f"{traffic or '-'}{flow}/{direction or '-'}#{self.seq}:{self.kind}"
+
+
+#: PacketTag.key's tuples, one per (traffic, direction, origin) (a few per traffic table)
+_TAG_KEYS: dict[tuple[str | None, str | None, str], tuple[str | None, str | None, str]] = {}
 
 
 class Ledger:
@@ -129,7 +162,7 @@ class Ledger:
             self.all_tags.append(tag)
         self.injected[tag.origin] += 1
         self.live[tag] = None
-        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["sent"] += 1
+        self.per_traffic[tag.key]["sent"] += 1
 
     def add_pieces(self, tag: PacketTag, n: int) -> None:
         """*n* more skbs now carry this packet (fragmentation, flooding)."""
@@ -147,22 +180,23 @@ class Ledger:
         tag.state = "delivered"
         self.delivered[tag.origin] += 1
         self.live.pop(tag, None)
-        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["delivered"] += 1
+        self.per_traffic[tag.key]["delivered"] += 1
         return True
 
     def drop(self, tag: PacketTag, rid: str, where: str, now: float) -> bool:
         """One piece was dropped; the packet counts as dropped when no piece is left."""
         tag.pieces -= 1
-        if tag.reason is None:
-            tag.reason, tag.where = rid, where
+        if tag.drop is None:
+            tag.drop = (rid, where)
         if tag.state != "live" or tag.pieces > 0:
             return False
         tag.state = "dropped"
-        self.dropped[tag.reason] += 1
+        first, at = tag.drop
+        self.dropped[first] += 1
         self.live.pop(tag, None)
-        self.per_traffic[(tag.traffic, tag.direction, tag.origin)]["dropped"] += 1
+        self.per_traffic[tag.key]["dropped"] += 1
         if len(self.drop_log) < 1000:
-            self.drop_log.append((now, str(tag), tag.reason, tag.where))
+            self.drop_log.append((now, str(tag), first, at))
         return True
 
     @property
@@ -443,7 +477,7 @@ class Kernel:
         """The flowtable hook's verdict for this packet: ``fastpath`` or ``slowpath``."""
         tag = skb.tag
         if tag is not None:
-            self.accounting[(tag.traffic, tag.direction, tag.origin)][kind] += 1
+            self.accounting[tag.key][kind] += 1
         if self.path_tap is not None:
             self.path_tap(self.now, kind)
 
