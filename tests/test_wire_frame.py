@@ -26,17 +26,29 @@ def _fields(skb: SkBuff | None) -> tuple | None:
             skb.vlan_present, skb.vlan_tci)
 
 
+def _zero_tail(frame: bytes) -> int:
+    return len(frame) - len(frame.rstrip(b"\0"))
+
+
 @pytest.mark.parametrize("name", FRAMES)
 @pytest.mark.parametrize("headlen", [None, 20, 60])
-def test_the_wire_keeps_every_byte(name, headlen):
-    """The skb of a frame from the wire is the skb of the whole frame, whatever the zero tail."""
+@pytest.mark.parametrize("claim", ["tail", "less", "more", "none"])
+def test_the_wire_keeps_every_byte(name, headlen, claim):
+    """The skb of a frame from the wire is the skb of the whole frame, whatever the zero tail the sender
+    claims (its zero payload: a frame encapsulated, fragmented or padded since may not end with it)."""
     frame = FRAMES[name]
+    tail = _zero_tail(frame)
+    zeros = {"tail": tail, "less": tail // 2, "more": tail + 1, "none": 0}[claim]
     buf = bytearray(NET_SKB_PAD) + frame  # as an skb to transmit holds it: headroom, then the frame
-    head, zeros = frame_on_wire(buf, NET_SKB_PAD)
-    assert head + bytes(zeros) == frame and not head.endswith(b"\0")
-    assert _fields(skb_from_frame(head, 3, headlen, zeros=zeros)) == _fields(skb_from_frame(frame, 3, headlen))
+    head, left = frame_on_wire(buf, NET_SKB_PAD, zeros)
+    assert head + bytes(left) == frame
+    # only a claim the frame bears out is left off the wire; any other leaves the frame whole
+    assert left == (zeros if claim in ("tail", "less") and zeros <= len(frame) else 0)
+    assert _fields(skb_from_frame(head, 3, headlen, zeros=left)) == _fields(skb_from_frame(frame, 3, headlen))
 
 
-def test_only_the_zero_tail_is_left_off():
-    assert frame_on_wire(b"\1\0\2\0\0", 0) == (b"\1\0\2", 2)
-    assert frame_on_wire(bytearray(b"\1\1\0\0"), 2) == (b"", 2)  # never before start
+def test_only_a_zero_tail_is_left_off():
+    assert frame_on_wire(b"\1\0\2\0\0", 0, 2) == (b"\1\0\2", 2)
+    assert frame_on_wire(b"\1\0\2\0\0", 0, 3) == (b"\1\0\2\0\0", 0)  # the third byte from the end is not 0
+    assert frame_on_wire(bytearray(b"\1\1\0\0"), 2, 2) == (b"", 2)
+    assert frame_on_wire(bytearray(b"\1\1\0\0"), 3, 2) == (b"\0", 0)  # never before start
