@@ -421,11 +421,11 @@ class Nftables:
     # --- hook registration order
     def hook_entries(self, hook: str, nfproto: int | None = None, device: str | None = None) -> tuple[HookEntry, ...]:
         """Base chains (and, at ingress, flowtables) that run at *hook*, in kernel order."""
-        ck = (hook, nfproto, device)
-        cached = self._entries_cache.get(ck)
-        if cached is None:  # computed once per key: the ruleset is frozen
-            cached = self._entries_cache[ck] = nf_hook_entries(self.ruleset, hook, nfproto, device)
-        return cached
+        try:  # a subscript, not a method call: the netdev ingress hook asks once per received packet
+            return self._entries_cache[hook, nfproto, device]
+        except KeyError:  # computed once per key: the ruleset is frozen
+            cached = self._entries_cache[hook, nfproto, device] = nf_hook_entries(self.ruleset, hook, nfproto, device)
+            return cached
 
     # --- evaluation
     def eval_hook(self, hook: str, pkt: NftPacket, *, on_flow_add: Callable[[Flowtable, NftPacket], bool] | None = None,

@@ -69,7 +69,7 @@ _TEARDOWN = 1 << NF_FLOW_TEARDOWN
 _CLOSING = 1 << NF_FLOW_CLOSING
 _new_tuple = tuple.__new__  # Encap(...) without the generated __new__'s extra call
 _NEIGH, _XFRM, _DIRECT = XmitType.NEIGH, XmitType.XFRM, XmitType.DIRECT  # module constants: no enum lookups per packet
-_ETH_PROTO = {p: p.to_bytes(2, "big") for p in (ETH_P_IP, ETH_P_IPV6, ETH_P_8021Q, ETH_P_8021AD, ETH_P_PPP_SES)}
+_IP_PROTOS = frozenset((ETH_P_IP, ETH_P_IPV6))  # `in` this, not a tuple built of two names per packet
 
 # Header fields by name: their byte offsets in struct iphdr / ipv6hdr / tcphdr / udphdr (include/uapi/linux/).
 # (Module constants cost one dictionary-free global load: the hot path can afford names.)
@@ -88,6 +88,8 @@ _PACK_IPHDR = struct.Struct("!BBHHHBBH4s4s").pack
 _PACK_IPV6HDR = struct.Struct("!IHBB16s16s").pack
 _PACK_PPPOE = struct.Struct("!BBHHH").pack
 _PACK_VLAN = struct.Struct("!HH").pack
+_ETH_HDR = struct.Struct("!12sH")  # struct ethhdr: h_dest and h_source (the plan's link-layer addresses), h_proto
+_pack_eth_hdr = _ETH_HDR.pack_into  # bound once: once per fast-path packet
 
 
 @functools.lru_cache(maxsize=65536)
@@ -196,7 +198,10 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
     :func:`nf_flow_queue_xmit`.  The skb's header-access cost during the hook (copies, head
     reallocations, pulls of non-linear data) is added to ``ft.cost``.
     """
-    copies, reallocs, copied, bugs = skb.copies, skb.reallocs, skb.bytes_copied, skb.pull_bugs
+    copies = skb.copies
+    reallocs = skb.reallocs
+    copied = skb.bytes_copied
+    bugs = skb.pull_bugs
     profile = kernel.profile
     try:
         # nf_flow_offload_lookup's parse (flowsim.kernel.flowtable.tuple): the closure of the profile and family,
@@ -207,18 +212,20 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
         if hook is None or hook[0] is not profile:
             hook = ft.hook = (profile, *hook_parser(profile, ft.family))
         protocol = skb.protocol
-        proto = hook[2] or (protocol if protocol in (ETH_P_IPV6, ETH_P_IP) else 0)
+        proto = hook[2] or (protocol if protocol in _IP_PROTOS else 0)
         if proto:
             res = hook[1](skb.data, skb.network_header, skb.mac_header + ETH_HLEN, skb.linear_end, protocol,
                           _new_tuple(Encap, (skb.vlan_tci, skb.vlan_proto)) if skb.vlan_present else None, proto,
                           skb, in_dev.ifindex, skb.buf)
         else:
             res, proto = nf_flow_offload_parse(skb, in_dev.ifindex, ft.family, profile)
-        if len(res) == 2:
-            return _accept(kernel, ft, skb, res[0], res[1])
-        key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = res
-        th = ft.table.get(key)  # flow_offload_lookup: the rhashtable lookup
+        # flow_offload_lookup: the rhashtable lookup.  A failed parse's answer starts with its reason, a str, which
+        # is no key: it misses too and is told apart there, so a packet with a flow pays for no test of the answer
+        key = res[0]
+        th = ft.table.get(key)
         if th is None:
+            if len(res) == 2:
+                return _accept(kernel, ft, skb, key, res[1])
             _near_miss(ft, ns_state.conntrack, key)
             # the detail is for the trace only: no text per packet otherwise (a flow that is never created
             # sends every packet of its connection here)
@@ -232,7 +239,9 @@ def nf_flow_offload_hook(kernel, ns_state, ft: Flowtable, skb, in_dev) -> str:
             kernel.trace(skb, f"flowtable @{ft.name}",
                          f"lookup hit: flow {flow.id} {'original' if th.dir == 0 else 'reply'}", tuple=str(key))
         v4 = proto == ETH_P_IP  # nf_flow_offload_ip_hook, else nf_flow_offload_ipv6_hook
-        other = flow.tuplehash[1 - th.dir]
+        # flow->tuplehash[!dir]: the half that is not this one (th.dir is a class attribute, slower to read)
+        orig, reply = flow.tuplehash
+        other = reply if th is orig else orig
         other_key = other.key
         try:
             verdict = nf_flow_offload_forward(kernel, ns_state, ft, skb, th, other, res, v4)
@@ -281,20 +290,18 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
     route), writability, the refresh, then the packet's own rewrite: pop,
     NAT, TTL / hop limit and the counters.
     """
-    # the parse's answer: the tuple and nf_flowtable_ctx as the parse left it
-    _key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = parsed
-    profile = kernel.profile
+    # the parse's answer: the tuple (th's key) and nf_flowtable_ctx as the parse left it
+    key, offset, hdrsize, tun_hdr_size, tun_proto, _ether_type = parsed
     flow = th.flow
     buf = skb.buf
     data = skb.data
-    ih = skb.network_header + offset
-    l3len = (buf[ih] & 0x0F) * 4 if v4 else IPV6_HLEN
-    thoff = offset + l3len  # from skb->data (= the network header at ingress)
-    l4proto = buf[ih + IPH_PROTOCOL] if v4 else buf[ih + IP6H_NEXTHDR]
+    # the (inner) header's length: the parse sent an IPv4 header with options to the slow path (ip_has_options)
+    thoff = offset + (IPV4_HLEN if v4 else IPV6_HLEN)  # from skb->data (= the network header at ingress)
+    l4proto = key.l4proto  # iph->protocol / ip6h->nexthdr, as the parse read it into the key
     x = th.xmit  # the route's part of the tuple (FlowXmit)
     mtu = x.mtu + offset
     if other.key.tun is not None:  # the other tuple's tun_num: this direction pushes a tunnel
-        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if profile.ip6ip6_tx_encap_limit else 0)
+        mtu -= IPIP_TUNNEL_HLEN if v4 else IP6IP6_TUNNEL_HLEN + (8 if kernel.profile.ip6ip6_tx_encap_limit else 0)
     if len(buf) - data > mtu:  # nf_flow_exceeds_mtu (skb->len), skb_gso_validate_network_len for GSO
         l4len = (buf[data + thoff + TCPH_DOFF] >> 4) * 4 if l4proto == IPPROTO_TCP else UDPH_HLEN
         if not (skb.gso_size and thoff + l4len + skb.gso_size <= mtu):
@@ -305,14 +312,14 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
             ft.flow_offload_teardown(flow, kernel, ns_state, "SYN on a CLOSING flow")
             return _accept(kernel, ft, skb, "tcp-syn-closing", th=th)
         if flags & (TCP_FIN | TCP_RST):
-            if profile.tcp_fin_rst == "teardown":
+            if kernel.profile.tcp_fin_rst == "teardown":
                 ft.flow_offload_teardown(flow, kernel, ns_state, "TCP FIN/RST")
                 return _accept(kernel, ft, skb, "tcp-fin-rst", th=th)
             flow.set(NF_FLOW_CLOSING)
     # nf_flow_dst_check: a NEIGH/XFRM tuple's dst_check (DIRECT tuples keep no dst; from 7.2, switch
     # direct_tunnel_dst, "if (!tuple->dst_cache) return true": a DIRECT tuple pushing a tunnel keeps one and is
     # checked too); the answer of the last check stands while the FIB has not changed at all (th.dst_checked)
-    if x.xmit_type != _DIRECT or (x.dst is not None and profile.direct_tunnel_dst):
+    if x.xmit_type != _DIRECT or (x.dst is not None and kernel.profile.direct_tunnel_dst):
         fib = ns_state.ns.fib
         if th.dst_checked != fib.version:
             if not fib.dst_check(x.dst, x.dst_cookie):
@@ -323,10 +330,10 @@ def nf_flow_offload_forward(kernel, ns_state, ft: Flowtable, skb, th: FlowOffloa
         return _drop(kernel, ft, skb, "not-writable")  # skb_try_make_writable
     ft.flow_offload_refresh(flow, kernel.now)
 
-    if th.key.encap:
+    if key.encap:
         nf_flow_encap_pop(tun_proto, tun_hdr_size, skb, th)
         data = skb.data
-    elif tun_proto and skb.protocol in (ETH_P_IP, ETH_P_IPV6):
+    elif tun_proto and skb.protocol in _IP_PROTOS:
         # nf_flow_ip_tunnel_pop alone, the common tunnel case: skb_pull inlined when the bytes are linear
         if data + tun_hdr_size <= skb.linear_end:
             data = skb.data = data + tun_hdr_size
@@ -360,7 +367,7 @@ def nf_flow_queue_xmit(kernel, ft: Flowtable, skb, th: FlowOffloadTuple, other: 
     if hh is not None and (data := skb.data) >= ETH_HLEN:
         # dev_hard_header's common case inlined (once per fast-path packet): skb_push into the headroom
         data = skb.data = data - ETH_HLEN
-        skb.buf[data:data + ETH_HLEN] = hh + (_ETH_PROTO.get(protocol := skb.protocol) or protocol.to_bytes(2, "big"))
+        _pack_eth_hdr(skb.buf, data, hh, skb.protocol)
         skb.mac_header = data
     else:
         _dev_hard_header(skb, hh)
@@ -467,12 +474,11 @@ XMIT: dict[XmitType, Callable[..., str | tuple]] = {_NEIGH: nf_flow_xmit_neigh, 
 def _dev_hard_header(skb, hh: bytes | None) -> None:
     """``dev_hard_header``: the Ethernet header; a no-op on a device without header_ops (tunnels)."""
     if hh is not None:
-        hdr = hh + (_ETH_PROTO.get(skb.protocol) or skb.protocol.to_bytes(2, "big"))
         if skb.data >= ETH_HLEN:  # skb_push into the headroom (skb.push reallocates when there is none)
             skb.data -= ETH_HLEN
-            skb.buf[skb.data:skb.data + ETH_HLEN] = hdr
+            _ETH_HDR.pack_into(skb.buf, skb.data, hh, skb.protocol)
         else:
-            skb.push(hdr)
+            skb.push(_ETH_HDR.pack(hh, skb.protocol))
     skb.mac_header = skb.data
 
 
@@ -552,7 +558,7 @@ def nf_flow_encap_pop(tun_proto: int, tun_hdr_size: int, skb, th: FlowOffloadTup
             skb.protocol = pppoe_proto_to_ethertype((skb.buf[d + 6] << 8) | skb.buf[d + 7])  # the PPP protocol
             skb.pull(PPPOE_SES_HLEN)
         skb.reset_network_header()
-    if skb.protocol in (ETH_P_IP, ETH_P_IPV6) and tun_proto in (IPPROTO_IPIP, IPPROTO_IPV6):
+    if skb.protocol in _IP_PROTOS and tun_proto in (IPPROTO_IPIP, IPPROTO_IPV6):
         skb.pull(tun_hdr_size)  # nf_flow_ip_tunnel_pop
         skb.reset_network_header()
 

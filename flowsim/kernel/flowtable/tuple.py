@@ -307,10 +307,10 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
         *buf* is a whole received frame, no skb (:func:`frame_parser`): the receive path first, *proto* 0 for
         the inet hook's dispatch.  Parameters in this order so that a :func:`functools.partial` binds all
         but the frame."""
-        end = len(buf)
         offset = hdrsize = tun_hdr_size = tun_proto = ether_type = 0
         if not d:
             # eth_type_trans and __netif_receive_skb_core's skb_vlan_untag (skb_from_frame), all of it linear
+            end = len(buf)
             if end < ETH_HLEN:
                 return None  # a runt: the device drops it before any hook
             protocol = (buf[12] << 8) | buf[13]
@@ -416,7 +416,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 if d + need > lin:
                     if skb is None or not skb.may_pull(need):
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                        return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
+                        return "header-truncated", f"IPv4 header needs {need} bytes, packet has {len(buf) - d}"
                     lin = skb.linear_end
                 ihl, frag_off, ttl, l4proto = _UNPACK_V4_CHECKED(buf, nh + offset)  # one read of the fields checked
                 ihl &= 0x0F
@@ -444,7 +444,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     if d + need > lin:
                         if skb is None or not skb.may_pull(need):
                             failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                            return "header-truncated", f"IPv6 header needs {need} bytes, packet has {end - d}"
+                            return "header-truncated", f"IPv6 header needs {need} bytes, packet has {len(buf) - d}"
                         lin = skb.linear_end
                     hdr = buf
                     o = nh + start
@@ -452,12 +452,12 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                     hdr = skb.header_pointer(start, IPV6_HLEN)
                     if hdr is None:
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {end - d}"
+                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {len(buf) - d}"
                     o = 0
                 else:
-                    if d + start + IPV6_HLEN > end:
+                    if d + start + IPV6_HLEN > len(buf):
                         failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {end - d}"
+                        return "header-truncated", f"IPv6 header needs {IPV6_HLEN + start} bytes, packet has {len(buf) - d}"
                     hdr = buf
                     o = d + start
                 hop_limit = hdr[o + 7]
@@ -497,7 +497,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             if d + need > lin:
                 if skb is None or not skb.may_pull(need):
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                    return "header-truncated", f"IPv4 header needs {need} bytes, packet has {end - d}"
+                    return "header-truncated", f"IPv4 header needs {need} bytes, packet has {len(buf) - d}"
                 lin = skb.linear_end
             thoff, frag_off, ttl, l4proto, src, dst = _UNPACK_V4_KEYED(buf, nh + offset)  # the header, read once
             thoff = (thoff & 0x0F) * 4
@@ -525,7 +525,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             if d + thoff > lin:
                 if skb is None or not skb.may_pull(thoff):
                     failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                    return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {end - d}"
+                    return "header-truncated", f"IPv6 header needs {thoff} bytes, packet has {len(buf) - d}"
                 lin = skb.linear_end
             l4proto, hop_limit, src, dst = _UNPACK_V6_KEYED(buf, nh + offset)  # the header, read once
             size = hdrsizes[l4proto]
@@ -544,7 +544,7 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
         need = thoff + hdrsize
         if d + need > lin and (skb is None or not skb.may_pull(need)):
             failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-            return "header-truncated", f"L4 header needs {need} bytes, packet has {end - d}"
+            return "header-truncated", f"L4 header needs {need} bytes, packet has {len(buf) - d}"
         at = nh + thoff
         if l4proto == IPPROTO_GRE:
             if buf[at + 1] & 0x07:  # GRE_VERSION bits of the flags word
