@@ -363,6 +363,11 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
                 return "l3proto-unsupported", f"ethertype {protocol:#06x}"
             inner = ether_type
             tunnel_check = (inner == ETH_P_IP and ipip_rx) or (inner == ETH_P_IPV6 and ip6ip6_rx)
+        elif protocol == proto:
+            # the hook's own protocol, no in-band header (most packets): the switch has no case for it, and the
+            # family's tunnel check runs
+            inner = protocol
+            tunnel_check = ipip_rx if inner == ETH_P_IP else ip6ip6_rx
         else:
             inner = protocol
             failure: tuple[str, str] | None = None
