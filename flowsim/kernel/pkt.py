@@ -42,7 +42,7 @@ from flowsim.kernel.headers import (
     ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT,
     csum_replace, internet_checksum, ipv6_ext_hdr,
 )
-from flowsim.kernel.skb import NET_SKB_PAD, SkbTag, SkBuff
+from flowsim.kernel.skb import NET_SKB_PAD, ZEROS, SkbTag, SkBuff
 
 __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
@@ -351,7 +351,7 @@ def _segment_checksum(addr_sum: int, proto: int, hdr: bytes, payload: bytes) -> 
     header's words are summed then (the pseudo-header still counts the whole length) — a 20-byte remainder
     instead of a 1400-byte one per packet.
     """
-    data = hdr if payload == bytes(len(payload)) else hdr + payload
+    data = hdr if ZEROS.startswith(payload) else hdr + payload  # (a longer zero payload is summed)
     return internet_checksum(data, pseudo_sum(addr_sum, 0, proto, len(hdr) + len(payload)))
 
 

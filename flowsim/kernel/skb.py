@@ -285,9 +285,12 @@ def frame_on_wire(buf: bytes | bytearray, start: int, zeros: int) -> tuple[bytes
     a byte at a time, 3 ns a byte.
     """
     end = len(buf) - zeros
-    if zeros <= 0 or zeros > len(_ZEROS) or end < start or not buf.endswith(_ZEROS[:zeros]):
+    if zeros <= 0 or zeros > len(ZEROS) or end < start or not buf.endswith(_ZERO_VIEW[:zeros]):
         return bytes(buf[start:]), 0
     return bytes(buf[start:end]), zeros
 
 
-_ZEROS = memoryview(bytes(65536))  # the longest zero tail frame_on_wire checks (an IP packet's largest payload)
+#: zeros as long as an IP packet's largest payload: the longest zero payload the stack checks without summing it
+#: (frame_on_wire here, the receiver's flowsim.kernel.stack.ip._l4_ok)
+ZEROS = bytes(65536)
+_ZERO_VIEW = memoryview(ZEROS)  # its prefixes without a copy

@@ -74,7 +74,7 @@ from flowsim.kernel.pkt import (
     ip_fraglist_fragment, ip_fragment,
     ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, reparse_ip,
 )
-from flowsim.kernel.skb import SkBuff
+from flowsim.kernel.skb import ZEROS, SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
@@ -86,8 +86,6 @@ __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_outpu
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
 _OPPOSITE: dict[str | None, str] = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
-# a sent segment's zero payload is compared with a prefix of this (_l4_ok); a longer one is summed instead
-_ZEROS = bytes(65536)
 
 
 def _pull_to(skb: SkBuff, off: int) -> None:
@@ -359,7 +357,7 @@ def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
         body = at + len(hdr)                                     # (flooding) is summed
         # addresses by identity first (the parser's objects), as a tuple comparison would
         if (end - body == zeros and (src is info.src or src == info.src) and (dst is info.dst or dst == info.dst)
-                and buf.startswith(hdr, at) and _ZEROS.startswith(memoryview(buf)[body:end])):
+                and buf.startswith(hdr, at) and ZEROS.startswith(memoryview(buf)[body:end])):
             return True
     seg = buf[at:end]
     if info.l4proto == IPPROTO_UDP and info.version == 4 and seg[6:8] == b"\0\0":
