@@ -46,6 +46,7 @@ from collections.abc import Iterator
 
 import attrs
 
+from flowsim.kernel.headers import shared_u16
 from flowsim.kernel.nat import (
     _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
 )
@@ -430,6 +431,8 @@ class ConntrackTable:
 
     def create(self, t: CtTuple, now: float) -> CtEntry:
         """init_conntrack: a new unconfirmed entry (reply = inverted tuple), not in the hash."""
+        # the ports as shared int objects: the parsed packet's are its own, and the entry outlives it
+        t = CtTuple(t.src, t.dst, shared_u16(t.sport), shared_u16(t.dport), t.l3proto, t.l4proto)
         ct = CtEntry(tuplehash=[t, t.invert()], timeout=now, id=self._next_id)
         self._next_id += 1
         return ct

@@ -17,6 +17,7 @@ import struct
 from typing import NamedTuple
 
 __all__ = [
+    "shared_u16",
     "ETH_HLEN", "VLAN_HLEN", "PPPOE_SES_HLEN", "IPV4_HLEN", "IPV6_HLEN",
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES", "ETH_P_ARP",
     "PPP_IP", "PPP_IPV6", "IPPROTO_IPIP", "IPPROTO_TCP", "IPPROTO_UDP", "IPPROTO_GRE",
@@ -142,6 +143,24 @@ def csum_fold(total: int) -> int:
 
 
 _from_bytes = int.from_bytes
+
+#: the int object of each 16-bit value handed to shared_u16 (a list: 512 KiB, a quarter of a full dict's)
+_U16: list[int | None] = [None] * 0x10000
+
+
+def shared_u16(n: int) -> int:
+    """The one int object for the 16-bit value *n* (a port, a length, an IP ID); other values as they are.
+
+    Python makes a 28-byte object for every int above 256 it computes or unpacks: what a run keeps per
+    connection (the sockets' ports, conntrack's tuples, the tags of the packets in flight) holds the shared
+    one instead of one per packet parsed (issue 16: memory per connection).
+    """
+    if not 0 <= n <= 0xFFFF:
+        return n
+    shared = _U16[n]
+    if shared is None:
+        shared = _U16[n] = n
+    return shared
 
 
 def internet_checksum(data: bytes | bytearray | memoryview, initial: int = 0) -> int:

@@ -49,8 +49,8 @@ class SkbTag(Protocol):
     @property
     def direction(self) -> str | None: ...
 
-    #: (source, destination, L4 segment) as the sending host checksummed it, until a receiver verified it
-    sent_l4: tuple | None
+    #: the length of the zero payload the sending host put at the packet's end (frame_on_wire's claim)
+    zeros: int
 
 __all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD"]
 

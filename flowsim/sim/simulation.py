@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 :class:`Simulation` owns one :class:`~flowsim.kernel.stack.core.Kernel` for the whole
-topology and a priority queue of events ``(time, order, function,
-*arguments)`` (one flat tuple per event).  Events are the traffic endpoints' sends
+topology and a queue of events: a heap of the distinct times that have
+events, and for each time its events ``(function, *arguments)`` in the
+order they were scheduled (one flat tuple per event; no order number, and
+one float for all the events of an instant).  Events are the traffic endpoints' sends
 (:mod:`flowsim.sim.traffic`), frames arriving at the far end of a veth pair or
 cable (``Kernel.link_delay`` after they were sent), and the ICMP errors the
 stack sends.  Events at the same time run in the order they were
@@ -193,9 +195,12 @@ class Simulation:
         for spec in self.specs:
             self._by_name.setdefault(spec.name, []).insert(0, (first, spec.flows))
             first += spec.flows
-        self.queue: list = []
+        # the event queue: the heap of the times that have events, and per time its bucket [index of the next
+        # event to run, (fn, *args), ...], in the order scheduled -- what a heap of (time, order, fn, *args) would
+        # run, without an order int and a float per event (issue 16: two frames in flight per connection)
+        self.queue: list[float] = []
+        self._buckets: dict[float, list] = {}
         self.events_run: list = []  # the [[event]] tables executed so far (flowsim.config.events.Event)
-        self._order = 0
         self.end = 0.0
         self.duration: float | None = None
         self.pcap_dir = Path(pcap_dir) if pcap_dir is not None else None
@@ -252,10 +257,13 @@ class Simulation:
             what = getattr(fn, "__qualname__", "an event")
             raise ConfigError(f"{what} scheduled at virtual time {t:g} s", value=t,
                               expected=f"times within [0, {MAX_TIME:g}] s (a start or rate too far out?)")
-        # one flat tuple (time, order, fn, *args): no arguments tuple of its own per queued event (issue 16:
-        # frames in flight)
-        heapq.heappush(self.queue, (t, self._order, fn, *args))
-        self._order += 1
+        # one flat tuple (fn, *args): no arguments tuple of its own per queued event (issue 16: frames in flight)
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            self._buckets[t] = [1, (fn, *args)]
+            heapq.heappush(self.queue, t)
+        else:
+            bucket.append((fn, *args))
 
     def _event(self, event) -> None:
         """A ``[[event]]`` line runs on the run's live topology; the kernel hears what changed.
@@ -364,21 +372,31 @@ class Simulation:
         if self.replay is not None:
             self.replay.schedule(self)
         self._next_gc = GC_INTERVAL
-        q = self.queue
+        q, buckets = self.queue, self._buckets
         events = 0
         while q:
-            head = q[0]
-            t, fn = head[0], head[2]
-            if fn.__class__ is Timer and fn.cancelled:  # del_timer'd: gone without moving the clock
+            t = q[0]
+            bucket = buckets[t]
+            i = bucket[0]
+            if i == len(bucket):  # the instant is over (an event run at it may have added to it until now)
                 heapq.heappop(q)
+                del buckets[t]
+                continue
+            event = bucket[i]
+            fn = event[0]
+            if fn.__class__ is Timer and fn.cancelled:  # del_timer'd: gone without moving the clock
+                bucket[i] = None
+                bucket[0] = i + 1
                 continue
             if duration is not None and t > duration:
                 break
             if self._next_gc <= t:  # a GC tick is due before this event (the test of _gc_until, without a call)
                 self._gc_until(t, None)
-            t, _, fn, *args = heapq.heappop(q)
+                continue  # what the tick scheduled may come first
+            bucket[i] = None  # the bucket does not keep a run event's frame and tag alive
+            bucket[0] = i + 1
             k.now = t
-            fn(*args)
+            fn(*event[1:])
             if progress is not None:
                 events += 1
                 if events % PROGRESS_EVERY == 0:
@@ -455,17 +473,18 @@ class Simulation:
             self.pcapng = None
 
     def pending(self) -> collections.Counter:
-        """id(tag) -> skbs of that packet still queued (events and reassembly queues)."""
+        """tag -> skbs of that packet still queued (events and reassembly queues)."""
         out: collections.Counter = collections.Counter()
-        for event in self.queue:
-            for a in event[3:]:
-                if isinstance(a, PacketTag):
-                    out[id(a)] += 1
+        for bucket in self._buckets.values():
+            for event in bucket[bucket[0]:]:
+                for a in event[1:]:
+                    if isinstance(a, PacketTag):
+                        out[a] += 1
         for st in self.kernel.netns.values():
             for fq in st.frags.values():
                 for skb in fq.skbs:
                     if skb.tag is not None:
-                        out[id(skb.tag)] += 1
+                        out[skb.tag] += 1
         return out
 
     def check(self) -> None:

@@ -78,7 +78,7 @@ import attrs
 from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
-from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP
+from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, shared_u16
 from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ipv4_header, ipv6_header, tcp_header, udp_header
 from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
 
@@ -447,7 +447,7 @@ class Endpoint:
     """One side of a conversation: a socket bound to (proto, local, lport, remote, rport) in a namespace."""
 
     # slots: a run of a million connections holds two of these per connection
-    __slots__ = ("conv", "role", "direction", "netns", "addrs", "lport", "rport", "state",
+    __slots__ = ("conv", "direction", "netns", "addrs", "lport", "rport", "state",
                  "snd_nxt", "rcv_nxt", "ident", "pmtu", "adv_mtu", "mss_clamp", "sent", "writes", "una", "rtx_queue", "acks",
                  "pure_acks", "received", "data_segs_in", "short_segs_in", "short_bytes_in", "bytes_received", "done",
                  "_icmp_errors", "options",
@@ -455,13 +455,12 @@ class Endpoint:
 
     def __init__(self, conv: Conversation, role: str, netns: str, laddr, lport: int, raddr, rport: int):
         self.conv = conv
-        self.role = role  # client | server
-        self.direction = "original" if role == "client" else "reply"
+        self.direction = "original" if role == "client" else "reply"  # the client's packets are the original's
         self.netns = netns
         # the parser's objects for the addresses: the socket and route lookups of received packets hit by identity;
         # with their packed bytes and sum, shared by the pair's sockets
         self.addrs: AddrPair = addr_pair(laddr, raddr)
-        self.lport, self.rport = lport, rport
+        self.lport, self.rport = shared_u16(lport), shared_u16(rport)  # the parser's are one object per packet
         self.state = "closed"
         seed = zlib.crc32(f"{conv.spec.name}/{conv.flow}/{role}".encode())
         isn = seed & 0x7FFFFFFF
@@ -499,6 +498,11 @@ class Endpoint:
     def icmp_errors(self) -> list[tuple[int, int, int]]:
         """The ICMP errors this socket received: (type, code, mtu/info), oldest first."""
         return self._icmp_errors if self._icmp_errors is not None else []
+
+    @property
+    def role(self) -> str:
+        """client | server"""
+        return "client" if self.direction == "original" else "server"
 
     @property
     def laddr(self):
@@ -604,7 +608,7 @@ class Endpoint:
             proto = IPPROTO_UDP
             seglen = _HDR[v] + 8 + (gso_size or payload_len)
             df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
-        self.ident = (self.ident + 1) & 0xFFFF
+        self.ident = shared_u16((self.ident + 1) & 0xFFFF)
         if v == 4:
             iph = ipv4_header(addrs.packed, proto, len(hdr) + payload_len, spec.ttl, 0, self.ident, df)
         else:
@@ -613,9 +617,9 @@ class Endpoint:
         conv = self.conv
         conv.seq += 1
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
-        # checksummed above: the receiver verifies what changed (flowsim.kernel.stack.ip._l4_ok).  The header and
-        # the length of the zero payload say what the segment is, without keeping its bytes alive until then
-        tag.sent_l4 = (addrs.src, addrs.dst, hdr, payload_len)
+        # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire);
+        # one int object per length, not one per packet in flight
+        tag.zeros = shared_u16(payload_len)
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
@@ -708,7 +712,7 @@ class Endpoint:
                 self.mss_clamp = _mss_option(buf, at + 20, at + doff) or self.mss_clamp
         if datalen > 0:
             self.data_segs_in += 1
-            if tot_len < (spec.size if self.role == "server" else spec.reply_size or spec.size):
+            if tot_len < (spec.size if self.direction == "reply" else spec.reply_size or spec.size):  # a server's
                 self.short_segs_in += 1
                 self.short_bytes_in += tot_len
         linux = spec.acks == "linux"
@@ -723,7 +727,7 @@ class Endpoint:
         _TCP_RX[state](self, kernel, flags, seq, datalen)
         if datalen and linux and state in ("established", "fin_wait") and not flags & (TCP_RST | TCP_FIN):
             self.acks.data_received(self, kernel, datalen)
-        if datalen > 0 and self.data_segs_in == 1 and self.role == "server" and spec.reply_after == "data":
+        if datalen > 0 and self.data_segs_in == 1 and self.direction == "reply" and spec.reply_after == "data":
             kernel.schedule(kernel.now, self.conv.start_replies, kernel)  # after this segment's quick ACK
 
     def tcp_ack(self, ack: int) -> bool:

@@ -72,7 +72,7 @@ from flowsim.kernel.pkt import (
     ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
     IPV6_MIN_MTU, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fraglist_fits,
     ip_fraglist_fragment, ip_fragment,
-    ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, reparse_ip,
+    ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
 )
 from flowsim.kernel.skb import ZEROS, SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
@@ -345,24 +345,23 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
 def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
     """The receiving host's checksum verification (``skb_checksum_init`` in ``tcp_v4_rcv`` / ``udp_rcv``).
 
-    A segment that arrives byte for byte as its sending host checksummed it, between the same addresses
-    (``tag.sent_l4``: its L4 header and the length of the zero payload after it), verifies by construction:
-    the sum is taken only over what the network changed.  The comparison reads the skb in place (no copy).
+    Every segment is summed.  Zero bytes add nothing to a one's-complement sum, wherever they start (2**16 = 1
+    modulo 0xFFFF, see :func:`~flowsim.kernel.headers.internet_checksum`), so when the payload after the L4
+    header is zeros -- what flowsim's hosts send -- one compare with a zero buffer replaces summing it: the
+    header's words and the pseudo-header (which still counts the whole length) give the same sum.
     """
     buf = skb.buf
     at, end = info.l4off, info.l3off + info.tot_len
-    tag = skb.tag
-    if tag is not None and tag.sent_l4 is not None:
-        (src, dst, hdr, zeros), tag.sent_l4 = tag.sent_l4, None  # one receiver: a copy delivered elsewhere
-        body = at + len(hdr)                                     # (flooding) is summed
-        # addresses by identity first (the parser's objects), as a tuple comparison would
-        if (end - body == zeros and (src is info.src or src == info.src) and (dst is info.dst or dst == info.dst)
-                and buf.startswith(hdr, at) and ZEROS.startswith(memoryview(buf)[body:end])):
-            return True
-    seg = buf[at:end]
-    if info.l4proto == IPPROTO_UDP and info.version == 4 and seg[6:8] == b"\0\0":
-        return True  # no checksum
-    return l4_checksum(info.src, info.dst, info.l4proto, seg) == 0
+    proto = info.l4proto
+    if proto == IPPROTO_UDP:
+        if info.version == 4 and at + 8 <= end and buf[at + 6] == 0 and buf[at + 7] == 0:
+            return True  # no checksum
+        body = at + 8
+    else:  # TCP: the data offset (a bad one only moves where the zeros are looked for)
+        body = at + ((buf[at + 12] >> 4) << 2) if at + 13 <= end else end
+    if not (at < body < end and ZEROS.startswith(memoryview(buf)[body:end])):
+        body = end
+    return internet_checksum(buf[at:body], pseudo_sum(info.src, info.dst, proto, end - at)) == 0
 
 
 def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:

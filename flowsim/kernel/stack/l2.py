@@ -443,8 +443,7 @@ def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
         return
     # the frame waits on the wire without the sending host's zero payload when it still ends with it
     # (tx_frame's bytes when the hwaccel tag goes in-band)
-    sent = skb.tag.sent_l4 if skb.tag is not None else None
-    payload = sent[3] if sent is not None else 0
+    payload = skb.tag.zeros if skb.tag is not None else 0
     frame, zeros = frame_on_wire(tx_frame(skb, False), 0, payload) if skb.vlan_present else \
         frame_on_wire(skb.buf, skb.data, payload)
     mark = skb.mark if peer.netns == dev.netns else 0  # skb_scrub_packet(xnet) clears the mark
