@@ -66,7 +66,7 @@ def test_addr_pair_holds_the_parsers_objects():
 def test_tcp_ack_trims_the_acknowledged_prefix(start, sizes, acked):
     """The queue is in sequence order, so the segments an ACK covers are a prefix, across the wrap of 2^32:
     tcp_ack's scan ends at the first segment it does not cover and keeps what the full filter keeps."""
-    from flowsim.sim.traffic import Endpoint
+    from flowsim.sim.traffic import Endpoint, rtx_entry, rtx_segment
 
     queue, seq = [], start
     for n in sizes:
@@ -74,6 +74,6 @@ def test_tcp_ack_trims_the_acknowledged_prefix(start, sizes, acked):
         seq = (seq + n) & 0xFFFFFFFF
     ack = (start + min(acked, sum(sizes))) & 0xFFFFFFFF
     ep = Endpoint.__new__(Endpoint)
-    ep.una, ep.snd_nxt, ep.rtx_queue = (start - 1) & 0xFFFFFFFF, seq, list(queue)
+    ep.una, ep.snd_nxt, ep.rtx_queue = (start - 1) & 0xFFFFFFFF, seq, [rtx_entry(s, n) for s, n in queue]
     ep.tcp_ack(ack)
-    assert ep.rtx_queue == [(s, n) for s, n in queue if _after(s + n, ack)]
+    assert [rtx_segment(e) for e in ep.rtx_queue] == [(s, n) for s, n in queue if _after(s + n, ack)]

@@ -15,7 +15,9 @@ import pytest
 
 from flowsim.config.topology import load_topology_text
 from flowsim.sim.simulation import SEQUENTIAL_STALLED_END, SEQUENTIAL_STILL
-from flowsim.sim.traffic import TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_RETRIES2, TCP_RTO_MAX, TCP_RTO_MIN
+from flowsim.sim.traffic import (
+    TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_RETRIES2, TCP_RTO_MAX, TCP_RTO_MIN, rtx_segment,
+)
 
 from tests.test_tcp_acks import _run
 
@@ -39,7 +41,7 @@ def test_black_holed_acks_stall_the_sender_after_its_initial_window(profile):
     assert gaps == pytest.approx([min(rto * 2 ** i, TCP_RTO_MAX) for i in range(TCP_RETRIES2)])
     assert conv.client.state == "closed" and conv.client.cc.cwnd == 1
     # every retransmission is the oldest segment: the client got the ten segments once and their copies
-    assert conv.server.data_in == TCP_INIT_CWND * conv.client.rtx_queue[0][1]
+    assert conv.server.data_in == TCP_INIT_CWND * rtx_segment(conv.client.rtx_queue[0])[1]
     assert conv.server.received == 1 + TCP_INIT_CWND + TCP_RETRIES2 + 1  # the handshake's ACK first
 
 

@@ -95,6 +95,23 @@ def client_port(base: int, offset: int) -> int:
     port = base + offset
     return port if port <= 65535 else _PORT_LOW + (port - _PORT_LOW) % _PORT_SPAN
 _HDR = {4: 20, 6: 40}
+#: a retransmission queue entry (Endpoint.rtx_queue) is one int: the segment's sequence number above RTX_LEN_BITS
+#: bits of its length (at most 65,535).  A (seq, length) tuple and the sequence number's own int cost 88 bytes,
+#: this 32-36 (issue 16: a run whose connections all start at once has a segment queued per direction)
+RTX_LEN_BITS = 17
+_RTX_LEN_MASK = (1 << RTX_LEN_BITS) - 1
+
+
+def rtx_entry(seq: int, length: int) -> int:
+    """The retransmission queue's entry of the segment of *length* bytes at *seq*."""
+    return seq << RTX_LEN_BITS | length
+
+
+def rtx_segment(entry: int) -> tuple[int, int]:
+    """(sequence number, length) of a retransmission queue entry."""
+    return entry >> RTX_LEN_BITS, entry & _RTX_LEN_MASK
+
+
 # The options a Linux TCP sends (tcp_options_write, net/ipv4/tcp_output.c) with the sysctl defaults
 # (timestamps, SACK, window scaling on): NOP NOP TIMESTAMP on every segment after the handshake, and on SYN
 # and SYN/ACK MSS, SACK_PERM + TIMESTAMP, NOP WSCALE.  acks = "linux" endpoints send them (the ACK clock
@@ -282,7 +299,7 @@ class SendState:
         (the rest are counted lost)."""
         if self.high_seq is None:
             return len(ep.rtx_queue)
-        return sum(1 for s, _ in ep.rtx_queue if _before(s, self.retx_next))
+        return sum(1 for e in ep.rtx_queue if _before(e >> RTX_LEN_BITS, self.retx_next))
 
     def write_xmit(self, ep: Endpoint, kernel) -> None:
         """``tcp_xmit_retransmit_queue`` in loss, then ``tcp_write_xmit``: segments of the current MSS (which
@@ -297,7 +314,7 @@ class SendState:
 
     def _retransmit_lost(self, ep: Endpoint, kernel) -> bool:
         """Loss recovery: the lost segments from ``retx_next`` while the window allows; True once all went."""
-        for seq, n in list(ep.rtx_queue):
+        for seq, n in map(rtx_segment, list(ep.rtx_queue)):
             if _before(seq, self.retx_next):
                 continue
             if not _before(seq, self.high_seq) or self.in_flight(ep) >= self.cwnd:
@@ -384,7 +401,7 @@ class SendState:
             self.ssthresh = max(self.cwnd * BICTCP_BETA // BICTCP_BETA_SCALE, 2)
         self.cwnd, self.cwnd_cnt = 1, 0
         self.high_seq, self.retx_next = ep.snd_nxt, ep.una
-        seq, n = ep.rtx_queue[0]
+        seq, n = rtx_segment(ep.rtx_queue[0])
         self.retransmits += 1
         self.backoff += 1
         self._xmit(ep, kernel, "retransmit", n, True, seq)
@@ -473,7 +490,7 @@ class Endpoint:
         self.sent = 0  # data segments sent (retransmissions included)
         self.writes = 0  # writes of the table's size done
         self.una = isn  # oldest unacknowledged sequence number (tcp_ack)
-        self.rtx_queue: list[tuple[int, int]] = []  # (seq, length) of data segments sent, oldest first
+        self.rtx_queue: list[int] = []  # the data segments sent, oldest first (rtx_entry: sequence and length)
         # the receiver's ACK clock, only with acks = "linux" (every use is behind that test)
         self.acks: AckState = AckState() if conv.spec.acks == "linux" else None  # type: ignore[assignment]
         # the sender's clock, with the ACK clock (a GSO writer's skbs are not cut or timed: it sends each write)
@@ -585,6 +602,7 @@ class Endpoint:
                 # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
                 # MTU; IPv4 UDP may be fragmented by this host
                 payload_len = max((self._l3_size(size) if v == 6 or tcp else size) - headers, 0)
+        payload_len = shared_u16(payload_len)  # kept by the retransmission queue and the tag in flight
         payload = bytes(payload_len)
         if tcp:
             at = self.snd_nxt if seq is None else seq
@@ -593,7 +611,7 @@ class Endpoint:
             if seq is None:
                 self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
                 if payload_len:
-                    self.rtx_queue.append((at, payload_len))
+                    self.rtx_queue.append(at << RTX_LEN_BITS | payload_len)  # rtx_entry
                 if self.cc is not None and (payload_len or flags & TCP_SYN):
                     self.cc.sent_new(self, kernel, self.snd_nxt)
             if spec.acks == "linux":  # __tcp_transmit_skb: tcp_event_ack_sent, then tcp_event_data_sent
@@ -617,9 +635,8 @@ class Endpoint:
         conv = self.conv
         conv.seq += 1
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
-        # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire);
-        # one int object per length, not one per packet in flight
-        tag.zeros = shared_u16(payload_len)
+        # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire)
+        tag.zeros = payload_len
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
@@ -671,7 +688,7 @@ class Endpoint:
         there is no ACK to tell the sender, so the receiving endpoint's ``rcv_nxt`` stands in for it."""
         mss = self.mss()
         una = self.snd_una()
-        lost = [(seq, n) for seq, n in self.rtx_queue if n > mss and _after(seq + n, una)]
+        lost = [(seq, n) for seq, n in map(rtx_segment, self.rtx_queue) if n > mss and _after(seq + n, una)]
         for seq, n in lost:
             off = 0
             while off < n:
@@ -738,8 +755,8 @@ class Endpoint:
             # the queue is in sequence order (segments are queued as snd_nxt advances; retransmissions are not
             # queued again): what the ACK covers is a prefix, and the first segment it does not end the scan
             queue, acked = self.rtx_queue, 0
-            for s, n in queue:
-                if _after(s + n, ack):
+            for e in queue:
+                if _after((e >> RTX_LEN_BITS) + (e & _RTX_LEN_MASK), ack):
                     break
                 acked += 1
             del queue[:acked]
