@@ -79,8 +79,54 @@ _ICMP_PROTOS = frozenset({IPPROTO_ICMP, IPPROTO_ICMPV6})
 _TCP = struct.Struct("!HHIIBBHHH")  # ports, seq, ack, data offset, flags, window, checksum, urgent pointer
 _UDP = struct.Struct("!HHHH")
 _HEADROOM = bytes(NET_SKB_PAD)
-_V4ADDR = ipaddress.IPv4Address
-_V6ADDR = ipaddress.IPv6Address
+
+
+class _V4Addr(ipaddress.IPv4Address):
+    """The parser's IPv4 address: an ``IPv4Address`` whose hash is computed once.
+
+    ``IPv4Address.__hash__`` hashes ``hex(int(self._ip))``, a new string each time, and a packet's addresses are
+    hashed about ten times per hop (routes, neighbours, sockets, conntrack tuples).  Equal to, hashed as and
+    shown as the plain address; pickled as one.
+    """
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, address) -> None:
+        super().__init__(address)
+        self._hash = ipaddress.IPv4Address.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IPv4Address({str(self)!r})"
+
+    def __reduce__(self):
+        return ipaddress.IPv4Address, (self._ip,)
+
+
+class _V6Addr(ipaddress.IPv6Address):
+    """The parser's IPv6 address (never with a scope id): an ``IPv6Address`` whose hash is computed once (see
+    :class:`_V4Addr`)."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, address) -> None:
+        super().__init__(address)
+        self._hash = ipaddress.IPv6Address.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IPv6Address({str(self)!r})"
+
+    def __reduce__(self):
+        return ipaddress.IPv6Address, (self.packed,)
+
+
+_V4ADDR = _V4Addr
+_V6ADDR = _V6Addr
 
 
 #: the parser's address objects by their packed bytes (4 or 16), and the pairs of them by source and destination
