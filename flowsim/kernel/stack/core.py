@@ -149,7 +149,7 @@ class Ledger:
         self.dropped: collections.Counter[str] = collections.Counter()  # reason -> n
         # how many packets are in flight; they are found where they wait (Simulation.pending: the event queue,
         # the reassembly queues), not in an index of their own (issue 16: a run holds two per connection)
-        self.live = 0
+        self.in_flight = 0
         # per traffic: (name, direction, origin) -> Counter(sent, delivered, dropped)
         self.per_traffic: collections.defaultdict[tuple[str | None, str | None, str], collections.Counter[str]] = \
             collections.defaultdict(collections.Counter)
@@ -161,7 +161,7 @@ class Ledger:
         if self.all_tags is not None:
             self.all_tags.append(tag)
         self.injected[tag.origin] += 1
-        self.live += 1
+        self.in_flight += 1
         self.per_traffic[tag.key]["sent"] += 1
 
     def add_pieces(self, tag: PacketTag, n: int) -> None:
@@ -179,7 +179,7 @@ class Ledger:
             return False
         tag.state = "delivered"
         self.delivered[tag.origin] += 1
-        self.live -= 1
+        self.in_flight -= 1
         self.per_traffic[tag.key]["delivered"] += 1
         return True
 
@@ -193,15 +193,11 @@ class Ledger:
         tag.state = "dropped"
         first, at = tag.drop
         self.dropped[first] += 1
-        self.live -= 1
+        self.in_flight -= 1
         self.per_traffic[tag.key]["dropped"] += 1
         if len(self.drop_log) < 1000:
             self.drop_log.append((now, str(tag), first, at))
         return True
-
-    @property
-    def in_flight(self) -> int:
-        return self.live
 
     def totals(self) -> dict:
         injected = sum(self.injected.values())
@@ -223,8 +219,9 @@ class Ledger:
             found += 1
             if queued != tag.pieces:
                 raise AssertionError(f"packet {tag}: {tag.pieces} pieces alive, {queued} queued")
-        if found != self.live:
-            raise AssertionError(f"{self.live - found} of {self.live} packets in flight have no skb left (leaked)")
+        if found != self.in_flight:
+            raise AssertionError(f"{self.in_flight - found} of {self.in_flight} packets in flight have no skb left "
+                                 "(leaked)")
 
 
 @attrs.frozen
