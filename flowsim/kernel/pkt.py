@@ -42,7 +42,7 @@ from flowsim.kernel.headers import (
     ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT,
     csum_replace, internet_checksum, ipv6_ext_hdr,
 )
-from flowsim.kernel.skb import NET_SKB_PAD, ZEROS, SkbTag, SkBuff
+from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff
 
 __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
@@ -78,7 +78,6 @@ _PORT_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
 _ICMP_PROTOS = frozenset({IPPROTO_ICMP, IPPROTO_ICMPV6})
 _TCP = struct.Struct("!HHIIBBHHH")  # ports, seq, ack, data offset, flags, window, checksum, urgent pointer
 _UDP = struct.Struct("!HHHH")
-_HEADROOM = bytes(NET_SKB_PAD)
 
 
 class _V4Addr(ipaddress.IPv4Address):
@@ -171,7 +170,7 @@ def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IP
 
 def new_skb(packet: bytes, tag: SkbTag | None, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
     """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
-    buf = bytearray(_HEADROOM)
+    buf = bytearray(HEADROOM)
     buf += packet
     # positional, in field order (buf, data, linear_end, mac, network, transport header, protocol, VLAN present,
     # proto, TCI, iif, gso_size, gso_type, tailroom, mark, tag): this runs for every packet a host or tunnel sends

@@ -52,9 +52,10 @@ class SkbTag(Protocol):
     #: the length of the zero payload the sending host put at the packet's end (frame_on_wire's claim)
     zeros: int
 
-__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD"]
+__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD", "HEADROOM", "ZEROS"]
 
 NET_SKB_PAD = 64  # headroom drivers reserve (max(32, L1_CACHE_BYTES) on x86-64)
+HEADROOM = bytes(NET_SKB_PAD)  # an skb's buffer starts as these zeros (skb_reserve)
 
 
 @attrs.define(slots=True)
@@ -263,9 +264,12 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     elif headlen < ETH_HLEN:
         headlen = ETH_HLEN
     data = NET_SKB_PAD + ETH_HLEN
-    # one zeroed buffer of headroom + frame, the frame's bytes copied in: its zero tail is the buffer's own
-    buf = bytearray(NET_SKB_PAD + n)
-    buf[NET_SKB_PAD:NET_SKB_PAD + len(frame)] = frame
+    # the headroom, then the frame and its zero tail appended: the buffer grows in place (half the time of a
+    # zeroed buffer the frame is copied into, for a frame without a zero tail)
+    buf = bytearray(HEADROOM)
+    buf += frame
+    if zeros:
+        buf += _ZERO_VIEW[:zeros] if zeros <= len(ZEROS) else bytes(zeros)
     # positional arguments, in field order: this runs once per received frame
     skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
                  (buf[NET_SKB_PAD + 12] << 8) | buf[NET_SKB_PAD + 13], False, 0, 0, iif, gso_size, gso_type)
