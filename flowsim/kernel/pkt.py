@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from typing import ClassVar
 
 import attrs
 
@@ -80,52 +81,41 @@ _TCP = struct.Struct("!HHIIBBHHH")  # ports, seq, ack, data offset, flags, windo
 _UDP = struct.Struct("!HHHH")
 
 
-class _V4Addr(ipaddress.IPv4Address):
-    """The parser's IPv4 address: an ``IPv4Address`` whose hash is computed once.
+class _HashedOnce:
+    """The parser's address: an ``IPv4Address`` / ``IPv6Address`` (never with a scope id) whose hash is computed
+    once.
 
-    ``IPv4Address.__hash__`` hashes ``hex(int(self._ip))``, a new string each time, and a packet's addresses are
-    hashed about ten times per hop (routes, neighbours, sockets, conntrack tuples).  Equal to, hashed as and
-    shown as the plain address; pickled as one.
+    ``IPv4Address.__hash__`` hashes ``hex(int(self._ip))``, a new string each time (``IPv6Address``'s a new
+    tuple), and a packet's addresses are hashed about ten times per hop (routes, neighbours, sockets, conntrack
+    tuples).  Equal to, hashed as and shown as the plain address; pickled as one.
     """
 
-    __slots__ = ("_hash",)
+    __slots__ = ()  # "_hash" is the subclasses' slot: two bases with slots of their own cannot be combined
+    _plain: ClassVar[type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address]]
+    _hash: int
 
     def __init__(self, address) -> None:
-        super().__init__(address)
-        self._hash = ipaddress.IPv4Address.__hash__(self)
+        super().__init__(address)  # type: ignore[call-arg]
+        self._hash = hash(self._plain(address))  # type: ignore[misc]  # (the subclasses' slot)
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
-        return f"IPv4Address({str(self)!r})"
+        return f"{self._plain.__name__}({str(self)!r})"
 
     def __reduce__(self):
-        return ipaddress.IPv4Address, (self._ip,)
+        return self._plain, (self.packed,)
 
 
-class _V6Addr(ipaddress.IPv6Address):
-    """The parser's IPv6 address (never with a scope id): an ``IPv6Address`` whose hash is computed once (see
-    :class:`_V4Addr`)."""
-
+class _V4Addr(_HashedOnce, ipaddress.IPv4Address):
     __slots__ = ("_hash",)
-
-    def __init__(self, address) -> None:
-        super().__init__(address)
-        self._hash = ipaddress.IPv6Address.__hash__(self)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"IPv6Address({str(self)!r})"
-
-    def __reduce__(self):
-        return ipaddress.IPv6Address, (self.packed,)
+    _plain = ipaddress.IPv4Address
 
 
-_V4ADDR = _V4Addr
-_V6ADDR = _V6Addr
+class _V6Addr(_HashedOnce, ipaddress.IPv6Address):
+    __slots__ = ("_hash",)
+    _plain = ipaddress.IPv6Address
 
 
 #: the parser's address objects by their packed bytes (4 or 16), and the pairs of them by source and destination
@@ -140,7 +130,7 @@ def _addr(raw: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The parser's object for the packed address *raw* (after a miss in ``_ADDRS``)."""
     if len(_ADDRS) >= _CACHE_MAX:
         _ADDRS.clear()
-    addr = _ADDRS[raw] = (_V4ADDR if len(raw) == 4 else _V6ADDR)(raw)
+    addr = _ADDRS[raw] = (_V4Addr if len(raw) == 4 else _V6Addr)(raw)
     return addr
 
 
