@@ -244,7 +244,7 @@ def skb_vlan_untag(skb: SkBuff) -> bool:
 
 def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
                    rx_vlan_offload: bool = True, gso_size: int = 0, gso_type: int = 0,
-                   zeros: int = 0) -> SkBuff | None:
+                   zeros: int = 0, mark: int = 0, tag: SkbTag | None = None) -> SkBuff | None:
     """An Ethernet frame as the skb an ingress hook sees (``eth_type_trans`` +
     ``__netif_receive_skb_core``).
 
@@ -252,7 +252,7 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     whole frame; at least the Ethernet header, which every driver pulls).
     With *rx_vlan_offload* the outermost 802.1Q/802.1AD tag becomes the
     hwaccel tag.  *zeros* zero bytes follow *frame* (a frame as it waits on
-    the wire: :func:`frame_on_wire`).  Returns ``None`` for a runt frame
+    the wire: :func:`frame_on_wire`).  *mark* and *tag* are the skb's.  Returns ``None`` for a runt frame
     (shorter than an Ethernet header, or a truncated outer tag) that the
     kernel would drop before any hook.
     """
@@ -264,15 +264,16 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     elif headlen < ETH_HLEN:
         headlen = ETH_HLEN
     data = NET_SKB_PAD + ETH_HLEN
-    # the headroom, then the frame and its zero tail appended: the buffer grows in place (half the time of a
+    # the headroom, the frame and its zero tail joined into a buffer allocated once (a third of the time of a
     # zeroed buffer the frame is copied into, for a frame without a zero tail)
-    buf = bytearray(HEADROOM)
-    buf += frame
     if zeros:
-        buf += _ZERO_VIEW[:zeros] if zeros <= len(ZEROS) else bytes(zeros)
+        buf = _join((HEADROOM, frame, _ZERO_VIEW[:zeros] if zeros <= len(ZEROS) else bytes(zeros)))
+    else:
+        buf = _join((HEADROOM, frame))
     # positional arguments, in field order: this runs once per received frame
     skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
-                 (buf[NET_SKB_PAD + 12] << 8) | buf[NET_SKB_PAD + 13], False, 0, 0, iif, gso_size, gso_type)
+                 (buf[NET_SKB_PAD + 12] << 8) | buf[NET_SKB_PAD + 13], False, 0, 0, iif, gso_size, gso_type, 0,
+                 mark, tag)
     if rx_vlan_offload and skb.protocol in (ETH_P_8021Q, ETH_P_8021AD) and not skb_vlan_untag(skb):
         return None
     return skb
@@ -298,3 +299,4 @@ def frame_on_wire(buf: bytes | bytearray, start: int, zeros: int) -> tuple[bytes
 #: (frame_on_wire here, the receiver's flowsim.kernel.stack.ip._l4_ok)
 ZEROS = bytes(65536)
 _ZERO_VIEW = memoryview(ZEROS)  # its prefixes without a copy
+_join = bytearray().join  # its parts in one new bytearray, sized once (the empty separator is never written)

@@ -262,7 +262,8 @@ class NetnsState:
     ruleset: Any = None
     unbound: tuple = ()  # (nft Flowtable, device name) listed but absent: bound by name when it registers
     ft_by_key: dict = attrs.Factory(dict)  # (family, table, name) -> Flowtable
-    ft_by_model: dict = attrs.Factory(dict)  # id(nft_model.Flowtable) -> Flowtable: the per-packet lookup
+    # device name -> its netdev ingress hook's steps, flowtables resolved (flowsim.kernel.stack.l2._ingress_steps)
+    ingress_steps: dict = attrs.Factory(dict)
     ct_active: bool = False  # conntrack hooks registered (the ruleset has L3 chains or flowtables)
     routes: dict = attrs.Factory(dict)  # (daddr, oif) -> Route (the FIB does not change during a run)
     # what the stack derives per packet from the devices and sysctls (ip_tunnel_lookup, IN_DEV_FORWARD), kept
@@ -426,7 +427,6 @@ class Kernel:
             obj = Flowtable.from_nft(ns.name, ft)
             st.flowtables.setdefault(ft.name, obj)
             st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
-            st.ft_by_model[id(ft)] = obj
         return st
 
     def state(self, netns: str) -> NetnsState:

@@ -131,13 +131,11 @@ def netif_receive_frame(kernel, dev, frame: bytes, tag, zeros: int = 0, mark: in
     *frame* is followed by *zeros* zero bytes: a frame waits on the wire without its zero tail
     (:func:`flowsim.kernel.skb.frame_on_wire`)."""
     # positional: once per frame
-    skb = skb_from_frame(frame, dev.ifindex, kernel.headlen, True, gso_size, gso_type, zeros)
+    skb = skb_from_frame(frame, dev.ifindex, kernel.headlen, True, gso_size, gso_type, zeros, mark, tag)
     if skb is None:
         skb = SkBuff(buf=bytearray(frame) + bytes(zeros), data=0, linear_end=len(frame) + zeros, tag=tag)
         kernel.drop(skb, "frame-truncated", f"{dev.netns} {dev.name}")
         return
-    skb.tag = tag
-    skb.mark = mark
     netif_receive_skb(kernel, dev, skb)
 
 
@@ -189,7 +187,7 @@ def netif_receive_skb(kernel, dev, skb: SkBuff, *, local: bool = False) -> None:
 def _to_host(skb: SkBuff, dev) -> bool:
     """``eth_type_trans``'s pkt_type: PACKET_HOST (our MAC), broadcast/multicast, or OTHERHOST."""
     buf, mac = skb.buf, skb.mac_header
-    return bool(buf[mac] & 1) or buf[mac:mac + 6] == mac_aton(dev.mac)
+    return bool(buf[mac] & 1) or buf.startswith(mac_aton(dev.mac), mac)  # (no slice: once per received frame)
 
 
 def _vlan_upper(kernel, dev, vid: int, proto: int):
@@ -243,16 +241,16 @@ def _netdev_chain(kernel, st, hook: str, dev, skb: SkBuff, entry, at_l2: bool) -
 
 def _ingress_hook(kernel, st, dev, skb: SkBuff) -> bool:
     """The netdev ingress hook (``nf_ingress``): True when the packet was consumed (stolen or dropped)."""
-    entries = st.nft.hook_entries("ingress", None, dev.name)
-    for e in entries:
-        if e.chain is not None:
+    steps = st.ingress_steps.get(dev.name)
+    if steps is None:
+        steps = st.ingress_steps[dev.name] = _ingress_steps(st, dev.name)
+    for e, ft in steps:
+        if ft is None:
             if _netdev_chain(kernel, st, "ingress", dev, skb, e, False):
                 return True
             continue
         if not kernel.flowtables_enabled:
             continue
-        m = e.flowtable
-        ft = st.ft_by_model.get(id(m)) or st.ft_by_key[(m.family, m.table, m.name)]
         verdict = nf_flow_offload_hook(kernel, st, ft, skb, dev)
         if verdict == "stolen":
             return True
@@ -260,6 +258,17 @@ def _ingress_hook(kernel, st, dev, skb: SkBuff) -> bool:
             kernel.drop(skb, skb.drop_reason or "flowtable-drop", f"{dev.netns} {dev.name} @{ft.name}")
             return True
     return False
+
+
+def _ingress_steps(st, device: str) -> tuple:
+    """The entries of *device*'s netdev ingress hook in kernel order, each ``(entry, None)`` for a base chain or
+    ``(entry, Flowtable)`` for a flowtable, the namespace's runtime object resolved once (the ruleset is frozen
+    for the run: ``Nftables.hook_entries`` is a pure function of it)."""
+    steps = []
+    for e in st.nft.hook_entries("ingress", None, device):
+        m = e.flowtable
+        steps.append((e, None) if e.chain is not None else (e, st.ft_by_key[(m.family, m.table, m.name)]))
+    return tuple(steps)
 
 
 # ----------------------------------------------------------------- bridge
