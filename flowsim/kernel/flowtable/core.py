@@ -622,8 +622,10 @@ class Flowtable:
             self.reasons[rid] += 1
 
     def record_failure(self, ct: CtEntry | None, rid: str, detail: str = "") -> None:
-        reason(rid)  # only ids from the table
-        self.flow_add_failures[rid] += 1
+        counts = self.flow_add_failures
+        if rid not in counts:  # only ids from the table, checked when first counted (a refused flow add
+            reason(rid)        # is refused again for every packet of its connection)
+        counts[rid] += 1
         if ct is not None:
             per = self.ct_failures.get(ct.id)
             if per is None:

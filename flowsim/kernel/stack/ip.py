@@ -99,16 +99,15 @@ def _pull_to(skb: SkBuff, off: int) -> None:
 def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     """``ip_rcv`` / ``ipv6_rcv`` → PREROUTING → ``ip_rcv_finish``."""
     info = parse_ip(skb.buf, skb.data)
-    where = f"{st.name} {dev.name}"
     if info is None or (info.version == 4) != (skb.protocol == ETH_P_IP):
-        kernel.drop(skb, "ip-header-invalid", where)
+        kernel.drop(skb, "ip-header-invalid", f"{st.name} {dev.name}")
         return
     end = skb.data + info.tot_len
     if len(skb.buf) > end:  # pskb_trim_rcsum: Ethernet padding goes
         del skb.buf[end:]
         skb.linear_end = min(skb.linear_end, end)
     if not host:
-        kernel.drop(skb, "not-for-host", where)
+        kernel.drop(skb, "not-for-host", f"{st.name} {dev.name}")
         return
     skb.may_pull(info.hlen if info.version == 4 else 40)
     skb.network_header, skb.transport_header = skb.data, info.l4off
@@ -121,17 +120,17 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     if st.nft is not None or st.ct_active:  # NF_HOOK: nf_hook_slow only when the netns has hooks
         info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
         if why is not None:
-            kernel.drop(skb, why, f"{where} prerouting")
+            kernel.drop(skb, why, f"{st.name} {dev.name} prerouting")
             return
     rt = st.route(info.dst)
     if rt.type == "local":
         ip_local_deliver(kernel, st, dev, skb, info, nfc)
     elif rt.error:
         icmp_send(kernel, st, skb, info, *_unreachable(info.version), nfc=nfc)
-        kernel.drop(skb, "no-route", where, dst=info.dst)
+        kernel.drop(skb, "no-route", f"{st.name} {dev.name}", dst=info.dst)
     elif not st.forwarding(dev, info.version):
         icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True), nfc=nfc)
-        kernel.drop(skb, "forwarding-disabled", where)
+        kernel.drop(skb, "forwarding-disabled", f"{st.name} {dev.name}")
     else:
         ip_forward(kernel, st, dev, skb, info, nfc, rt)
 
@@ -146,39 +145,38 @@ def _unreachable(version: int, host_unreach: bool = False) -> tuple[int, int]:
 
 def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
     """``ip_forward`` / ``ip6_forward``: TTL, MTU, TTL decrement, FORWARD, then output."""
-    where = f"{st.name} forward"
     v4 = info.version == 4
     if st.ns.xfrm is not None:  # xfrm4_policy_check(FWD), then xfrm4_route_forward (flowsim.kernel.stack.xfrm)
         why = stack_xfrm.policy_check(st, skb, info)
         if why is None:
             rt, why = stack_xfrm.route_forward(kernel, st, skb, info, rt)
         if why is not None:
-            kernel.drop(skb, why, where, src=info.src, dst=info.dst)
+            kernel.drop(skb, why, f"{st.name} forward", src=info.src, dst=info.dst)
             return
     if info.ttl <= 1:
         icmp_send(kernel, st, skb, info, ICMP_TIME_EXCEEDED if v4 else ICMPV6_TIME_EXCEED, ICMP_EXC_TTL, nfc=nfc)
-        kernel.drop(skb, "ttl-exceeded-forward", where, ttl=info.ttl)
+        kernel.drop(skb, "ttl-exceeded-forward", f"{st.name} forward", ttl=info.ttl)
         return
     out_dev = st.ns.devices[rt.dev]
     mtu = st.ns.fib.dst_mtu_maybe_forward(rt)
     if v4:
         if _ip_exceeds_mtu(skb, info, mtu):
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu, nfc=nfc)
-            kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
+            kernel.drop(skb, "frag-needed", f"{st.name} forward", len=info.tot_len, mtu=mtu)
             return
         ip_decrease_ttl(skb.buf, info.l3off)
     else:
         mtu = max(mtu, IPV6_MIN_MTU)
         if info.tot_len > mtu and not _gso_fits(skb, info, mtu):  # ip6_pkt_too_big
             icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu, nfc=nfc)
-            kernel.drop(skb, "pkt-too-big", where, len=info.tot_len, mtu=mtu)
+            kernel.drop(skb, "pkt-too-big", f"{st.name} forward", len=info.tot_len, mtu=mtu)
             return
         ipv6_decrease_hoplimit(skb.buf, info.l3off)
     info.ttl -= 1
     if st.nft is not None or st.ct_active:
         info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
         if why is not None:
-            kernel.drop(skb, why, where)
+            kernel.drop(skb, why, f"{st.name} forward")
             return
     if type(rt) is stack_xfrm.XfrmRoute:  # dst_output of an xfrm bundle: xfrm4_output
         stack_xfrm.xfrm4_output(kernel, st, skb, info, nfc, rt, out_dev, in_dev)
