@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import subprocess
 import sys
@@ -55,7 +57,10 @@ def extract(commit: str, into: Path) -> Path:
     """The revision's ``flowsim/`` package, extracted under *into*; returns the directory to import it from."""
     tar = into / "rev.tar"
     with tar.open("wb") as out:
-        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, PACKAGE], stdout=out, check=True)
+        res = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, PACKAGE], stdout=out,
+                             stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"bench_revision: {commit[:12]} has no {PACKAGE}/ package ({res.stderr.strip()})")
     tree = into / "tree"
     with tarfile.open(tar) as archive:
         if hasattr(tarfile, "data_filter"):  # Python 3.11.4 on: no member outside *tree*, no link out of it
@@ -67,6 +72,20 @@ def extract(commit: str, into: Path) -> Path:
 
 def _ours(name: str) -> bool:
     return name == PACKAGE or name.startswith(PACKAGE + ".")
+
+
+class _ActiveTreeOnly(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: a flowsim module comes from the active tree or is not found.  Without it a
+    module the revision lacks would be found elsewhere (an editable install's finder maps every flowsim name
+    to the working tree), and the revision's side would run the working tree's code."""
+
+    def find_spec(self, name, path, target=None):
+        if not _ours(name) or Tree.active is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path if path is not None else [str(Tree.active.path)])
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r} in the {Tree.active.label} tree", name=name)
+        return spec
 
 
 class Tree:
@@ -84,11 +103,17 @@ class Tree:
         """Import this tree and build a side with *setup* (which runs it once: the lazy imports happen then);
         the side activates this tree before each of its runs."""
         self.activate()
-        fn = setup(self)
+        try:
+            fn = setup(self)
+        except Exception as exc:  # an older revision without what this checkout's setup calls
+            raise SystemExit(f"bench_revision: the {self.label} tree cannot run this checkout's setup "
+                             f"({type(exc).__name__}: {exc}); compare revisions closer to the working tree") from None
         self.modules.update((n, m) for n, m in sys.modules.items() if _ours(n))
-        origin = Path(self.modules[PACKAGE].__file__ or "").resolve()
-        if not origin.is_relative_to(self.path.resolve()):
-            raise SystemExit(f"bench_revision: {self.label} imported {origin}, not the tree under {self.path}")
+        for name, mod in sorted(self.modules.items()):
+            origin = getattr(mod, "__file__", None)
+            if origin is not None and not Path(origin).resolve().is_relative_to(self.path.resolve()):
+                raise SystemExit(f"bench_revision: the {self.label} tree's {name} came from {origin}, not from "
+                                 f"{self.path}")
 
         def side() -> object:
             self.activate()
@@ -162,7 +187,7 @@ def run_side(topology: Path, injected: dict[str, Callable[[], int]]):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", nargs="?", default="HEAD", help="the revision to compare with the working tree")
-    ap.add_argument("--rounds", type=int, default=10, help="rounds (each runs every side of both trees once)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds (each runs every side of both trees once)")
     ap.add_argument("--flows", type=int, default=10_000, help="fast-path flows (and frames per fastpath run)")
     ap.add_argument("--scale", type=int, default=10, help="the cover letter's traffic times this for the run side")
     args = ap.parse_args(argv)
@@ -170,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, opt) < 1:
             ap.error(f"--{opt} must be at least 1")
     commit = resolve(args.rev)
+    sys.meta_path.insert(0, _ActiveTreeOnly())
     with tempfile.TemporaryDirectory(prefix="flowsim-rev-") as tmp:
         tmpdir = Path(tmp)
         rev, new = Tree("rev", extract(commit, tmpdir)), Tree("new", ROOT)

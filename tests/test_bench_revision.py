@@ -57,3 +57,16 @@ def test_a_name_that_is_no_commit_is_one_error(rev):
 def test_rounds_must_be_positive():
     res = _bench("HEAD", "--rounds", "0")
     assert res.returncode == 2 and "--rounds must be at least 1" in res.stderr
+
+
+def test_a_revision_that_cannot_run_the_setup_is_one_error():
+    """The first commit, from before the architecture issue's packages: its flowsim has no flowsim.kernel."""
+    root = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--max-parents=0", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.split()[0]
+    if (ROOT / ".git" / "shallow").exists():
+        pytest.skip("a shallow clone: the first commit is not here")
+    res = _bench(root, "--rounds", "1", "--flows", "10", "--scale", "1")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    # its flowsim has no flowsim.config: not found there, and not taken from the working tree either
+    assert "the rev tree cannot run this checkout's setup (ModuleNotFoundError: No module named 'flowsim." in res.stderr
+    assert "in the rev tree" in res.stderr
