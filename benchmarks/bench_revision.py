@@ -40,6 +40,7 @@ from _bench import interleave, last_line  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 PACKAGE = "flowsim"
+MAX_FLOWS = 65536 - 20000  # bench_fastpath's connections use client ports from 20000
 
 
 def resolve(rev: str) -> str:
@@ -194,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     for opt in ("rounds", "flows", "scale"):
         if getattr(args, opt) < 1:
             ap.error(f"--{opt} must be at least 1")
+    if args.flows > MAX_FLOWS:
+        ap.error(f"--flows must be at most {MAX_FLOWS:,} (client ports 20000 up to 65535)")
     commit = resolve(args.rev)
     sys.meta_path.insert(0, _ActiveTreeOnly())
     with tempfile.TemporaryDirectory(prefix="flowsim-rev-") as tmp:

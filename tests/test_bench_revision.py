@@ -54,9 +54,11 @@ def test_a_name_that_is_no_commit_is_one_error(rev):
     assert f"{rev!r}" in res.stderr and "commit" in res.stderr
 
 
-def test_rounds_must_be_positive():
-    res = _bench("HEAD", "--rounds", "0")
-    assert res.returncode == 2 and "--rounds must be at least 1" in res.stderr
+@pytest.mark.parametrize(("args", "message"), [(["--rounds", "0"], "--rounds must be at least 1"),
+                                                (["--flows", "45537"], "--flows must be at most 45,536")])
+def test_bad_options_are_one_error(args, message):
+    res = _bench("HEAD", *args)
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
 
 
 def test_a_revision_that_cannot_run_the_setup_is_one_error():
