@@ -142,16 +142,23 @@ def bytes_per_connection() -> float:
     return sum(s.size_diff for s in after.compare_to(before, "filename")) / MEM_CONNS
 
 
+def offloaded_router(flows: int):
+    """The fast side's kernel and its router's flowtable: *flows* TCP connections client ↔ server (client
+    ports from 20000), each established and offloaded by ``flow add`` (the frames of :func:`frames` hit them)."""
+    k = make_kernel(True)
+    st = k.netns["router"]
+    ft = st.flowtables["ft"]
+    for i in range(flows):
+        ct = establish(k, 20000 + i)
+        route = st.ns.fib.lookup(SERVER)
+        assert nft_flow_offload_eval(k, st, ft, skb=_dummy_skb(), ct=ct, ctdir=0,
+                                     in_dev=st.ns.devices["eth0"], route=route, tcp_flags=TCP_ACK)
+    return k, ft
+
+
 def main() -> int:
     pkts = frames(FLOWS)
-    fast = make_kernel(True)
-    st = fast.netns["router"]
-    ft = st.flowtables["ft"]
-    for i in range(FLOWS):
-        ct = establish(fast, 20000 + i)
-        route = st.ns.fib.lookup(SERVER)
-        assert nft_flow_offload_eval(fast, st, ft, skb=_dummy_skb(), ct=ct, ctdir=0,
-                                     in_dev=st.ns.devices["eth0"], route=route, tcp_flags=TCP_ACK)
+    fast, ft = offloaded_router(FLOWS)
 
     slow = make_kernel(False)
     for i in range(FLOWS):

@@ -152,19 +152,9 @@ def fastpath_side(flows: int, frames: list[bytes], hits: dict[str, Callable[[], 
     """The setup of the ``fastpath`` side: bench_fastpath's router with *flows* offloaded flows."""
     def setup(tree: Tree) -> Callable[[], object]:
         bench = _bench_module(tree, "bench_fastpath")
-        conntrack = tree.module("kernel.conntrack")
-        core = tree.module("kernel.flowtable.core")
-        k = bench.make_kernel(True)
-        st = k.netns["router"]
-        ft = st.flowtables["ft"]
-        for i in range(flows):
-            ct = bench.establish(k, 20000 + i)
-            ok = core.nft_flow_offload_eval(k, st, ft, skb=bench._dummy_skb(), ct=ct, ctdir=0,
-                                            in_dev=st.ns.devices["eth0"], route=st.ns.fib.lookup(bench.SERVER),
-                                            tcp_flags=conntrack.TCP_ACK)
-            assert ok, f"{tree.label}: flow {i} not offloaded"
+        k, ft = bench.offloaded_router(flows)
         hits[tree.label] = lambda: ft.fastpath
-        run = bench.receive_all(k, frames[:flows])
+        run = bench.receive_all(k, frames)
         run()  # warm-up: the first packet of each flow builds its transmit plan
         return run
     return setup
