@@ -43,7 +43,7 @@ from flowsim.kernel.headers import (
     ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT,
     csum_replace, internet_checksum, ipv6_ext_hdr,
 )
-from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff
+from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff, buffer_of
 
 __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
@@ -160,8 +160,7 @@ def ip_addr(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IP
 
 def new_skb(packet: bytes, tag: SkbTag | None, mark: int = 0, gso_size: int = 0, gso_type: int = 0) -> SkBuff:
     """An skb holding the L3 *packet* with the usual headroom (``alloc_skb`` + ``skb_reserve``)."""
-    buf = bytearray(HEADROOM)
-    buf += packet
+    buf = buffer_of((HEADROOM, packet))
     # positional, in field order (buf, data, linear_end, mac, network, transport header, protocol, VLAN present,
     # proto, TCI, iif, gso_size, gso_type, tailroom, mark, tag): this runs for every packet a host or tunnel sends
     return SkBuff(buf, NET_SKB_PAD, len(buf), NET_SKB_PAD, NET_SKB_PAD, -1,

@@ -52,7 +52,7 @@ class SkbTag(Protocol):
     #: the length of the zero payload the sending host put at the packet's end (frame_on_wire's claim)
     zeros: int
 
-__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD", "HEADROOM", "ZEROS"]
+__all__ = ["SkbCost", "SkBuff", "skb_from_frame", "frame_on_wire", "NET_SKB_PAD", "HEADROOM", "ZEROS", "buffer_of"]
 
 NET_SKB_PAD = 64  # headroom drivers reserve (max(32, L1_CACHE_BYTES) on x86-64)
 HEADROOM = bytes(NET_SKB_PAD)  # an skb's buffer starts as these zeros (skb_reserve)
@@ -267,9 +267,9 @@ def skb_from_frame(frame: bytes, iif: int = 0, headlen: int | None = None,
     # the headroom, the frame and its zero tail joined into a buffer allocated once (a third of the time of a
     # zeroed buffer the frame is copied into, for a frame without a zero tail)
     if zeros:
-        buf = _join((HEADROOM, frame, _ZERO_VIEW[:zeros] if zeros <= len(ZEROS) else bytes(zeros)))
+        buf = buffer_of((HEADROOM, frame, _ZERO_VIEW[:zeros] if zeros <= len(ZEROS) else bytes(zeros)))
     else:
-        buf = _join((HEADROOM, frame))
+        buf = buffer_of((HEADROOM, frame))
     # positional arguments, in field order: this runs once per received frame
     skb = SkBuff(buf, data, NET_SKB_PAD + headlen, NET_SKB_PAD, data, data,
                  (buf[NET_SKB_PAD + 12] << 8) | buf[NET_SKB_PAD + 13], False, 0, 0, iif, gso_size, gso_type, 0,
@@ -299,4 +299,6 @@ def frame_on_wire(buf: bytes | bytearray, start: int, zeros: int) -> tuple[bytes
 #: (frame_on_wire here, the receiver's flowsim.kernel.stack.ip._l4_ok)
 ZEROS = bytes(65536)
 _ZERO_VIEW = memoryview(ZEROS)  # its prefixes without a copy
-_join = bytearray().join  # its parts in one new bytearray, sized once (the empty separator is never written)
+#: a new bytearray of the given parts, sized once (``bytearray().join``: the empty separator is never written):
+#: an skb's buffer, the headroom then what follows it (skb_from_frame; flowsim.kernel.pkt.new_skb)
+buffer_of = bytearray().join

@@ -611,7 +611,7 @@ class Endpoint:
             if seq is None:
                 self.snd_nxt = (self.snd_nxt + payload_len + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) & 0xFFFFFFFF
                 if payload_len:
-                    self.rtx_queue.append(at << RTX_LEN_BITS | payload_len)  # rtx_entry
+                    self.rtx_queue.append(rtx_entry(at, payload_len))
                 if self.cc is not None and (payload_len or flags & TCP_SYN):
                     self.cc.sent_new(self, kernel, self.snd_nxt)
             if spec.acks == "linux":  # __tcp_transmit_skb: tcp_event_ack_sent, then tcp_event_data_sent
