@@ -357,6 +357,22 @@ class Timer:
             self.fn(*self.args)
 
 
+class PeerCache(dict):
+    """Device → the other end of its veth pair or cable (``Topology.peer``; None without one), looked up when first
+    asked.  Links change only when an event adds a device (``Kernel.netdev_register`` clears the cache).  A dict
+    that fills itself: a transmitted frame pays one C-level subscript for its peer, not a method call."""
+
+    __slots__ = ("topo",)
+
+    def __init__(self, topo) -> None:
+        super().__init__()
+        self.topo = topo
+
+    def __missing__(self, dev):
+        peer = self[dev] = self.topo.peer(dev)  # devices hash by identity
+        return peer
+
+
 class Kernel:
     """The simulated kernel of every namespace of *topo* (see the module docstring).
 
@@ -398,7 +414,7 @@ class Kernel:
         self._seq = 0
         self._vlan_uppers: dict = {}
         self.netns: dict[str, NetnsState] = {name: self._netns_state(ns) for name, ns in topo.namespaces.items()}
-        self._peers: dict = {}
+        self.peers = PeerCache(topo)
         # The two per-packet entry points, bound once as partials (one Python frame less per frame and skb):
         #   receive_frame(dev, frame, tag, zeros=0, mark=0, gso_size=0, gso_type=0): a frame (and *zeros* zero
         #     bytes after it) arrives on *dev* from its wire (veth peer, cable); a GSO skb crosses a veth whole
@@ -435,11 +451,7 @@ class Kernel:
     def peer(self, dev):
         """The other end of a veth pair or cable (cached: links change only when an event adds a device,
         :meth:`netdev_register`)."""
-        try:
-            return self._peers[dev]  # devices hash by identity
-        except KeyError:
-            peer = self._peers[dev] = self.topo.peer(dev)
-            return peer
+        return self.peers[dev]
 
     def new_tag(self, traffic: str | None, direction: str | None, kind: str, origin: str = ORIGIN_STACK,
                 seq: int | None = None, flow: int = 0) -> PacketTag:
@@ -541,7 +553,7 @@ class Kernel:
         """
         bound = [ft.name for ft, name in st.unbound if name == dev.name]
         st.unbound = tuple((ft, name) for ft, name in st.unbound if name != dev.name)
-        self._peers.clear()
+        self.peers.clear()
         self._vlan_uppers.clear()
         st.hook_cache.clear()
         st.routes.clear()

@@ -446,7 +446,7 @@ def _xmit_ppp(kernel, ppp: PppDevice, skb: SkBuff) -> None:
 
 def _xmit_wire(kernel, dev, skb: SkBuff) -> None:
     """veth_xmit / a NIC / a DSA user port: the frame goes on the wire to the peer device."""
-    peer = kernel.peer(dev)
+    peer = kernel.peers[dev]
     if peer is None:
         kernel.drop(skb, "no-carrier", f"{dev.netns} {dev.name} xmit")
         return
