@@ -52,6 +52,7 @@ lint: $(TEST_STAMP)
 # Every benchmark: CPU time, sides interleaved, best of N with the spread, targets first, one JSON line last.
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_cli.py
+	$(BIN)/python benchmarks/bench_split.py
 	$(BIN)/python benchmarks/bench_tuple.py
 	$(BIN)/python benchmarks/bench_fastpath.py
 	$(BIN)/python benchmarks/bench_slowpath.py

@@ -1,0 +1,69 @@
+"""benchmarks/bench_split.py: a run's CPU time split by where each frame was received, and the saving's bound.
+
+Timings belong to the benchmark's output; what is checked is the accounting: the rows add up to each side's total,
+both sides ran the traffic a plain run of the topology runs (same packets, the same fast-path hits at the router),
+the bound and the rest needed for the target follow from the rows, and a bad option is one clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowsim.config.topology import load_topology
+from flowsim.sim.simulation import Simulation
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "bench_split.py"
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def split() -> dict:
+    res = _bench("--rounds", "1", "--scale", "1")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_the_same_traffic_as_a_plain_run(split):
+    sim = Simulation(load_topology(ROOT / "topologies" / "ip6ip6-rx.toml")).run()
+    totals = sim.kernel.ledger.totals()
+    assert split["packets"] == totals["injected"] == 2006  # 2,000 packets of the tables and the TCP handshake
+    assert split["fastpath_hits"] == sim.kernel.netns["router"].flowtables["ft"].fastpath > 0
+    assert split["rounds"] == 1
+
+
+def test_the_rows_add_up_to_each_side(split):
+    rows = split["split"]
+    assert set(rows) == {"client", "remote", "router", "server", "endpoint sends, timers"}
+    for side in ("flowtables", "no-flowtables"):
+        assert sum(r[side] for r in rows.values()) == pytest.approx(split["cpu_s"][side], abs=1e-3)
+        assert all(r[side] > 0 for r in rows.values())
+    # only the router has a flowtable: its frames are what the flowtables make cheaper
+    assert rows["router"]["flowtables"] < rows["router"]["no-flowtables"]
+
+
+def test_bound_and_target_follow_from_the_rows(split):
+    cpu, router = split["cpu_s"], split["split"]["router"]
+    assert split["saving"] == pytest.approx(cpu["no-flowtables"] / cpu["flowtables"], rel=5e-3)  # rounded figures
+    rest = cpu["no-flowtables"] - router["no-flowtables"]
+    assert split["rest_s"]["no-flowtables"] == pytest.approx(rest, abs=1e-3)
+    assert split["saving_bound"] == pytest.approx(cpu["no-flowtables"] / rest, abs=1e-2)
+    # everything outside the router at rest_for_target_s: the saving would be exactly 3x
+    r = split["rest_for_target_s"]
+    assert (r + router["no-flowtables"]) / (r + router["flowtables"]) == pytest.approx(3.0, rel=1e-2)
+
+
+@pytest.mark.parametrize("args", [("--rounds", "0"), ("--scale", "-1"), ("--rounds", "x")])
+def test_bad_option_is_one_clear_error(args):
+    res = _bench(*args)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "--rounds" in res.stderr or "--scale" in res.stderr
