@@ -12,7 +12,10 @@ cover letter measured.
   xmit);
 * slow path (the baseline, same run, same frames): the same kernel with the
   flowtable hooks off — prerouting, local delivery of the outer packet, the
-  ip6tnl decapsulation, forward chain, conntrack, neighbour output.
+  ip6tnl decapsulation, forward chain, conntrack, neighbour output;
+* mixed (not a target): each frame through the fast side, then through the slow side, as a run interleaves
+  the router's frames with other work; the mix's time less the slow side's alone is the fast path's cost
+  among other work, about twice its cost alone (what ran in between evicted its objects from the CPU's caches).
 
 Memory: tracemalloc's growth for 100,000 flows (both tuples, the flow entry,
 the table slots), conntrack entries excluded; and per connection, 50,000
@@ -94,6 +97,19 @@ def receive_all(k: Kernel, pkts: list[bytes]):
     return run
 
 
+def receive_mixed(fast: Kernel, slow: Kernel, pkts: list[bytes]):
+    """One pass as a run interleaves its work: every frame received on the fast side's eth1, then on the slow
+    side's (each fast-path frame follows a slow-path one, whose objects it evicted from the CPU's caches)."""
+    fast_dev, slow_dev = fast.topo.device("router", "eth1"), slow.topo.device("router", "eth1")
+    fast_receive, slow_receive = fast.receive_frame, slow.receive_frame
+
+    def run() -> None:
+        for f in pkts:
+            fast_receive(fast_dev, f, None)
+            slow_receive(slow_dev, f, None)
+    return run
+
+
 def bytes_per_flow() -> float:
     k = make_kernel(True)
     st = k.netns["router"]
@@ -165,9 +181,13 @@ def main() -> int:
         establish(slow, 20000 + i)
     receive_all(slow, pkts)()  # warm-up: conntrack entries of the outer packets
     # the same frames for both sides, the sides in turn within each round, CPU time (benchmarks/_bench.py)
-    t = interleave({"fast": receive_all(fast, pkts), "slow": receive_all(slow, pkts)}, ROUNDS)
-    assert ft.fastpath >= ROUNDS * FLOWS and ft.slowpath == 0, (ft.fastpath, ft.slowpath, dict(ft.reasons))
+    t = interleave({"fast": receive_all(fast, pkts), "slow": receive_all(slow, pkts),
+                    "mixed": receive_mixed(fast, slow, pkts)}, ROUNDS)
+    assert ft.fastpath >= 2 * ROUNDS * FLOWS and ft.slowpath == 0, (ft.fastpath, ft.slowpath, dict(ft.reasons))
     fast_pps, slow_pps = t.rate("fast", FLOWS), t.rate("slow", FLOWS)
+    # the fast path among other work, as in a run: the mix's time less the slow side's alone (an upper bound: the
+    # slow frames' own cache misses in the mix are counted as the fast path's)
+    mixed_fast_s = (t.best("mixed") - t.best("slow")) / FLOWS
     bpf = bytes_per_flow()
     bpc = bytes_per_connection()
     speedup = fast_pps / slow_pps
@@ -180,10 +200,14 @@ def main() -> int:
     print(f"{'fast path packets/CPU-s':<28}{fast_pps:>14,.0f}  >= {TARGETS['fastpath_pps']:,}   ({t.describe('fast')})")
     print(f"{'slow path packets/CPU-s':<28}{slow_pps:>14,.0f}  (baseline, same frames, interleaved; {t.describe('slow')})")
     print(f"{'fast / slow':<28}{speedup:>14.1f}  >= {TARGETS['speedup']:g}")
+    print(f"{'fast path, mixed':<28}{1 / mixed_fast_s:>14,.0f}  (each frame after a slow-path frame: "
+          f"{mixed_fast_s * 1e6:.1f} µs against {1e6 / fast_pps:.1f} µs alone; {t.describe('mixed')})")
     print(f"{'bytes per flow (100k)':<28}{bpf:>14,.0f}  <= {TARGETS['bytes_per_flow']:,}")
     print(f"{'bytes per connection (50k)':<28}{bpc:>14,.0f}  <= {TARGETS['bytes_per_conn']:,}   (flow + conntrack)")
     last_line({"fastpath_pps": round(fast_pps), "slowpath_pps": round(slow_pps), "speedup": round(speedup, 1),
-               "spread": {"fast": round(t.spread("fast"), 2), "slow": round(t.spread("slow"), 2)},
+               "fastpath_mixed_pps": round(1 / mixed_fast_s),
+               "spread": {"fast": round(t.spread("fast"), 2), "slow": round(t.spread("slow"), 2),
+                          "mixed": round(t.spread("mixed"), 2)},
                "bytes_per_flow": round(bpf), "bytes_per_conn": round(bpc),
                "meets_targets": fast_pps >= TARGETS["fastpath_pps"] and speedup >= TARGETS["speedup"]
                and bpf <= TARGETS["bytes_per_flow"] and bpc <= TARGETS["bytes_per_conn"]})

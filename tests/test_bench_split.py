@@ -37,6 +37,7 @@ def test_the_same_traffic_as_a_plain_run(split):
     totals = sim.kernel.ledger.totals()
     assert split["packets"] == totals["injected"] == 2006  # 2,000 packets of the tables and the TCP handshake
     assert split["fastpath_hits"] == sim.kernel.netns["router"].flowtables["ft"].fastpath > 0
+    assert split["flowtable_netns"] == ["router"]  # the namespaces whose rows the bound takes out
     assert split["rounds"] == 1
 
 
@@ -61,9 +62,35 @@ def test_bound_and_target_follow_from_the_rows(split):
     assert (r + router["no-flowtables"]) / (r + router["flowtables"]) == pytest.approx(3.0, rel=1e-2)
 
 
-@pytest.mark.parametrize("args", [("--rounds", "0"), ("--scale", "-1"), ("--rounds", "x")])
-def test_bad_option_is_one_clear_error(args):
+def test_another_topology(tmp_path):
+    """A topology given by path: its namespaces are the rows, its flowtable namespaces the bound's."""
+    res = _bench(str(ROOT / "topologies" / "conform-forward.toml"), "--rounds", "1", "--scale", "1")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["flowtable_netns"] == ["r"]
+    assert set(out["split"]) == {"ns1", "ns2", "r", "endpoint sends, timers"}
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--rounds", "0"), "--rounds"), (("--scale", "-1"), "--scale"), (("--rounds", "x"), "--rounds"),
+    (("no-such.toml",), "cannot read the topology 'no-such.toml'"),
+])
+def test_bad_option_is_one_clear_error(args, says):
     res = _bench(*args)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
-    assert "--rounds" in res.stderr or "--scale" in res.stderr
+    assert says in res.stderr
+
+
+def test_topology_without_traffic_or_that_does_not_load(tmp_path):
+    quiet = tmp_path / "quiet.toml"
+    quiet.write_text('[netns.a]\ncommands = "ip link set lo up"\n')
+    res = _bench(str(quiet), "--rounds", "1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "no [[traffic]] table with packets = N" in res.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[netns.a]\ncommands = "ip link add"\n\n[[traffic]]\nproto = "udp"\nfrom = "a"\n'
+                      'to = "10.0.0.1"\npackets = 1\n')
+    res = _bench(str(broken), "--rounds", "1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("bench_split: error: ") and "broken.toml" in res.stderr
