@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -49,10 +50,22 @@ ROUNDS = 5
 REST = "endpoint sends, timers"
 
 
-def split_run(topology: Path, flowtables: bool) -> tuple[float, dict[str, float], int, int, float, list[str]]:
-    """One run of *topology*: its CPU seconds, their split (namespace → seconds of the frames it received, and
-    :data:`REST`), the packets injected, the fast-path hits, the run's wall seconds and the namespaces with a
-    flowtable."""
+class SplitRun(NamedTuple):
+    """One run: its CPU seconds and their split (namespace → seconds of the frames it received, and :data:`REST`)."""
+
+    cpu_s: float
+    split: dict[str, float]
+    injected: int
+    fastpath: int  # hits of every flowtable
+    wall_s: float
+    flowtable_netns: list[str]  # the namespaces with a flowtable
+
+    def part(self, namespaces: list[str]) -> float:
+        return sum(self.split.get(ns, 0.0) for ns in namespaces)
+
+
+def split_run(topology: Path, flowtables: bool) -> SplitRun:
+    """One run of *topology*, with or without its flowtables."""
     sim = Simulation(load_topology(topology), flowtables=flowtables)
     k = sim.kernel
     spent: collections.Counter = collections.Counter()
@@ -76,43 +89,41 @@ def split_run(topology: Path, flowtables: bool) -> tuple[float, dict[str, float]
     split = dict(sorted(spent.items()))
     split[REST] = total - sum(spent.values())
     fastpath = sum(ft.fastpath for st in k.netns.values() for ft in st.flowtables.values())
-    return total, split, k.ledger.totals()["injected"], fastpath, wall, sorted(n for n, st in k.netns.items()
-                                                                                if st.flowtables)
+    return SplitRun(total, split, k.ledger.totals()["injected"], fastpath, wall,
+                    sorted(name for name, st in k.netns.items() if st.flowtables))
 
 
 def measure(topology: Path, rounds: int) -> dict:
     """Both sides, in turn within each round; the best round of each with its split."""
     timings = Timings(["flowtables", "no-flowtables"])
-    best: dict[str, tuple] = {}
+    best: dict[str, SplitRun] = {}
     for _ in range(rounds):
         for name in timings.runs:
             run = split_run(topology, name == "flowtables")
-            timings.runs[name].append(run[0])
-            if name not in best or run[0] < best[name][0]:
+            timings.runs[name].append(run.cpu_s)
+            if name not in best or run.cpu_s < best[name].cpu_s:
                 best[name] = run
     ft, noft = best["flowtables"], best["no-flowtables"]
-    if ft[2] != noft[2]:
-        raise SystemExit(f"the sides injected {ft[2]:,} and {noft[2]:,} packets: not the same traffic")
-    rows = sorted(set(ft[1]) | set(noft[1]), key=lambda r: (r == REST, r))
-    fast = ft[5]
-    router_ft, router_noft = (sum(side[1].get(ns, 0.0) for ns in fast) for side in (ft, noft))
-    rest_ft = ft[0] - router_ft
-    rest_noft = noft[0] - router_noft
-    saving = noft[0] / ft[0]
+    if ft.injected != noft.injected:
+        raise SystemExit(f"the sides injected {ft.injected:,} and {noft.injected:,} packets (ICMP errors or "
+                         "retransmissions differ with the flowtables): their times are not of the same traffic")
+    rows = sorted(set(ft.split) | set(noft.split), key=lambda r: (r == REST, r))
+    fast = ft.flowtable_netns
+    fast_ft, fast_noft = ft.part(fast), noft.part(fast)  # the flowtable namespaces' frames, with and without
+    rest_ft, rest_noft = ft.cpu_s - fast_ft, noft.cpu_s - fast_noft
     target = TARGETS["fastpath_saving"]
     return {
-        "packets": ft[2], "fastpath_hits": ft[3], "flowtable_netns": fast, "rounds": rounds,
-        "cpu_s": {"flowtables": round(ft[0], 4), "no-flowtables": round(noft[0], 4)},
-        "wall_s": {"flowtables": round(ft[4], 4), "no-flowtables": round(noft[4], 4)},
+        "packets": ft.injected, "fastpath_hits": ft.fastpath, "flowtable_netns": fast, "rounds": rounds,
+        "cpu_s": {"flowtables": round(ft.cpu_s, 4), "no-flowtables": round(noft.cpu_s, 4)},
+        "wall_s": {"flowtables": round(ft.wall_s, 4), "no-flowtables": round(noft.wall_s, 4)},
         "spread": {name: round(timings.spread(name), 2) for name in timings.runs},
-        "split": {row: {"flowtables": round(ft[1].get(row, 0.0), 4), "no-flowtables": round(noft[1].get(row, 0.0), 4)}
-                  for row in rows},
-        "saving": round(saving, 3),
-        # the flowtable namespaces' packets free with the flowtables: the rest as measured without them
-        "saving_bound": round(noft[0] / rest_noft, 3) if rest_noft > 0 else None,
-        # T_noft / T_ft >= target  <=>  rest + router_noft >= target * (rest + router_ft) (router: the flowtable
-        # namespaces)
-        "rest_for_target_s": round((router_noft - target * router_ft) / (target - 1), 4),
+        "split": {row: {"flowtables": round(ft.split.get(row, 0.0), 4),
+                        "no-flowtables": round(noft.split.get(row, 0.0), 4)} for row in rows},
+        "saving": round(noft.cpu_s / ft.cpu_s, 3),
+        # the flowtable namespaces' frames free with the flowtables: the rest as measured without them
+        "saving_bound": round(noft.cpu_s / rest_noft, 3) if rest_noft > 0 else None,
+        # T_noft / T_ft >= target  <=>  rest + fast_noft >= target * (rest + fast_ft)
+        "rest_for_target_s": round((fast_noft - target * fast_ft) / (target - 1), 4),
         "rest_s": {"flowtables": round(rest_ft, 4), "no-flowtables": round(rest_noft, 4)},
     }
 
