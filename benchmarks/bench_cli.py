@@ -49,10 +49,11 @@ def flowsim() -> list[str]:
 
 
 def scaled(topology: Path, tmp: Path, factor: int = SCALE) -> Path:
-    """A copy of *topology* with every traffic table's packet counts times *factor*."""
+    """A copy of *topology* with every traffic table's packet counts times *factor*; ValueError when it has none."""
     text = topology.read_text()
     text, n = re.subn(r"^(\s*(?:reply_)?packets\s*=\s*)(\d+)", lambda m: f"{m[1]}{int(m[2]) * factor}", text, flags=re.M)
-    assert n, f"{topology.name}: no packets = N to scale"
+    if not n:
+        raise ValueError(f"{topology}: no [[traffic]] table with packets = N to run (and scale)")
     out = tmp / topology.name
     out.write_text(text)
     return out

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
-import re
 import sys
 import tempfile
 import time
@@ -137,16 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.scale < 1:
         p.error("--rounds and --scale take a positive integer")
-    try:
-        text = args.topology.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        p.error(f"cannot read the topology {str(args.topology)!r}: {exc}")
-    if not re.search(r"^\s*packets\s*=\s*\d+", text, flags=re.M):
-        p.error(f"{args.topology}: no [[traffic]] table with packets = N to run (and scale)")
     targets([f"the same run with --no-flowtables, divided by the run with them: >= {TARGETS['fastpath_saving']}x "
              "(bench_cli measures it with start-up; here: in process, split by namespace)"])
     with tempfile.TemporaryDirectory() as tmpdir:
-        topology = scaled(args.topology, Path(tmpdir), args.scale)
+        try:
+            topology = scaled(args.topology, Path(tmpdir), args.scale)
+        except (OSError, UnicodeDecodeError) as exc:
+            p.error(f"cannot read the topology {str(args.topology)!r}: {exc}")
+        except ValueError as exc:
+            p.error(str(exc))
         try:
             out = measure(topology, args.rounds)
         except FlowsimError as exc:  # a topology that does not load: flowsim's one-line error, not a traceback
