@@ -20,9 +20,10 @@ would have to cost for 3x with the flowtable namespaces as they are.
 Both sides (with and without the flowtables) run in turn within each round, CPU time, best of the rounds with
 the spread (benchmarks/_bench.py); the split shown is the best round's.  A frame's row is timed with
 ``time.perf_counter`` (45 ns a read; a CPU-time clock is a system call, 440 ns, which would add a tenth to a
-frame of 10 µs): the frame's wall time, which is its CPU time unless the process was preempted during it; the
-run's total is CPU time, and the wall total is printed beside it so that a preempted round shows.  The last line
-is one JSON object.
+frame of 10 µs) and the run's total with the CPU clock: a row is its share of the run's wall time applied to the
+run's CPU time (the same figure when the process was not preempted; a preempted round's lost time is spread over
+the rows instead of falling on one), and the wall total is printed beside the CPU total so that a preempted round
+shows.  The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -85,8 +86,13 @@ def split_run(topology: Path, flowtables: bool) -> SplitRun:
         total, wall = time.process_time() - t0, clock() - w0
     finally:
         gc.enable()
-    split = dict(sorted(spent.items()))
-    split[REST] = total - sum(spent.values())
+    # The frames are timed on the wall clock and the run on the CPU clock: a round preempted during a frame would
+    # give that row more than its CPU and the rest less, even below zero (CI's runners do).  So each row is its
+    # share of the run's wall time applied to the run's CPU time; the frames' wall times lie within the run's,
+    # so the rest is never negative, and the rows add up to the CPU total.
+    cpu_per_wall = total / wall if wall > 0 else 0.0
+    split = {ns: s * cpu_per_wall for ns, s in sorted(spent.items())}
+    split[REST] = max(total - sum(split.values()), 0.0)  # max: a rounding error of the product, not a time
     fastpath = sum(ft.fastpath for st in k.netns.values() for ft in st.flowtables.values())
     return SplitRun(total, split, k.ledger.totals()["injected"], fastpath, wall,
                     sorted(name for name, st in k.netns.items() if st.flowtables))
