@@ -52,6 +52,19 @@ def _spawn(line: str, tmp: Path, bindir: Path) -> subprocess.Popen:
     return subprocess.Popen(command, shell=True, env=env, start_new_session=True)
 
 
+def _wait_udp_bound(port: int) -> None:
+    """Until a socket is bound to UDP *port* on 127.0.0.1 or any address (/proc/net/udp), as the guest's wait_listen
+    waits: a fixed sleep lost the first datagram on a loaded machine, and the test then waited for a reply that
+    never came."""
+    bound = {f"0100007F:{port:04X}", f"00000000:{port:04X}"}
+    for _ in range(200):
+        with open("/proc/net/udp") as f:
+            if any(line.split()[1] in bound for line in f.readlines()[1:]):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing bound UDP port {port} in 10 s")
+
+
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="fr", dir="/tmp"))
@@ -82,7 +95,7 @@ def test_back_to_back_server_answers_after_the_second_datagram(tmp_path, bindir)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
             c.settimeout(0.6)
-            time.sleep(0.3)                      # socat listening (wait_listen in the guest)
+            _wait_udp_bound(port)                # socat listening (wait_listen in the guest)
             c.sendto(b"\0" * 72, ("127.0.0.1", port))
             with pytest.raises(socket.timeout):  # socat forked its child at once: no answer to one datagram
                 c.recv(2048)
