@@ -11,9 +11,11 @@ refuse.
 
 from __future__ import annotations
 
+import json
+import os
 import re
-
 import struct
+import threading
 from pathlib import Path
 
 import attrs
@@ -94,10 +96,18 @@ BAD_INPUTS: list[tuple[str, list | str | bytes, str]] = [
      "--results {tmp}/missing.log: cannot read: No such file or directory (expected a readable file)"),
     ("conform-results-directory", ["conform", TOPO, "--results", "{tmp}"], "--results {tmp}: cannot read: Is a directory"),
     ("conform-results-bad-gzip", ["conform", TOPO, "--results", File(b"\x1f\x8b\x08junk")], "not a readable gzip file"),
+    ("conform-results-endless", ["conform", TOPO, "--results", "/dev/zero"],
+     "--results /dev/zero: more than 256 MiB, the most a results channel may hold"),
     ("conform-update-doc-no-directory", ["conform", TOPO, "--results", File(b""), "--update-doc", "{tmp}/no/x.md"],
      "--update-doc {tmp}/no/x.md: no directory {tmp}/no"),
     ("run-topology-missing", ["run", "{tmp}/missing.toml"], "cannot read topology"),
     ("run-topology-directory", ["run", "{tmp}"], "cannot read topology"),
+    # an endless device: read up to the bound (flowsim.config.limits.read_bounded), never until the memory is full
+    *[(f"{cmd}-topology-endless", [cmd, "/dev/zero", *more],
+       "cannot read topology" + (" '/dev/zero'" if cmd == "sweep" else "") + ": more than 64 MiB")
+      for cmd, more in [("run", []), ("explain", []), ("graph", []), ("sweep", ["--grid", "udp_timeout=1"])]],
+    ("import-traffic-from-endless", ["import", str(ROOT / "tests" / "data" / "snapshot" / "bridge"), "--traffic-from",
+                                     "/dev/zero", "-o", "{tmp}/o.toml"], "/dev/zero: cannot read: more than 64 MiB"),
     ("tuple-capture-missing", ["tuple", "{tmp}/missing.pcap"], "{tmp}/missing.pcap: cannot open: No such file or directory"),
     ("tuple-capture-directory", ["tuple", "{tmp}"], "cannot open: Is a directory"),
     ("xfrm-pcap-no-directory", ["xfrm", "--pcap", "{tmp}/no/x.pcap"], "cannot write pcap"),
@@ -188,3 +198,19 @@ def test_every_bad_topology_fixture_is_one_located_error(capsys, path):
     err = capsys.readouterr().err
     assert rc == 2 and "internal error" not in err and "Traceback" not in err
     assert err.count("\n") == 1 and re.match(rf"flowsim: error: {re.escape(str(path))}:\d+: ", err), err
+
+
+def test_a_topology_from_a_pipe_is_read_like_a_file(capsys):
+    """The bound on a topology's size does not refuse a pipe (``flowsim run <(make-topology)``): it reads until
+    the writer closes, as from a file."""
+    r, w = os.pipe()
+    text = Path(TOPO).read_bytes()
+    writer = threading.Thread(target=lambda: (os.write(w, text), os.close(w)))
+    writer.start()
+    try:
+        assert main(["run", "-q", "--json", f"/dev/fd/{r}"]) == 0
+    finally:
+        writer.join()
+        os.close(r)
+    out = json.loads(capsys.readouterr().out)
+    assert out["topology"] == f"/dev/fd/{r}" and out["packets"]["injected"] == out["packets"]["delivered"] == 812

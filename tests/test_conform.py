@@ -29,8 +29,9 @@ from flowsim.conform.guest import (
     IP_HEADER, ScenarioSkipped, _sysctl_path, plan_scenario, probe_ruleset, render_command, render_init, run_archive,
 )
 from flowsim.conform.harness import plan_traffic, run_conformance, update_doc
+from flowsim.conform import parse as cparse
 from flowsim.conform.parse import (
-    parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_sockets, split_sections,
+    parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_sockets, results_text, split_sections,
 )
 from flowsim.errors import ConfigError, TopologyError
 from flowsim.kernel.devices.base import Command
@@ -238,6 +239,32 @@ def test_split_sections():
     secs = split_sections("noise\n@@ 0 conntrack r mid\na\nb\n@@end\n@@ - done - -\n12.5\n@@end\n")
     assert [(s.scenario, s.kind, s.netns, s.phase, s.text) for s in secs] == [
         ("0", "conntrack", "r", "mid", "a\nb"), (None, "done", None, None, "12.5")]
+
+
+def test_results_text_plain_gzip_and_concatenated_members(tmp_path):
+    """A saved results channel reads as gzip.decompress reads it: plain, one gzip member, or several in turn."""
+    text = "@@ 0 conntrack r mid\na\n@@end\n"
+    for name, data in [("plain", text.encode()), ("gz", gzip.compress(text.encode())),
+                       ("two", gzip.compress(text[:10].encode()) + gzip.compress(text[10:].encode()))]:
+        (tmp_path / name).write_bytes(data)
+        assert results_text(tmp_path / name) == text, name
+    (tmp_path / "bad").write_bytes(b"\x80\xff@@end\n")  # the serial port's stray bytes are replaced, not fatal
+    assert results_text(tmp_path / "bad") == "\ufffd\ufffd@@end\n"
+
+
+@pytest.mark.parametrize("data, says", [
+    (gzip.compress(bytes(500))[:-12], "the compressed stream is truncated"),
+    (b"\x1f\x8bnot deflate at all", "not a readable gzip file"),
+    (gzip.compress(bytes(2048)), "more than 1,000 bytes once decompressed"),  # a gzip bomb, in small
+    (bytes(1001), "more than 1,000 bytes, the most a results channel may hold"),  # /dev/zero, in small
+], ids=["truncated", "not-deflate", "bomb", "endless"])
+def test_results_text_refuses_without_reading_without_end(tmp_path, monkeypatch, data, says):
+    """Broken gzip is a ValueError saying so; a file or its decompressed text beyond the bound is refused at the
+    bound (an endless device or a gzip bomb would otherwise fill the memory)."""
+    monkeypatch.setattr(cparse, "MAX_RESULTS_BYTES", 1000)
+    (tmp_path / "r").write_bytes(data)
+    with pytest.raises(ValueError, match=says):
+        results_text(tmp_path / "r")
 
 
 def test_parse_conntrack_offloaded_and_classic():

@@ -23,12 +23,11 @@ scenario the guest could not set up, bad input), 3 on an internal error
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import zlib
 
 from flowsim.commands._args import readable_file, writable_file
 from flowsim.conform.harness import KERNELS, run_conformance, update_doc
+from flowsim.conform.parse import results_text
 from flowsim.errors import ConfigError
 
 __all__ = ["register", "run"]
@@ -96,14 +95,11 @@ def _max_packets(text: str) -> int:
 def _check_results(path: str) -> str:
     """A saved results channel: a readable file, plain or gzip-compressed (as the harness reads it)."""
     readable_file("--results", path)
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ConfigError(f"--results {path}: not a readable gzip file: {exc}", value=path,
-                              expected="results.log of an earlier run, plain or gzip-compressed") from None
+    try:
+        results_text(path)
+    except ValueError as exc:  # too large, or broken gzip
+        raise ConfigError(f"--results {path}: {exc}", value=path,
+                          expected="results.log of an earlier run, plain or gzip-compressed") from None
     return path
 
 

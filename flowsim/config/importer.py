@@ -48,6 +48,7 @@ from pathlib import Path
 from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapshot, SnapshotError,
                                      check_dev_name, check_netns_name)
 from flowsim.config.import_xfrm import xfrm_policies, xfrm_states
+from flowsim.config.limits import read_bounded
 from flowsim.config.topology import load_topology_text
 from flowsim.errors import FlowsimError
 
@@ -188,9 +189,13 @@ def traffic_tables(path: str | Path) -> str:
     """The ``[[traffic]]`` tables of the topology file *path*, as TOML text."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_bounded(path)
     except OSError as exc:
         raise SnapshotError(f"cannot read: {exc.strerror}", file=path, expected="a topology file") from None
+    except ValueError as exc:
+        raise SnapshotError(f"cannot read: {exc}", file=path, expected="a topology file") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SnapshotError(f"not a TOML topology: {exc}", file=path, expected="a topology file") from None
     tables = data.get("traffic", [])

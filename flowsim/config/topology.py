@@ -74,6 +74,7 @@ from pathlib import Path
 
 from flowsim.config import iproute
 from flowsim.config.events import Event, read_events
+from flowsim.config.limits import read_bounded
 from flowsim.config.names import NETNS_NAME_EXPECTED, netns_invalid_name
 from flowsim.config.network import UPPER_EDGES, LinkRequest, Namespace, NftText, Topology
 from flowsim.config.raw import RawToml, short
@@ -100,10 +101,13 @@ def load_topology(path: str | Path, progress: LoadProgress | None = None) -> Top
     *progress*, when given, is called as the command lines are replayed (see :data:`LoadProgress`)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_bounded(path)
     except OSError as exc:
         raise TopologyError(f"cannot read topology: {exc.strerror}", file=str(path), value=str(path),
                             expected="a readable TOML file") from None
+    except ValueError as exc:
+        raise TopologyError(f"cannot read topology: {exc}", file=str(path), value=str(path),
+                            expected="a TOML file") from None
     return load_topology_text(_decode(data, str(path)), file=str(path), progress=progress)
 
 

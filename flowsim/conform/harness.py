@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import gzip
 import json
 import os
 import shutil
@@ -80,7 +79,7 @@ from flowsim.conform.kernel import (
 )
 from flowsim.conform.known import apply_known
 from flowsim.conform.observe import ScenarioObservation, observe
-from flowsim.conform.parse import split_sections
+from flowsim.conform.parse import results_text, split_sections
 from flowsim.errors import ConfigError
 from flowsim.profiles import Profile, profile_from_cli
 from flowsim.schemas import schema_id
@@ -303,8 +302,7 @@ def run_conformance(paths: list[str], kernel: str = "debian-6.12", *, results: s
         return ConformResult(kernel, "(not booted)", "", "", "", date, timer.steps, [], None,
                              None, skipped, cap_info)
     if results is not None:
-        raw = Path(results).read_bytes()
-        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+        text = results_text(results)
         package, version = _saved_kit(Path(results))
         kit_info = (package, version, _kernel_release(text), None)
         profile = profile_name or (spec_profile(spec, version, package) if version

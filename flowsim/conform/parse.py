@@ -21,6 +21,10 @@ print a field this parser has not seen — it is kept in ``extra``):
   per device.
 * :func:`parse_sockets` reads ``ss -tinH``: each TCP socket's ports and
   its retransmissions (``tcp_info``), at the ``mid`` snapshot.
+* :func:`results_text` reads a saved results channel (``--results``: the
+  ``results.log`` of an earlier run, plain or gzip-compressed), at most
+  :data:`MAX_RESULTS_BYTES` of it, compressed or not (an endless device or
+  a gzip bomb is an error, not a read that fills the memory).
 * :func:`parse_pcap` reads a capture the guest sent base64-encoded
   (``--frames``: tcpdump's pcap of one device and direction, or of an
   nflog group): link type and every frame's captured bytes.  A truncated
@@ -35,12 +39,19 @@ import ipaddress
 import json
 import re
 import struct
+import zlib
+from pathlib import Path
 
 import attrs
 
+from flowsim.config.limits import read_bounded, size_text
+
+# a saved results channel, read or decompressed: a --frames run of every conform-* topology writes some tens of MB
+MAX_RESULTS_BYTES = 256 << 20
+
 __all__ = ["Section", "split_sections", "CtTupleDir", "CtLine", "parse_conntrack", "NftRule", "NftState",
            "parse_nft_json", "parse_links", "parse_bytes", "Socket", "parse_sockets", "canonical_addr", "Pcap",
-           "parse_pcap"]
+           "parse_pcap", "MAX_RESULTS_BYTES", "results_text", "gunzip"]
 
 
 @attrs.frozen
@@ -55,6 +66,33 @@ class Section:
 
 
 _HEAD = re.compile(r"^@@ (\S+) (\S+) (\S+) (\S+)\s*$")
+
+
+def results_text(path: Path | str) -> str:
+    """The text of a saved results channel, plain or gzip-compressed (undecodable bytes replaced, as the serial
+    port's are).  OSError as ``open`` raises it; ValueError, saying why, for a file or its decompressed text
+    beyond :data:`MAX_RESULTS_BYTES` or a broken gzip stream."""
+    raw = read_bounded(path, MAX_RESULTS_BYTES, "a results channel")
+    return (gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+
+
+def gunzip(data: bytes) -> bytes:
+    """``gzip.decompress`` (every member, in turn), stopped at :data:`MAX_RESULTS_BYTES` of output: a ValueError
+    saying why for a broken, truncated or oversized stream."""
+    out = bytearray()
+    while data:
+        inflate = zlib.decompressobj(wbits=31)  # a gzip member: header, deflate stream, trailer
+        try:
+            out += inflate.decompress(data, MAX_RESULTS_BYTES + 1 - len(out))
+        except zlib.error as exc:
+            raise ValueError(f"not a readable gzip file: {exc}") from None
+        if len(out) > MAX_RESULTS_BYTES:
+            raise ValueError(f"more than {size_text(MAX_RESULTS_BYTES)} once decompressed, the most a results "
+                             "channel may hold")
+        if not inflate.eof:
+            raise ValueError("not a readable gzip file: the compressed stream is truncated")
+        data = inflate.unused_data
+    return bytes(out)
 
 
 def split_sections(text: str) -> list[Section]:

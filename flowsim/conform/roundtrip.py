@@ -38,12 +38,9 @@ or the snapshot could not be imported.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime
-import gzip
 import shlex
 import shutil
-import zlib
 from pathlib import Path
 
 import attrs
@@ -56,7 +53,7 @@ from flowsim.conform.harness import Skipped, _cache_lock, _kernel_release, load_
 from flowsim.conform.kernel import (
     KERNELS, SAVED_RESULTS, Timer, build_base_initramfs, cache_dir, ensure_tools, fetch_kernel, spec_profile,
 )
-from flowsim.conform.parse import split_sections
+from flowsim.conform.parse import gunzip, results_text, split_sections
 from flowsim.errors import ConfigError, FlowsimError
 
 __all__ = ["SnapshotRun", "RoundTrip", "run_snapshots", "figures", "differences", "roundtrip",
@@ -296,8 +293,8 @@ def collect_snapshot(plan: ScenarioPlan, text_or_sections, dest: Path) -> tuple[
                 errors.append(f"{folder}: unexpected file {sec.phase!r} (not a file of the snapshot script)")
                 continue
             try:
-                data = gzip.decompress(base64.b64decode("".join(sec.text.split()), validate=True))
-            except (binascii.Error, ValueError, OSError, EOFError, zlib.error) as exc:
+                data = gunzip(base64.b64decode("".join(sec.text.split()), validate=True))
+            except ValueError as exc:  # binascii.Error is one
                 errors.append(f"{folder}/{sec.phase}: not gzip in base64 ({exc})")
                 continue
             (dest / folder).mkdir(parents=True, exist_ok=True)
@@ -363,8 +360,7 @@ def run_snapshots(paths: list[str], directory: str | Path, kernel: str = "debian
     if not scenarios:
         return SnapshotRun(kernel, "(not booted)", "", "", "", date, timer.steps, str(directory), trips)
     if results is not None:
-        raw = Path(results).read_bytes()
-        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+        text = results_text(results)
         package, version, release = SAVED_RESULTS, "", _kernel_release(text)
         profile = spec_profile(spec, release)
     else:

@@ -33,6 +33,7 @@ from flowsim.conform.kernel import (
     GNU_DIR, SAVED_RESULTS, ConformSetupError, KernelKit, Timer, _download, cache_dir, private_apt,
     source_package,
 )
+from flowsim.conform.parse import results_text
 
 __all__ = ["SelftestLine", "SelftestRun", "read_results", "PAIRING", "fetch_selftest", "selftest_files",
            "parse_selftest", "pair_rows", "pairing", "run_selftest", "DEFAULT_FILESIZE"]
@@ -274,7 +275,7 @@ def run_selftest(kernel: str, *, install: bool = True, workdir: Path | None = No
     if kernel not in KERNELS:
         raise ConformSetupError(f"unknown kernel {kernel!r} (one of {', '.join(KERNELS)})")
     if results is not None:
-        return read_results(kernel, Path(results).read_text(errors="replace"))
+        return read_results(kernel, results_text(results))
     timer = Timer()
     tools = ensure_tools(install=install)
     kit = fetch_kernel(KERNELS[kernel], timer)

@@ -86,6 +86,7 @@ from typing import Any
 
 import attrs
 
+from flowsim.config.limits import read_bounded
 from flowsim.config.topology import Topology, load_topology_text
 from flowsim.errors import ConfigError, FlowsimError, ProfileError
 from flowsim.profiles import DEFAULT_PROFILE, SWITCHES, get_profile
@@ -375,10 +376,13 @@ def _topology_text(topology) -> tuple[str, str]:
         raise ConfigError(f"bad topology {topology!r}", value=topology, expected="a topology file")
     path = Path(file)
     try:
-        return str(path), path.read_text(encoding="utf-8")
+        return str(path), read_bounded(path).decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read topology {str(path)!r}: {exc.strerror}", value=str(path),
                           expected="a readable topology file") from None
+    except ValueError as exc:  # too large, or not UTF-8 (a UnicodeDecodeError)
+        raise ConfigError(f"cannot read topology {str(path)!r}: {exc}", value=str(path),
+                          expected="a UTF-8 topology file") from None
 
 
 def plan(topology, grid, fixed: Mapping | None = None) -> SweepPlan:
