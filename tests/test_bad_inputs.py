@@ -66,6 +66,8 @@ _TOPOLOGY_FILES = [
     ("unknown-key.toml", 3, "unknown key 'comands'"),
     ("unknown-kind.toml", 4, "unknown device type 'bond'"),
     ("upper-cycle.toml", 6, "cycle of upper devices"),
+    ("bridge-in-bridge.toml", 6, "Can not enslave a bridge to a bridge: br0 is one"),
+    ("nest-too-deep.toml", 15, "too many stacked devices: br7 and the 7 below it"),
 ]
 
 BAD_INPUTS: list[tuple[str, list | str | bytes, str]] = [

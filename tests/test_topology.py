@@ -237,6 +237,8 @@ ERRORS = [
     ("missing-device.toml", 10, "ip addr add 10.0.0.2/24 dev veth1", "does not exist"),
     ("duplicate-name.toml", 6, "ip link add br0 type bridge vlan_filtering 1", "already exists"),
     ("upper-cycle.toml", 6, "ip link set br0.10 master br0", "cycle of upper devices"),
+    ("bridge-in-bridge.toml", 6, "ip link set br0 master br1", "Can not enslave a bridge to a bridge"),
+    ("nest-too-deep.toml", 15, "ip link add link br7 name br7.9 type vlan id 9", "would make a chain of 9"),
     ("unknown-kind.toml", 4, "ip link add bond0 type bond mode 802.3ad", "unknown device type"),
     ("bad-gateway.toml", 7, "ip route add default via 10.1.0.1", "not on a connected subnet"),
     ("bad-traffic.toml", 11, "[[traffic]]", "bad proto"),
@@ -255,6 +257,38 @@ def test_errors_name_file_line_command_and_expectation(fixture, line, command, w
     assert exc.file == str(path) and exc.line == line and exc.command == command
     assert f"{path}:{line}:" in message and f"`{command}`" in message and what in message
     assert "(expected " in message and exc.expected
+
+
+def _vlan_chain(lower: str, prefix: str, n: int) -> list[str]:
+    """*n* VLAN devices stacked on *lower*, each on the one before: PREFIX1 … PREFIXn."""
+    return [f"ip link add link {lower if i == 1 else f'{prefix}{i - 1}'} name {prefix}{i} type vlan id {i}"
+            for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("below, above, refused", [(5, 3, False), (6, 3, True), (1, 7, False), (2, 7, True)])
+def test_nesting_counts_the_chain_below_and_the_chain_above(below, above, refused):
+    """__netdev_upper_dev_link refuses a link when dev->lower_level + upper_dev->upper_level > MAX_NEST_DEV (8):
+    the devices under the new port and the bridge with the devices stacked on it, one chain of up to 8."""
+    commands = ["ip link add br0 type bridge", *_vlan_chain("br0", "u", above - 1),
+                "ip link add d1 type dummy", *_vlan_chain("d1", "d1v", below - 1)]
+    port = "d1" if below == 1 else f"d1v{below - 1}"
+    enslave = f"ip link set {port} master br0"
+    if not refused:
+        assert one("\n".join([*commands, enslave])).device("r", port).master == "br0"
+        return
+    with pytest.raises(TopologyError, match=f"would make a chain of {below + above}") as info:
+        one("\n".join([*commands, enslave]))
+    assert info.value.command == enslave and "-EMLINK" in info.value.expected
+
+
+def test_a_ppp_unit_is_no_upper_link():
+    """pppoe binds its channel to the Ethernet device without netdev_upper_dev_link: a PPPoE unit on the eighth
+    device of a chain is accepted (and a bridge port is not: it is an upper link)."""
+    commands = ["ip link add d1 type dummy", *_vlan_chain("d1", "v", 7)]
+    topo = one("\n".join([*commands, "ip link add ppp0 type pppoe dev v7 session 0x1 peer 02:00:00:00:00:01"]))
+    assert "ppp0" in topo.netns("r").devices
+    with pytest.raises(TopologyError, match="would make a chain of 9"):
+        one("\n".join([*commands, "ip link add link v7 name v8 type vlan id 8"]))
 
 
 def test_invalid_toml_and_unknown_key_name_their_line():

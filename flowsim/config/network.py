@@ -57,7 +57,7 @@ import networkx as nx
 
 from flowsim.config.names import DEV_NAME_EXPECTED, dev_valid_name
 from flowsim.errors import TopologyError
-from flowsim.kernel.devices.base import Command, Encap, IfAddr, NetDevice, mac_for
+from flowsim.kernel.devices.base import MAX_NEST_DEV, Command, Encap, IfAddr, NetDevice, mac_for
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
 from flowsim.kernel.devices.ethernet import LoopbackDevice
@@ -69,6 +69,9 @@ __all__ = ["Topology", "Namespace", "NftText", "LinkRequest", "UPPER_EDGES", "Fr
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 UPPER_EDGES = frozenset({"lower", "pppoe", "conduit", "master"})
+# the relations the kernel makes with netdev_upper_dev_link (VLAN, macvlan, DSA user port, bridge port) and so counts
+# in lower_level / upper_level; a PPP unit is not one (pppoe binds its channel to the Ethernet device)
+_NESTED_EDGES = UPPER_EDGES - {"pppoe"}
 
 
 def _thaw(graph: nx.MultiDiGraph) -> None:
@@ -312,9 +315,25 @@ class Topology:
             chain = [upper.name] + ([n[1] for n in nx.shortest_path(view, lo, u)] if u != lo else [upper.name])
             raise cmd.error("cycle of upper devices " + " -> ".join(chain), value=upper.name,
                             expected="a device that is not already stacked above it (-EBUSY)")
+        if kind in _NESTED_EDGES:
+            below, above = self._nest_level(lo, down=True), self._nest_level(u, down=False)
+            if below + above > MAX_NEST_DEV:  # dev->lower_level + upper_dev->upper_level
+                raise cmd.error(f"too many stacked devices: {lower.name} and the {below - 1} below it, {upper.name} "
+                                f"and the {above - 1} above it would make a chain of {below + above}",
+                                value=upper.name,
+                                expected=f"at most {MAX_NEST_DEV} devices in a chain of upper links "
+                                         "(MAX_NEST_DEV; __netdev_upper_dev_link: -EMLINK, Too many links)")
         self.graph.add_edge(u, lo, key=kind)
         if kind != "master":
             upper.lower = lower.name
+
+    def _nest_level(self, node: tuple[str, str], down: bool) -> int:
+        """``lower_level`` (*down*: the longest chain of upper links from *node* down, *node* included) or
+        ``upper_level`` (up), as ``__netdev_update_lower_level`` / ``__netdev_update_upper_level`` keep them; a
+        chain is never longer than :data:`MAX_NEST_DEV`, so neither is the recursion."""
+        edges = self.graph.out_edges(node, keys=True) if down else self.graph.in_edges(node, keys=True)
+        return 1 + max((self._nest_level(e[1] if down else e[0], down) for e in edges if e[2] in _NESTED_EDGES),
+                       default=0)
 
     def link_peer(self, a: NetDevice, b: NetDevice) -> None:
         self.graph.add_edge((a.netns, a.name), (b.netns, b.name), key="peer")
@@ -332,6 +351,9 @@ class Topology:
         if dev.link_type != "ether" or isinstance(dev, LoopbackDevice):
             raise cmd.error(f"{dev.name} cannot be a bridge port", value=dev.name,
                             expected="an Ethernet-like device")
+        if isinstance(dev, BridgeDevice):  # "No bridging of bridges"
+            raise cmd.error(f"Can not enslave a bridge to a bridge: {dev.name} is one", value=dev.name,
+                            expected="a device that is not a bridge (br_add_if: -ELOOP)")
         self.link_upper(br, dev, "master", cmd)
         dev.master = br.name
         br.add_port(dev, switchdev=isinstance(dev, DsaUserDevice))

@@ -49,7 +49,7 @@ from flowsim.kernel.headers import (  # re-exported: the device modules and thei
 
 __all__ = [
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES",
-    "IPPROTO_IPIP", "IPPROTO_IPV6", "NET_DEVICE_PATH_STACK_MAX", "NET_DEVICE_PATH_VLAN_MAX",
+    "IPPROTO_IPIP", "IPPROTO_IPV6", "NET_DEVICE_PATH_STACK_MAX", "NET_DEVICE_PATH_VLAN_MAX", "MAX_NEST_DEV",
     "ZERO_MAC", "DevPathType", "BrVlanMode", "Command", "Args", "IfAddr", "NetDevice",
     "Encap", "PathEncap", "PathTun", "PathBridge", "PathDsa", "PathEntry", "PathError", "PathCtx",
     "mac_for", "parse_mac", "mac_from_bytes", "is_zero_mac", "is_valid_unicast_mac",
@@ -58,6 +58,7 @@ __all__ = [
 
 NET_DEVICE_PATH_STACK_MAX = 5  # including the final ETHERNET entry
 NET_DEVICE_PATH_VLAN_MAX = 2
+MAX_NEST_DEV = 8  # include/linux/netdevice.h: the most devices one chain of upper links may hold
 ZERO_MAC = "00:00:00:00:00:00"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
