@@ -291,6 +291,81 @@ def test_a_ppp_unit_is_no_upper_link():
         one("\n".join([*commands, "ip link add link v7 name v8 type vlan id 8"]))
 
 
+def _mtus(topo, *names: str) -> dict[str, int]:
+    return {n: topo.netns("r").devices[n].mtu for n in names}
+
+
+def test_an_mtu_change_reaches_the_devices_that_follow_it():
+    """NETDEV_CHANGEMTU: vlan_device_event and macvlan_device_event bring down the larger VLANs and macvlans above
+    (a VLAN on a VLAN in turn), br_device_event re-adjusts the bridge of a port (br_mtu_auto_adjust: the smallest
+    port's, 1500 without ports); raising a device raises none of them."""
+    base = ["ip link add a type veth peer name b", "ip link add link a name a.5 type vlan id 5",
+            "ip link add link a.5 name a.5.6 type vlan id 6", "ip link add link a name m1 type macvlan mode bridge",
+            "ip link add br0 type bridge", "ip link add c type veth peer name d", "ip link set c master br0",
+            "ip link add link br0 name br0.7 type vlan id 7"]
+    topo = one("\n".join([*base, "ip link set a mtu 1400", "ip link set c mtu 1300"]))
+    assert _mtus(topo, "a", "a.5", "a.5.6", "m1", "br0", "br0.7", "c") == {
+        "a": 1400, "a.5": 1400, "a.5.6": 1400, "m1": 1400, "br0": 1300, "br0.7": 1300, "c": 1300}
+    topo = one("\n".join([*base, "ip link set a.5 mtu 1450", "ip link set a mtu 9000", "ip link set c mtu 9000"]))
+    assert _mtus(topo, "a", "a.5", "a.5.6", "m1", "br0", "br0.7") == {
+        "a": 9000, "a.5": 1450, "a.5.6": 1450, "m1": 1500, "br0": 9000, "br0.7": 1500}
+    topo = one("\n".join([*base, "ip link set c mtu 1300", "ip link set c nomaster"]))
+    assert _mtus(topo, "br0", "br0.7") == {"br0": 1500, "br0.7": 1300}  # br_del_if: no port, ETH_DATA_LEN
+
+
+def test_a_bridge_mtu_set_by_hand_stays_and_one_given_at_creation_does_not():
+    """br_change_mtu sets BROPT_MTU_SET_BY_USER, which stops br_mtu_auto_adjust; rtnl_create_link sets the MTU
+    without it, and dev_set_mtu of the MTU the bridge has does nothing, the flag included."""
+    ports = ["ip link add c type veth peer name d", "ip link set c mtu 1400", "ip link set c master br0"]
+    by_hand = one("\n".join(["ip link add br0 type bridge", "ip link set br0 mtu 9000", *ports]))
+    at_creation = one("\n".join(["ip link add br0 mtu 9000 type bridge", *ports]))
+    same = one("\n".join(["ip link add br0 type bridge", "ip link set br0 mtu 1500", *ports]))
+    assert [_mtus(t, "br0")["br0"] for t in (by_hand, at_creation, same)] == [9000, 1400, 1400]
+
+
+@pytest.mark.parametrize("commands, says, errno_name", [
+    (["ip link add link lo name lo.5 type vlan id 5"], "VLANs not supported on device lo", "-EOPNOTSUPP"),
+    (["ip link add t1 type ipip remote 10.0.0.1 local 10.0.0.2", "ip link add link t1 name t1.5 type vlan id 5"],
+     "VLANs not supported on device t1", "-EOPNOTSUPP"),
+    (["ip link add a type dummy", "ip link add link a name x type vlan id 5", "ip link add link a name y type vlan id 5"],
+     "VLAN device already exists: x is vlan protocol 802.1Q id 5 on a", "-EEXIST"),
+    (["ip link add a type dummy", "ip link set a mtu 1400", "ip link add link a name x mtu 1500 type vlan id 5"],
+     "MTU 1500 is above the real device a's 1400", "vlan_newlink: -EINVAL"),
+    (["ip link add a type dummy", "ip link add link a name x type vlan id 5", "ip link set a mtu 1400",
+      "ip link set x mtu 1500"], "MTU 1500 is above the real device a's 1400", "-ERANGE"),
+    (["ip link add a type dummy", "ip link add link a name m type macvlan", "ip link set m mtu 9000"],
+     "MTU 9000 is above the lower device a's 1500", "macvlan_change_mtu: -EINVAL"),
+    (["ip link add a type dummy", "ip link add link a name m mtu 9000 type macvlan"],
+     "MTU 9000 is above the lower device a's 1500", "macvlan_common_newlink: -EINVAL"),
+    (["ip link add link lo name m type macvlan"], "lo cannot carry macvlans (loopback)", "-EINVAL"),
+    (["ip link add br0 type bridge", "ip link add a type dummy", "ip link set a master br0",
+      "ip link add link a name m type macvlan"], "a is a port of br0", "-EBUSY"),
+    (["ip link add br0 type bridge", "ip link add a type dummy", "ip link add link a name m type macvlan",
+      "ip link set a master br0"], "a carries the macvlans m", "br_add_if: -EBUSY"),
+    (["ip link add a type dummy", "ip link add link a name m type macvlan mode passthru",
+      "ip link add link a name n type macvlan"], "a passthru macvlan is alone on its lower device", "-EINVAL"),
+    (["ip link add a type dummy", "ip link add link a name m type macvlan",
+      "ip link add link a name n type macvlan mode passthru"], "a has m", "-EINVAL"),
+], ids=["vlan-on-lo", "vlan-on-ipip", "vlan-twice", "vlan-mtu-at-creation", "vlan-mtu-set", "macvlan-mtu-set",
+        "macvlan-mtu-at-creation", "macvlan-on-lo", "macvlan-on-bridge-port", "port-with-macvlans",
+        "after-passthru", "passthru-after"])
+def test_vlan_and_macvlan_refuse_what_the_kernel_refuses(commands, says, errno_name):
+    """vlan_check_real_dev, vlan_newlink / vlan_dev_change_mtu, macvlan_common_newlink / macvlan_port_create /
+    macvlan_change_mtu and br_add_if's netdev_rx_handler_register: one error at the command, naming the errno."""
+    with pytest.raises(TopologyError, match=re.escape(says)) as info:
+        one("\n".join(commands))
+    assert info.value.command == commands[-1] and errno_name in info.value.expected
+
+
+def test_a_macvlan_on_a_macvlan_is_made_on_the_real_device():
+    """macvlan_common_newlink: "use the real device as the lowerdev"; its MTU is that device's."""
+    topo = one("ip link add a type dummy\nip link set a mtu 1400\nip link add link a name m1 type macvlan\n"
+               "ip link add link m1 name m2 type macvlan mode bridge")
+    m2 = topo.netns("r").devices["m2"]
+    assert m2.lower == "a" and m2.mtu == 1400 and {d.name for d in topo.uppers(topo.netns("r").devices["a"])} == {
+        "m1", "m2"}
+
+
 def test_invalid_toml_and_unknown_key_name_their_line():
     """TOML syntax errors and misspelt keys also name the file and line."""
     with pytest.raises(TopologyError) as info:

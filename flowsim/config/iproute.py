@@ -214,7 +214,7 @@ def _set_up(ctx: IpContext, dev: NetDevice, value) -> None:
 
 
 def _set_mtu(ctx: IpContext, dev: NetDevice, value) -> None:
-    dev.mtu, dev.mtu_set = value, True
+    ctx.topo.set_mtu(dev, value, ctx.cmd)
 
 
 def _set_master(ctx: IpContext, dev: NetDevice, value) -> None:

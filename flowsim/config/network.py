@@ -57,10 +57,11 @@ import networkx as nx
 
 from flowsim.config.names import DEV_NAME_EXPECTED, dev_valid_name
 from flowsim.errors import TopologyError
-from flowsim.kernel.devices.base import MAX_NEST_DEV, Command, Encap, IfAddr, NetDevice, mac_for
+from flowsim.kernel.devices.base import ETH_DATA_LEN, MAX_NEST_DEV, Command, Encap, IfAddr, NetDevice, mac_for
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
 from flowsim.kernel.devices.ethernet import LoopbackDevice
+from flowsim.kernel.devices.macvlan import MacvlanDevice
 from flowsim.kernel.devices.vlan import VlanDevice
 from flowsim.kernel.fib import Fib
 from flowsim.kernel.neigh import NeighTable, discover
@@ -299,9 +300,8 @@ class Topology:
         dev = cls(netns, name, kind, **fields)
         dev.mac = address or mac_for(netns, name)
         dev.addr_set = address is not None
-        if mtu:
+        if mtu:  # rtnl_create_link sets it without ndo_change_mtu: a bridge's stays automatic (mtu_set unset)
             dev.mtu = mtu
-            dev.mtu_set = True
         dev.line = cmd.line
         self._register(ns, dev)
         return dev
@@ -354,6 +354,11 @@ class Topology:
         if isinstance(dev, BridgeDevice):  # "No bridging of bridges"
             raise cmd.error(f"Can not enslave a bridge to a bridge: {dev.name} is one", value=dev.name,
                             expected="a device that is not a bridge (br_add_if: -ELOOP)")
+        macvlans = [up.name for up in self._related(dev, "lower", out=False) if isinstance(up, MacvlanDevice)]
+        if macvlans:  # netdev_rx_handler_register: the macvlan port holds the receive handler
+            raise cmd.error(f"{dev.name} carries the macvlans {', '.join(macvlans)}: its receive handler is "
+                            "theirs", value=dev.name,
+                            expected="a device without macvlans (br_add_if: -EBUSY, Device or resource busy)")
         self.link_upper(br, dev, "master", cmd)
         dev.master = br.name
         br.add_port(dev, switchdev=isinstance(dev, DsaUserDevice))
@@ -371,12 +376,52 @@ class Topology:
         self._bridge_recalc(br)
 
     def _bridge_recalc(self, br: BridgeDevice) -> None:
-        """``br_stp_recalculate_bridge_id`` and ``br_mtu_auto_adjust``: lowest port MAC, smallest MTU."""
+        """``br_stp_recalculate_bridge_id`` (the lowest port MAC) and ``br_mtu_auto_adjust``."""
         ports = [self.namespaces[br.netns].devices[p] for p in br.ports]
         if ports and not br.addr_set:
             br.mac = min(p.mac for p in ports)
-        if ports and not br.mtu_set:
-            br.mtu = min(p.mtu for p in ports)
+        self._bridge_mtu_auto_adjust(br)
+
+    def _bridge_mtu_auto_adjust(self, br: BridgeDevice) -> None:
+        """``br_mtu_auto_adjust``: unless the user set the bridge's MTU (``BROPT_MTU_SET_BY_USER``), the smallest
+        of its ports' (``br_mtu_min``: ``ETH_DATA_LEN`` without ports), set as ``dev_set_mtu`` sets it."""
+        if br.mtu_set:
+            return
+        mtu = min((self.namespaces[br.netns].devices[p].mtu for p in br.ports), default=ETH_DATA_LEN)
+        if mtu != br.mtu:
+            self._changed_mtu(br, mtu)
+
+    def set_mtu(self, dev: NetDevice, mtu: int, cmd: Command) -> None:
+        """``ip link set DEV mtu N`` (``dev_set_mtu``): the kind's ``ndo_change_mtu`` check, the new MTU, then
+        what ``NETDEV_CHANGEMTU`` makes of it (:meth:`_changed_mtu`)."""
+        self._mutable()
+        if mtu == dev.mtu:  # dev_set_mtu_ext returns before ndo_change_mtu: a bridge's MTU stays automatic
+            return
+        lower = self.namespaces[dev.netns].devices[dev.lower] if dev.lower is not None else None
+        if lower is not None and mtu > lower.mtu:
+            if isinstance(dev, VlanDevice):
+                raise cmd.error(f"MTU {mtu} is above the real device {lower.name}'s {lower.mtu}", value=mtu,
+                                expected=f"at most {lower.mtu} (vlan_dev_change_mtu: -ERANGE, Numerical result "
+                                         "out of range)")
+            if isinstance(dev, MacvlanDevice):
+                raise cmd.error(f"MTU {mtu} is above the lower device {lower.name}'s {lower.mtu}", value=mtu,
+                                expected=f"at most {lower.mtu} (macvlan_change_mtu: -EINVAL)")
+        self._changed_mtu(dev, mtu)
+        if isinstance(dev, BridgeDevice):
+            dev.mtu_set = True  # br_change_mtu: BROPT_MTU_SET_BY_USER, the auto adjust stops
+
+    def _changed_mtu(self, dev: NetDevice, mtu: int) -> None:
+        """*dev*'s MTU is *mtu*, and ``NETDEV_CHANGEMTU`` runs: ``vlan_device_event`` and ``macvlan_device_event``
+        bring down the VLANs and macvlans above it that are larger (each in turn notifying its own), and
+        ``br_device_event`` re-adjusts the bridge it is a port of."""
+        dev.mtu = mtu
+        for up in self._related(dev, "lower", out=False):
+            if isinstance(up, (VlanDevice, MacvlanDevice)) and up.mtu > mtu:
+                self._changed_mtu(up, mtu)
+        if dev.master is not None:
+            br = self.namespaces[dev.netns].devices[dev.master]
+            assert isinstance(br, BridgeDevice)  # set_master makes only bridges masters
+            self._bridge_mtu_auto_adjust(br)
 
     def move(self, dev: NetDevice, netns: str, cmd: Command) -> None:
         """``dev_change_net_namespace``: keep the ifindex unless taken; addresses and routes go."""

@@ -50,6 +50,7 @@ from flowsim.kernel.headers import (  # re-exported: the device modules and thei
 __all__ = [
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES",
     "IPPROTO_IPIP", "IPPROTO_IPV6", "NET_DEVICE_PATH_STACK_MAX", "NET_DEVICE_PATH_VLAN_MAX", "MAX_NEST_DEV",
+    "ETH_DATA_LEN",
     "ZERO_MAC", "DevPathType", "BrVlanMode", "Command", "Args", "IfAddr", "NetDevice",
     "Encap", "PathEncap", "PathTun", "PathBridge", "PathDsa", "PathEntry", "PathError", "PathCtx",
     "mac_for", "parse_mac", "mac_from_bytes", "is_zero_mac", "is_valid_unicast_mac",
@@ -59,6 +60,7 @@ __all__ = [
 NET_DEVICE_PATH_STACK_MAX = 5  # including the final ETHERNET entry
 NET_DEVICE_PATH_VLAN_MAX = 2
 MAX_NEST_DEV = 8  # include/linux/netdevice.h: the most devices one chain of upper links may hold
+ETH_DATA_LEN = 1500  # include/uapi/linux/if_ether.h: an Ethernet device's MTU, a bridge's without ports
 ZERO_MAC = "00:00:00:00:00:00"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -299,13 +301,13 @@ class NetDevice:
     kind: str
     ifindex: int = 0
     mac: str | None = None
-    mtu: int = 1500
+    mtu: int = ETH_DATA_LEN
     up: bool = False
     addrs: list[IfAddr] = attrs.field(factory=list)
     master: str | None = None
     lower: str | None = None
     addr_set: bool = False  # NET_ADDR_SET: an `address` was given, never recomputed
-    mtu_set: bool = False
+    mtu_set: bool = False  # BROPT_MTU_SET_BY_USER: `ip link set … mtu` (not at creation) stops a bridge's auto adjust
     line: int | None = None  # where it was created, for later error messages
 
     @property

@@ -21,7 +21,7 @@ from flowsim.kernel.devices.base import (
     PathEncap, PathEntry, PathError, parse_kind_args,
 )
 
-__all__ = ["VlanDevice", "KINDS", "parse_args", "create", "fill_forward_path", "VLAN_PROTOCOLS"]
+__all__ = ["VlanDevice", "KINDS", "parse_args", "create", "vlan_find_dev", "fill_forward_path", "VLAN_PROTOCOLS"]
 
 KINDS = ("vlan",)
 VLAN_PROTOCOLS = {"802.1Q": ETH_P_8021Q, "802.1q": ETH_P_8021Q, "802.1ad": ETH_P_8021AD, "802.1AD": ETH_P_8021AD}
@@ -53,15 +53,38 @@ def parse_args(args: Args, kind: str) -> dict:
 
 
 def create(topo, cmd, req, opts) -> NetDevice:
+    """``vlan_newlink``: the real device, ``vlan_check_real_dev``, the MTU, then ``register_vlan_dev`` (the upper
+    link).  The name is checked first, as ``rtnl_newlink`` finds an existing device before the kind runs."""
     if req.link is None:
         raise cmd.error("vlan needs a real device", expected="'link DEV'")
     real = topo.require_device(cmd.netns, req.link, cmd)
+    proto = opts.get("vlan_proto", ETH_P_8021Q)
     dev = topo.new_device(VlanDevice, cmd, netns=req.netns, name=req.name, kind="vlan",
                           address=req.address or real.mac, mtu=req.mtu or real.mtu,
-                          vlan_id=opts["vlan_id"], vlan_proto=opts.get("vlan_proto", ETH_P_8021Q))
+                          vlan_id=opts["vlan_id"], vlan_proto=proto)
+    # vlan_check_real_dev: NETIF_F_VLAN_CHALLENGED (loopback) or not ARPHRD_ETHER (a tunnel, a PPP unit)
+    if real.link_type != "ether":
+        raise cmd.error(f"VLANs not supported on device {real.name} ({real.link_type})", value=real.name,
+                        expected="an Ethernet device as the real device (vlan_check_real_dev: -EOPNOTSUPP)")
+    twin = vlan_find_dev(topo, real, proto, opts["vlan_id"])
+    if twin is not None:
+        raise cmd.error(f"VLAN device already exists: {twin.name} is {twin.describe()} on {real.name}",
+                        value=opts["vlan_id"], expected="a VLAN id not yet used on the real device with that protocol "
+                                                        "(vlan_check_real_dev: -EEXIST)")
+    if req.mtu and req.mtu > real.mtu:  # netif_reduces_vlan_mtu is for MACsec only
+        raise cmd.error(f"MTU {req.mtu} is above the real device {real.name}'s {real.mtu}", value=req.mtu,
+                        expected=f"at most {real.mtu} (vlan_newlink: -EINVAL)")
     dev.addr_set = req.address is not None
     topo.link_upper(dev, real, "lower", cmd)
     return dev
+
+
+def vlan_find_dev(topo, real: NetDevice, proto: int, vid: int) -> VlanDevice | None:
+    """``vlan_find_dev``: the VLAN device with *proto* and *vid* on *real*, if any."""
+    for up in topo.uppers(real):
+        if isinstance(up, VlanDevice) and up.vlan_proto == proto and up.vlan_id == vid:
+            return up
+    return None
 
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
