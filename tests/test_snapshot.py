@@ -225,6 +225,24 @@ def test_bridge_vlans_and_fdb(tmp_path):
     assert sorted(br.vlan_group("p2")) == [10, 20, 21, 22] and br.get_pvid("p1") == 10
 
 
+@pytest.mark.parametrize("br_mtu, port_mtus", [(1400, [1400, 9000]), (9000, [1500, 1500]), (1500, [9000]),
+                                                 (1500, []), (2000, [])])
+def test_bridge_mtu_comes_out_as_saved(tmp_path, br_mtu, port_mtus):
+    """A bridge's MTU is its ports' smallest unless set by hand (br_mtu_auto_adjust, BROPT_MTU_SET_BY_USER): the
+    import sets one the ports do not give with ip link set, so that enslaving the ports leaves it as saved, and
+    the VLAN on the bridge keeps its own."""
+    bridge = _dev(2, "br0", kind="bridge", mtu=br_mtu)
+    ports = [_dev(3 + i, f"p{i}", master="br0", mtu=m) for i, m in enumerate(port_mtus)]
+    vlan = _dev(9, "br0.5", kind="vlan", link="br0", mtu=br_mtu, linkinfo={
+        "info_kind": "vlan", "info_data": {"protocol": "802.1Q", "id": 5}})
+    text = import_snapshot(_mini(tmp_path, [LO, bridge, *ports, vlan])).text
+    devices = load_topology_text(text).namespaces["r"].devices
+    assert {n: devices[n].mtu for n in ("br0", "br0.5", *(p["ifname"] for p in ports))} == {
+        "br0": br_mtu, "br0.5": br_mtu, **{p["ifname"]: p["mtu"] for p in ports}}
+    by_hand = br_mtu != min(port_mtus, default=1500)
+    assert (f"ip link set br0 mtu {br_mtu}" in text) is by_hand
+
+
 def test_ip6tnl_encaplimit(tmp_path):
     links = [LO, _dev(2, "d0"), {"ifindex": 3, "ifname": "tun6", "flags": ["UP"], "mtu": 1452, "link_type": "tunnel6",
              "linkinfo": {"info_kind": "ip6tnl", "info_data": {"proto": "ip6ip6", "remote": "2001:db8::2",

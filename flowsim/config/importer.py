@@ -50,6 +50,7 @@ from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapsh
 from flowsim.config.import_xfrm import xfrm_policies, xfrm_states
 from flowsim.config.limits import read_bounded
 from flowsim.config.topology import load_topology_text
+from flowsim.kernel.devices.base import ETH_DATA_LEN
 from flowsim.errors import FlowsimError
 
 __all__ = ["ImportResult", "import_snapshot", "toml_string", "toml_key", "traffic_tables"]
@@ -111,6 +112,7 @@ class _Ns:
     sysctls: dict[str, str] = field(default_factory=dict)
     nft: str | None = None
     rank: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)  # create line: ifindex, dev, lower
+    then: dict[str, list[str]] = field(default_factory=dict)  # create line: what must follow it before any other
 
     def commands(self) -> list[str]:
         return (self.ordered_create() + self.setup + self.stacked + self.masters + self.addrs + self.routes + self.late
@@ -133,10 +135,10 @@ class _Ns:
                     _, name, lower = self.rank.get(line, (0, "", None))
                     if lower is None or lower in done or lower not in names:
                         waiting.remove(line)
-                        out.append(line)
+                        out += [line, *self.then.get(line, ())]
                         done.add(name)
                         progress = True
-        return out + waiting
+        return out + [x for line in waiting for x in (line, *self.then.get(line, ()))]
 
 
 def q(word: str) -> str:
@@ -288,15 +290,21 @@ class _Importer:
             "namespace was not saved); traffic can enter here: give it an address and routes"])
         return name
 
-    def link_opts(self, dev: Dev) -> str:
+    def link_opts(self, dev: Dev, with_mtu: bool = True) -> str:
         opts = ""
         mac = dev.raw.get("address")
         if dev.raw.get("link_type") == "ether" and isinstance(mac, str) and _MAC.fullmatch(mac):
             opts += f" address {mac}"
         mtu = dev.raw.get("mtu")
-        if isinstance(mtu, int) and 68 <= mtu <= 65535:
+        if with_mtu and isinstance(mtu, int) and 68 <= mtu <= 65535:
             opts += f" mtu {mtu}"
         return opts
+
+    def bridge_auto_mtu(self, br: Dev) -> int:
+        """The MTU ``br_mtu_auto_adjust`` gives the bridge *br*: its ports' smallest (``br_mtu_min``), ETH_DATA_LEN
+        without ports."""
+        mtus = [d.raw.get("mtu") for d in self.devs[br.ns].values() if d.raw.get("master") == br.name]
+        return min((m for m in mtus if isinstance(m, int)), default=ETH_DATA_LEN)
 
     def veth_peer(self, dev: Dev, nsids: dict[str, dict[int, str]]) -> Dev | None:
         link_index = dev.raw.get("link_index")
@@ -518,8 +526,20 @@ class _Importer:
             pvid = d.get("vlan_default_pvid", 1)
             if isinstance(pvid, int) and pvid:
                 out.pvid.append(f"ip link set {q(dev.name)} type bridge vlan_default_pvid {pvid}")
-        out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev)} type bridge{opts}")
+        mtu = dev.raw.get("mtu")
+        by_hand = isinstance(mtu, int) and 68 <= mtu <= 65535 and mtu != self.bridge_auto_mtu(dev)
+        out.create.append(f"ip link add {q(dev.name)}{self.link_opts(dev, with_mtu=not by_hand)} type bridge{opts}")
         out.rank[out.create[-1]] = (dev.ifindex, dev.name, None)
+        if by_hand:
+            # an MTU the ports do not give was set by hand (br_change_mtu: BROPT_MTU_SET_BY_USER): set with ip link
+            # set, not at creation (rtnl_create_link sets no flag), so that the ports enslaved later leave it.  Set
+            # right after the bridge is made, before the VLANs on it; 1500, the bridge's MTU at creation, only once
+            # the ports made it theirs (dev_set_mtu of the MTU a device has is nothing, not even the flag)
+            line = f"ip link set {q(dev.name)} mtu {mtu}"
+            if mtu != ETH_DATA_LEN:
+                out.then[out.create[-1]] = [line]
+            else:
+                out.late.append(line)
         self.set_up(dev)
 
     def snap_ns(self, ns: str) -> NetnsSnapshot:
