@@ -346,15 +346,42 @@ def test_a_bridge_mtu_set_by_hand_stays_and_one_given_at_creation_does_not():
       "ip link add link a name n type macvlan"], "a passthru macvlan is alone on its lower device", "-EINVAL"),
     (["ip link add a type dummy", "ip link add link a name m type macvlan",
       "ip link add link a name n type macvlan mode passthru"], "a has m", "-EINVAL"),
+    (["ip link add d type dummy", "ip link add t6 type ip6tnl mode ip6ip6 local 2001:db8::1 remote 2001:db8::2",
+      "ip link set t6 mtu 1279"], "MTU 1279 is below IPv6's least, 1280, on the ip6ip6 tunnel t6",
+     "ip6_tnl_change_mtu: -EINVAL"),
 ], ids=["vlan-on-lo", "vlan-on-ipip", "vlan-twice", "vlan-mtu-at-creation", "vlan-mtu-set", "macvlan-mtu-set",
         "macvlan-mtu-at-creation", "macvlan-on-lo", "macvlan-on-bridge-port", "port-with-macvlans",
-        "after-passthru", "passthru-after"])
+        "after-passthru", "passthru-after", "ip6ip6-below-1280"])
 def test_vlan_and_macvlan_refuse_what_the_kernel_refuses(commands, says, errno_name):
     """vlan_check_real_dev, vlan_newlink / vlan_dev_change_mtu, macvlan_common_newlink / macvlan_port_create /
     macvlan_change_mtu and br_add_if's netdev_rx_handler_register: one error at the command, naming the errno."""
     with pytest.raises(TopologyError, match=re.escape(says)) as info:
         one("\n".join(commands))
     assert info.value.command == commands[-1] and errno_name in info.value.expected
+
+
+def test_ipv6_stops_on_a_link_below_1280():
+    """addrconf_notify (NETDEV_CHANGEMTU below IPV6_MIN_MTU) → addrconf_ifdown: the device's IPv6 addresses and the
+    IPv6 routes through it go and do not come back with a larger MTU; IPv4 stays.  ipv6_add_dev then refuses a new
+    IPv6 address (-EINVAL)."""
+    topo = one("ip link add d type dummy\nip link set d up\nip addr add 10.0.0.1/24 dev d\n"
+               "ip addr add 2001:db8::1/64 dev d\nip route add 2001:db8:9::/64 via 2001:db8::2 dev d\n"
+               "ip route add 10.9.0.0/16 via 10.0.0.2 dev d\nip link set d mtu 1000\nip link set d mtu 1500")
+    r = topo.netns("r")
+    assert [str(a.local) for a in r.devices["d"].addrs] == ["10.0.0.1/24"]
+    assert r.fib.lookup(ip("2001:db8:9::1")).error != 0 and r.fib.lookup(ip("10.9.1.1")).dev == "d"
+    with pytest.raises(TopologyError, match="d has MTU 1000, below IPv6's least") as info:
+        one("ip link add d type dummy\nip link set d mtu 1000\nip addr add 2001:db8::1/64 dev d")
+    assert "ipv6_add_dev: -EINVAL" in info.value.expected
+    assert one("ip link add d type dummy\nip link set d mtu 1000\nip addr add 10.0.0.1/24 dev d")
+
+
+def test_an_ip6tnl_of_another_mode_may_go_below_1280():
+    """ip6_tnl_change_mtu: the IPv6 minimum holds for proto IPPROTO_IPV6 (mode ip6ip6) only; ipip6 and any take
+    ETH_MIN_MTU."""
+    topo = one("ip link add t6 type ip6tnl mode ipip6 local 2001:db8::1 remote 2001:db8::2\nip link set t6 mtu 1000\n"
+               "ip link add t7 type ip6tnl mode ip6ip6 local 2001:db8::1 remote 2001:db8::3\nip link set t7 mtu 1280")
+    assert _mtus(topo, "t6", "t7") == {"t6": 1000, "t7": 1280}
 
 
 def test_a_macvlan_on_a_macvlan_is_made_on_the_real_device():

@@ -45,7 +45,9 @@ from flowsim.kernel.devices import KIND_MODULES
 from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_mac
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.bridge import change as bridge_change
+from flowsim.kernel.devices.ethernet import LoopbackDevice
 from flowsim.kernel.fib import Route
+from flowsim.kernel.headers import IPV6_MIN_MTU
 from flowsim.kernel.neigh import NUD_NAMES, NUD_VALID, NeighEntry, NudState
 
 __all__ = ["run", "Command"]
@@ -299,6 +301,11 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
             return
         raise ctx.cmd.error(f"address {local.ip} already on {dev.name}", value=str(local),
                             expected="a new address (RTNETLINK answers: File exists)")
+    if local.version == 6 and dev.mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice):
+        # inet6_addr_add → addrconf_add_dev → ipv6_find_idev → ipv6_add_dev: no IPv6 on such a link
+        raise ctx.cmd.error(f"{dev.name} has MTU {dev.mtu}, below IPv6's least ({IPV6_MIN_MTU}): no IPv6 on it",
+                            value=str(local), expected=f"a device of MTU {IPV6_MIN_MTU} or more (ipv6_add_dev: "
+                                                       "-EINVAL, Invalid argument)")
     dev.addrs.append(IfAddr(local, opts["peer"]))
 
 

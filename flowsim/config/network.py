@@ -61,9 +61,11 @@ from flowsim.kernel.devices.base import ETH_DATA_LEN, MAX_NEST_DEV, Command, Enc
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
 from flowsim.kernel.devices.ethernet import LoopbackDevice
+from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.macvlan import MacvlanDevice
 from flowsim.kernel.devices.vlan import VlanDevice
 from flowsim.kernel.fib import Fib
+from flowsim.kernel.headers import IPV6_MIN_MTU
 from flowsim.kernel.neigh import NeighTable, discover
 
 __all__ = ["Topology", "Namespace", "NftText", "LinkRequest", "UPPER_EDGES", "FrozenTopologyError"]
@@ -397,6 +399,9 @@ class Topology:
         self._mutable()
         if mtu == dev.mtu:  # dev_set_mtu_ext returns before ndo_change_mtu: a bridge's MTU stays automatic
             return
+        if isinstance(dev, Ip6tnlDevice) and dev.mode == "ip6ip6" and mtu < IPV6_MIN_MTU:
+            raise cmd.error(f"MTU {mtu} is below IPv6's least, {IPV6_MIN_MTU}, on the ip6ip6 tunnel {dev.name}",
+                            value=mtu, expected=f"at least {IPV6_MIN_MTU} (ip6_tnl_change_mtu: -EINVAL)")
         lower = self.namespaces[dev.netns].devices[dev.lower] if dev.lower is not None else None
         if lower is not None and mtu > lower.mtu:
             if isinstance(dev, VlanDevice):
@@ -415,6 +420,11 @@ class Topology:
         bring down the VLANs and macvlans above it that are larger (each in turn notifying its own), and
         ``br_device_event`` re-adjusts the bridge it is a port of."""
         dev.mtu = mtu
+        if mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice) and any(a.version == 6 for a in dev.addrs):
+            # addrconf_notify: "if MTU under IPV6_MIN_MTU stop IPv6 on this interface" (addrconf_ifdown: its
+            # addresses and routes go, and come back only when added again)
+            dev.addrs[:] = [a for a in dev.addrs if a.version != 6]
+            self.namespaces[dev.netns].fib.rt6_disable_ip(dev.name)
         for up in self._related(dev, "lower", out=False):
             if isinstance(up, (VlanDevice, MacvlanDevice)) and up.mtu > mtu:
                 self._changed_mtu(up, mtu)

@@ -286,9 +286,17 @@ class Fib:
         flowsim has no multipath routes, so "all nexthops on *dev*" is "its one nexthop".  The addresses'
         own prefix and local routes are derived and come back with the device (``fib_add_ifaddr``,
         ``addrconf_prefix_route`` on NETDEV_UP)."""
-        gone = [r for r in self.static if r.dev == dev]
+        return self._sync_down(dev, (4, 6))
+
+    def rt6_disable_ip(self, dev: str) -> list[Route]:
+        """``addrconf_ifdown`` → ``rt6_disable_ip`` alone (IPv6 stopped on *dev*, as when its MTU falls below
+        IPV6_MIN_MTU): the static IPv6 routes through *dev* are deleted, the IPv4 ones stay."""
+        return self._sync_down(dev, (6,))
+
+    def _sync_down(self, dev: str, versions: tuple[int, ...]) -> list[Route]:
+        gone = [r for r in self.static if r.dev == dev and r.version in versions]
         if gone:
-            self.static = [r for r in self.static if r.dev != dev]
+            self.static = [r for r in self.static if not (r.dev == dev and r.version in versions)]
             self.rt_cache_flush()
             for r in gone:
                 if r.version == 6:   # fib6_del → fib6_update_sernum on the way up

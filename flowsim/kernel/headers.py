@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 __all__ = [
     "shared_u16",
-    "ETH_HLEN", "VLAN_HLEN", "PPPOE_SES_HLEN", "IPV4_HLEN", "IPV6_HLEN",
+    "ETH_HLEN", "VLAN_HLEN", "PPPOE_SES_HLEN", "IPV4_HLEN", "IPV6_HLEN", "IPV6_MIN_MTU",
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES", "ETH_P_ARP",
     "PPP_IP", "PPP_IPV6", "IPPROTO_IPIP", "IPPROTO_TCP", "IPPROTO_UDP", "IPPROTO_GRE",
     "IPPROTO_IPV6", "IPPROTO_ICMP", "IPPROTO_ICMPV6", "IPPROTO_ESP",
@@ -38,6 +38,7 @@ VLAN_HLEN = 4
 PPPOE_SES_HLEN = 8  # 6-byte PPPoE header + 2-byte PPP protocol
 IPV4_HLEN = 20
 IPV6_HLEN = 40
+IPV6_MIN_MTU = 1280  # include/linux/ipv6.h: the least MTU an IPv6 link may have (RFC 8200)
 
 ETH_P_IP = 0x0800
 ETH_P_ARP = 0x0806

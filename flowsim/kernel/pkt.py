@@ -40,7 +40,7 @@ import attrs
 
 from flowsim.errors import KernelBugError
 from flowsim.kernel.headers import (
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_FRAGMENT,
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, IPV6_MIN_MTU, NEXTHDR_FRAGMENT,
     csum_replace, internet_checksum, ipv6_ext_hdr,
 )
 from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff, buffer_of
@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 IP_DF, IP_MF, IP_OFFSET = 0x4000, 0x2000, 0x1FFF
-IPV6_MIN_MTU = 1280
 IP_DEFAULT_TTL = 64  # net.ipv4.ip_default_ttl, and the IPv6 default hop limit
 
 # ICMP (RFC 792) and ICMPv6 (RFC 4443) types and codes the stack sends

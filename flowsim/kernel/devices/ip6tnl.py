@@ -28,12 +28,12 @@ from flowsim.kernel.devices.base import (
     ETH_P_IPV6, IPPROTO_IPV6, Args, DevPathType, NetDevice, PathCtx, PathEntry, PathError, PathTun, parse_kind_args,
 )
 from flowsim.kernel.devices.ipip import tunnel_args, underlay_mtu
+from flowsim.kernel.headers import IPV6_MIN_MTU
 
 __all__ = ["Ip6tnlDevice", "KINDS", "parse_args", "create", "fill_forward_path", "IPV6_DEFAULT_TNL_ENCAP_LIMIT"]
 
 KINDS = ("ip6tnl",)
 IPV6_DEFAULT_TNL_ENCAP_LIMIT = 4
-IPV6_MIN_MTU = 1280
 MODES = {"ip6ip6": "ip6ip6", "ipip6": "ipip6", "ip4ip6": "ipip6", "any": "any"}
 
 
