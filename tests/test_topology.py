@@ -366,10 +366,15 @@ def test_ipv6_stops_on_a_link_below_1280():
     IPv6 address (-EINVAL)."""
     topo = one("ip link add d type dummy\nip link set d up\nip addr add 10.0.0.1/24 dev d\n"
                "ip addr add 2001:db8::1/64 dev d\nip route add 2001:db8:9::/64 via 2001:db8::2 dev d\n"
-               "ip route add 10.9.0.0/16 via 10.0.0.2 dev d\nip link set d mtu 1000\nip link set d mtu 1500")
+               "ip route add 10.9.0.0/16 via 10.0.0.2 dev d\nip -6 route add 2001:db8:8::/64 dev d\n"
+               "ip link set d mtu 1000\nip link set d mtu 1500\n"
+               "ip link add e type dummy\nip link set e up\nip -6 route add 2001:db8:7::/64 dev e\n"
+               "ip link set e mtu 1000")  # no IPv6 address on e: its IPv6 routes go all the same
     r = topo.netns("r")
     assert [str(a.local) for a in r.devices["d"].addrs] == ["10.0.0.1/24"]
-    assert r.fib.lookup(ip("2001:db8:9::1")).error != 0 and r.fib.lookup(ip("10.9.1.1")).dev == "d"
+    assert r.fib.lookup(ip("2001:db8:9::1")).error != 0 and r.fib.lookup(ip("2001:db8:8::1")).error != 0
+    assert r.fib.lookup(ip("2001:db8:7::1")).error != 0
+    assert r.fib.lookup(ip("10.9.1.1")).dev == "d"
     with pytest.raises(TopologyError, match="d has MTU 1000, below IPv6's least") as info:
         one("ip link add d type dummy\nip link set d mtu 1000\nip addr add 2001:db8::1/64 dev d")
     assert "ipv6_add_dev: -EINVAL" in info.value.expected

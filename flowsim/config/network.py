@@ -420,7 +420,7 @@ class Topology:
         bring down the VLANs and macvlans above it that are larger (each in turn notifying its own), and
         ``br_device_event`` re-adjusts the bridge it is a port of."""
         dev.mtu = mtu
-        if mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice) and any(a.version == 6 for a in dev.addrs):
+        if mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice):
             # addrconf_notify: "if MTU under IPV6_MIN_MTU stop IPv6 on this interface" (addrconf_ifdown: its
             # addresses and routes go, and come back only when added again)
             dev.addrs[:] = [a for a in dev.addrs if a.version != 6]
