@@ -39,13 +39,12 @@ from collections.abc import Callable
 
 from flowsim.config.ipcontext import IpContext
 from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
-from flowsim.config.network import LinkRequest, Topology
+from flowsim.config.network import LinkRequest, Topology, ipv6_off
 from flowsim.config.raw import shell_split
 from flowsim.kernel.devices import KIND_MODULES
 from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_mac
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.bridge import change as bridge_change
-from flowsim.kernel.devices.ethernet import LoopbackDevice
 from flowsim.kernel.fib import Route
 from flowsim.kernel.headers import IPV6_MIN_MTU
 from flowsim.kernel.neigh import NUD_NAMES, NUD_VALID, NeighEntry, NudState
@@ -301,8 +300,7 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
             return
         raise ctx.cmd.error(f"address {local.ip} already on {dev.name}", value=str(local),
                             expected="a new address (RTNETLINK answers: File exists)")
-    if local.version == 6 and dev.mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice):
-        # inet6_addr_add → addrconf_add_dev → ipv6_find_idev → ipv6_add_dev: no IPv6 on such a link
+    if local.version == 6 and ipv6_off(dev):  # inet6_addr_add → addrconf_add_dev → ipv6_find_idev → ipv6_add_dev
         raise ctx.cmd.error(f"{dev.name} has MTU {dev.mtu}, below IPv6's least ({IPV6_MIN_MTU}): no IPv6 on it",
                             value=str(local), expected=f"a device of MTU {IPV6_MIN_MTU} or more (ipv6_add_dev: "
                                                        "-EINVAL, Invalid argument)")

@@ -68,13 +68,19 @@ from flowsim.kernel.fib import Fib
 from flowsim.kernel.headers import IPV6_MIN_MTU
 from flowsim.kernel.neigh import NeighTable, discover
 
-__all__ = ["Topology", "Namespace", "NftText", "LinkRequest", "UPPER_EDGES", "FrozenTopologyError"]
+__all__ = ["Topology", "Namespace", "NftText", "LinkRequest", "UPPER_EDGES", "FrozenTopologyError", "ipv6_off"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 UPPER_EDGES = frozenset({"lower", "pppoe", "conduit", "master"})
 # the relations the kernel makes with netdev_upper_dev_link (VLAN, macvlan, DSA user port, bridge port) and so counts
 # in lower_level / upper_level; a PPP unit is not one (pppoe binds its channel to the Ethernet device)
 _NESTED_EDGES = UPPER_EDGES - {"pppoe"}
+
+
+def ipv6_off(dev: NetDevice) -> bool:
+    """No IPv6 on *dev*: its MTU is under IPV6_MIN_MTU (``ipv6_add_dev`` makes no inet6_dev for it, and
+    ``addrconf_notify`` stops IPv6 on a link lowered under it); loopback keeps its own."""
+    return dev.mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice)
 
 
 def _thaw(graph: nx.MultiDiGraph) -> None:
@@ -420,7 +426,7 @@ class Topology:
         bring down the VLANs and macvlans above it that are larger (each in turn notifying its own), and
         ``br_device_event`` re-adjusts the bridge it is a port of."""
         dev.mtu = mtu
-        if mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice):
+        if ipv6_off(dev):
             # addrconf_notify: "if MTU under IPV6_MIN_MTU stop IPv6 on this interface" (addrconf_ifdown: its
             # addresses and routes go, and come back only when added again)
             dev.addrs[:] = [a for a in dev.addrs if a.version != 6]

@@ -58,8 +58,7 @@ def create(topo, cmd, req, opts) -> NetDevice:
             raise cmd.error(f"{lower.name} is a port of {lower.master}: its receive handler is the bridge's",
                             value=lower.name, expected="a device that is no bridge port (macvlan_port_create: "
                                                        "-EBUSY, Device or resource busy)")
-    passthru = [m.name for m in macvlans if m.mode == "passthru"]
-    if passthru or (mode == "passthru" and macvlans):  # macvlan_passthru(port); port->count
+    if macvlans and (mode == "passthru" or any(m.mode == "passthru" for m in macvlans)):  # port->count; macvlan_passthru
         raise cmd.error(f"a passthru macvlan is alone on its lower device: {lower.name} has "
                         f"{', '.join(m.name for m in macvlans)}", value=req.name,
                         expected="one passthru macvlan and no other on a device (macvlan_common_newlink: -EINVAL)")

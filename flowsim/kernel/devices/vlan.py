@@ -21,7 +21,7 @@ from flowsim.kernel.devices.base import (
     PathEncap, PathEntry, PathError, parse_kind_args,
 )
 
-__all__ = ["VlanDevice", "KINDS", "parse_args", "create", "vlan_find_dev", "fill_forward_path", "VLAN_PROTOCOLS"]
+__all__ = ["VlanDevice", "KINDS", "parse_args", "create", "fill_forward_path", "VLAN_PROTOCOLS"]
 
 KINDS = ("vlan",)
 VLAN_PROTOCOLS = {"802.1Q": ETH_P_8021Q, "802.1q": ETH_P_8021Q, "802.1ad": ETH_P_8021AD, "802.1AD": ETH_P_8021AD}
@@ -66,7 +66,7 @@ def create(topo, cmd, req, opts) -> NetDevice:
     if real.link_type != "ether":
         raise cmd.error(f"VLANs not supported on device {real.name} ({real.link_type})", value=real.name,
                         expected="an Ethernet device as the real device (vlan_check_real_dev: -EOPNOTSUPP)")
-    twin = vlan_find_dev(topo, real, proto, opts["vlan_id"])
+    twin = topo.vlan_upper(real, Encap(opts["vlan_id"], proto))  # vlan_find_dev
     if twin is not None:
         raise cmd.error(f"VLAN device already exists: {twin.name} is {twin.describe()} on {real.name}",
                         value=opts["vlan_id"], expected="a VLAN id not yet used on the real device with that protocol "
@@ -77,14 +77,6 @@ def create(topo, cmd, req, opts) -> NetDevice:
     dev.addr_set = req.address is not None
     topo.link_upper(dev, real, "lower", cmd)
     return dev
-
-
-def vlan_find_dev(topo, real: NetDevice, proto: int, vid: int) -> VlanDevice | None:
-    """``vlan_find_dev``: the VLAN device with *proto* and *vid* on *real*, if any."""
-    for up in topo.uppers(real):
-        if isinstance(up, VlanDevice) and up.vlan_proto == proto and up.vlan_id == vid:
-            return up
-    return None
 
 
 def fill_forward_path(ctx: PathCtx) -> PathEntry | PathError:
