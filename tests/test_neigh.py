@@ -71,6 +71,8 @@ def test_explicit_entries_win_over_discovery(command, state, lladdr):
     ("ip neigh add 10.0.0.9 lladdr 02:00:00:00:00:99 dev e0\nip neigh add 10.0.0.9 lladdr 02:00:00:00:00:98 dev e0",
      "exists"),
     ("ip neigh add 10.0.0.2 lladdr zz dev e0", "bad MAC"),
+    ("ip neigh add 10.0.0.2 lladdr 02:-1:00:00:00:99 dev e0", "bad MAC"),  # int() takes "-1": a crash, once
+    ("ip neigh add 10.0.0.2 lladdr 02:+f:00:00:00:99 dev e0", "bad MAC"),
     ("ip neigh add 10.0.0.2 lladdr 02:00:00:00:00:99 dev e0 nud bogus", "bad value"),
     ("ip neigh del 10.0.0.77 dev e0", "no neighbour"),
 ])

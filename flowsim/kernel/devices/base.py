@@ -103,10 +103,14 @@ def mac_for(netns: str, name: str) -> str:
 mac_from_bytes = mac_ntoa
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def parse_mac(text: str) -> str:
     """Canonical form of a MAC written ``aa:bb:cc:dd:ee:ff``; ValueError otherwise."""
     parts = text.split(":")
-    if len(parts) != 6 or not all(1 <= len(p) <= 2 for p in parts):
+    # hex digits only: int() alone would take "-1", " f" or "+f" (iproute2's ll_addr_a2n refuses "-1", > 0xff)
+    if len(parts) != 6 or not all(1 <= len(p) <= 2 and all(c in _HEX_DIGITS for c in p) for p in parts):
         raise ValueError(text)
     return ":".join(f"{int(p, 16):02x}" for p in parts)
 
