@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Callable
 
 import attrs
 
@@ -107,11 +108,18 @@ def _selector(words: list[str], what: str) -> tuple[list[str], Skip | None]:
 
 def xfrm_states(text: str) -> tuple[list[str], list[Skip]]:
     """The ``ip xfrm state add`` lines of ``ip xfrm state`` output, and the blocks left out."""
+    return _commands(text, "state", _state)
+
+
+def _commands(text: str, kind: str, command: Callable[[list[str], str], tuple[str | None, Skip | None]]
+              ) -> tuple[list[str], list[Skip]]:
+    """The ``ip xfrm KIND add`` lines of ``ip xfrm KIND`` output (each block read by *command*), and the blocks
+    left out: those *command* skips, and those it cannot read."""
     lines, skips = [], []
     for block in blocks(text):
-        what = f"xfrm state {block[0]}"
+        what = f"xfrm {kind} {block[0]}"
         try:
-            line, skip = _state(block, what)
+            line, skip = command(block, what)
         except (ValueError, IndexError) as exc:
             skips.append(Skip(what, f"unreadable ({exc})"))
             continue
@@ -173,19 +181,7 @@ def _state(block: list[str], what: str) -> tuple[str | None, Skip | None]:
 
 def xfrm_policies(text: str) -> tuple[list[str], list[Skip]]:
     """The ``ip xfrm policy add`` lines of ``ip xfrm policy`` output, and the blocks left out."""
-    lines, skips = [], []
-    for block in blocks(text):
-        what = f"xfrm policy {block[0]}"
-        try:
-            line, skip = _policy(block, what)
-        except (ValueError, IndexError) as exc:
-            skips.append(Skip(what, f"unreadable ({exc})"))
-            continue
-        if skip is not None:
-            skips.append(skip)
-        elif line is not None:
-            lines.append(line)
-    return lines, skips
+    return _commands(text, "policy", _policy)
 
 
 _TMPL_KEYS = ("src", "dst", "proto", "spi", "reqid", "mode", "level")
