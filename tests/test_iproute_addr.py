@@ -4,7 +4,12 @@ which flushes every IPv4 route through it; IPv6 gateway routes stay (addrconf re
 
 from __future__ import annotations
 
+import ipaddress
+
+import pytest
+
 from flowsim.config.topology import load_topology_text
+from flowsim.errors import TopologyError
 
 HOST = '''
 [netns.a]
@@ -47,3 +52,71 @@ def test_deleting_the_last_ipv4_address_drops_them():
 
 def test_ipv6_flush_keeps_the_ipv4_routes():
     assert _defaults("ip -6 addr flush dev eth0") == [("10.0.1.1", "eth0"), ("dead:1::1", "eth0")]
+
+
+# --- the prefix route of an address: fib_add_ifaddr (net/ipv4/fib_frontend.c), inet6_addr_add → addrconf_prefix_route
+# (net/ipv6/addrconf.c), and __inet_del_ifa's secondaries (net/ipv4/devinet.c)
+
+def _connected(extra: str) -> list[tuple[str, str, int, str | None]]:
+    fib = load_topology_text(HOST % extra, "t.toml").namespaces["a"].fib
+    return sorted((str(r.prefix), r.dev, r.metric, str(r.src) if r.src else None) for r in fib.connected())
+
+
+BASE = [("10.0.1.0/24", "eth0", 0, "10.0.1.99"), ("10.0.9.0/24", "eth0", 0, "10.0.9.99"),
+        ("dead:1::/64", "eth0", 256, None)]
+
+
+def test_noprefixroute_addresses_install_no_prefix_route():
+    """IFA_F_NOPREFIXROUTE: fib_add_ifaddr skips fib_magic(RTN_UNICAST), inet6_addr_add addrconf_prefix_route."""
+    assert _connected("ip addr add 10.0.2.1/24 dev eth0.10 noprefixroute\n"
+                      "ip addr add dead:2::1/64 dev eth0.10 nodad noprefixroute") == BASE
+
+
+def test_a_gateway_behind_a_noprefixroute_address_needs_a_route_to_it():
+    """fib_check_nh finds no route to the gateway: 'Nexthop has invalid gateway' until one is added."""
+    with pytest.raises(TopologyError, match="Nexthop has invalid gateway"):
+        _connected("ip addr add 10.0.2.1/24 dev eth0.10 noprefixroute\nip route add 10.7.0.0/16 via 10.0.2.2")
+    fib = load_topology_text(HOST % ("ip addr add 10.0.2.1/24 dev eth0.10 noprefixroute\n"
+                                     "ip route add 10.0.2.0/24 dev eth0.10 metric 100\n"
+                                     "ip route add 10.7.0.0/16 via 10.0.2.2"), "t.toml").namespaces["a"].fib
+    assert fib.lookup(ipaddress.ip_address("10.7.0.1")).dev == "eth0.10"
+
+
+def test_the_address_metric_is_its_prefix_routes():
+    """ifa_rt_priority (ip addr add … metric N): the prefix route's metric, 0 / IP6_RT_PRIO_ADDRCONF without."""
+    assert _connected("ip addr add 10.0.2.1/24 dev eth0.10 metric 50\n"
+                      "ip addr add dead:2::1/64 dev eth0.10 nodad metric 70") == sorted(
+        BASE + [("10.0.2.0/24", "eth0.10", 50, "10.0.2.1"), ("dead:2::/64", "eth0.10", 70, None)])
+
+
+def test_an_ipv4_secondary_shares_its_primarys_route():
+    """__inet_insert_ifa marks a second address of the prefix IFA_F_SECONDARY: no route of its own."""
+    assert _connected("ip addr add 10.0.1.98/24 dev eth0") == BASE
+
+
+def test_deleting_the_primary_deletes_its_secondaries_unless_promoted():
+    """__inet_del_ifa: without promote_secondaries (all or the device's) the secondaries go too; with it, the
+    next one is the primary."""
+    extra = "ip addr add 10.0.1.98/24 dev eth0\nip addr add 10.0.1.97/24 dev eth0\nip addr del 10.0.1.99/24 dev eth0"
+    assert _connected(extra) == BASE[1:]
+    for conf in ("all", "eth0"):
+        promote = f"sysctl -w net.ipv4.conf.{conf}.promote_secondaries=1\n"
+        assert _connected(promote + extra) == [("10.0.1.0/24", "eth0", 0, "10.0.1.98")] + BASE[1:]
+    addrs = load_topology_text(HOST % (promote + extra), "t.toml").namespaces["a"].devices["eth0"].addrs
+    assert [str(a.ip) for a in addrs if a.version == 4] == ["10.0.9.99", "10.0.1.98", "10.0.1.97"]
+
+
+def test_deleting_a_secondary_keeps_the_primary():
+    assert _connected("ip addr add 10.0.1.98/24 dev eth0\nip addr del 10.0.1.98/24 dev eth0") == BASE
+
+
+def test_an_address_in_the_zero_network_has_no_prefix_route():
+    """fib_add_ifaddr: ipv4_is_zeronet(prefix)."""
+    assert _connected("ip addr add 0.0.0.1/8 dev eth0.10") == BASE
+
+
+def test_an_ipv6_prefix_two_addresses_share_is_one_route():
+    """fib6_add finds the route there; a noprefixroute first address leaves it to the second."""
+    assert _connected("ip addr add dead:1::98/64 dev eth0 nodad") == BASE
+    assert _connected("ip addr add dead:2::1/64 dev eth0.10 nodad noprefixroute\n"
+                      "ip addr add dead:2::2/64 dev eth0.10 nodad") == sorted(BASE + [("dead:2::/64", "eth0.10", 256, None)])

@@ -9,6 +9,7 @@ imports it and compares ``flowsim run --json`` figures with the original's.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 import shutil
@@ -412,6 +413,42 @@ def test_gateway_off_its_subnets_is_written_onlink(tmp_path):
     assert "ip -6 route add default via dead:1::1 dev d0 onlink" in result.text
     assert "the gateway is on none of d0's subnets" in result.text
     load_topology_text(result.text)
+
+
+def test_prefix_routes_as_the_machine_has_them(tmp_path):
+    """NetworkManager gives its addresses ``noprefixroute`` (IFA_F_NOPREFIXROUTE) and adds their prefix routes
+    itself, ``proto kernel`` with its own metric: import writes both, so that the gateway behind them loads and
+    the main table is the machine's.  A prefix route an imported address makes again (its ``metric``,
+    ifa_rt_priority, included) and IPv6 link-local's are left out."""
+    addrs = json.dumps([
+        {"ifname": "d0", "addr_info": [
+            {"family": "inet", "local": "10.0.1.5", "prefixlen": 24, "noprefixroute": True},
+            {"family": "inet6", "local": "2001:db8:1::5", "prefixlen": 64, "noprefixroute": True},
+            {"family": "inet6", "local": "fe80::5", "prefixlen": 64}]},
+        {"ifname": "d1", "addr_info": [{"family": "inet", "local": "10.0.2.1", "prefixlen": 24},
+                                       {"family": "inet", "local": "10.0.3.1", "prefixlen": 24, "metric": 50}]}])
+    r4 = [{"dst": "default", "gateway": "10.0.1.1", "dev": "d0", "protocol": "dhcp", "prefsrc": "10.0.1.5",
+           "metric": 100, "flags": []},
+          {"dst": "10.0.1.0/24", "dev": "d0", "protocol": "kernel", "scope": "link", "prefsrc": "10.0.1.5",
+           "metric": 100, "flags": []},
+          {"dst": "10.0.2.0/24", "dev": "d1", "protocol": "kernel", "scope": "link", "prefsrc": "10.0.2.1",
+           "flags": []},
+          {"dst": "10.0.3.0/24", "dev": "d1", "protocol": "kernel", "scope": "link", "prefsrc": "10.0.3.1",
+           "metric": 50, "flags": []}]
+    r6 = [{"dst": "2001:db8:1::/64", "dev": "d0", "protocol": "kernel", "metric": 100, "flags": []},
+          {"dst": "fe80::/64", "dev": "d0", "protocol": "kernel", "metric": 1024, "flags": []},
+          {"dst": "default", "gateway": "2001:db8:1::1", "dev": "d0", "protocol": "ra", "metric": 100, "flags": []}]
+    result = import_snapshot(_mini(tmp_path, [LO, _dev(2, "d0"), _dev(3, "d1")], addr_json=addrs,
+                                   route4_json=json.dumps(r4), route6_json=json.dumps(r6)))
+    assert "ip addr add 10.0.1.5/24 dev d0 noprefixroute" in result.text
+    assert "ip addr add 10.0.3.1/24 dev d1 metric 50" in result.text
+    assert "ip -4 route add 10.0.1.0/24 dev d0 metric 100 src 10.0.1.5 proto kernel" in result.text
+    assert result.text.count("route add") == 4  # the two prefix routes of d0, the two defaults, no more
+    fib = load_topology_text(result.text).namespaces["r"].fib
+    assert sorted((str(r.prefix), r.dev, r.metric) for r in fib.routes() if r.gateway is None) == [
+        ("10.0.1.0/24", "d0", 100), ("10.0.2.0/24", "d1", 0), ("10.0.3.0/24", "d1", 50),
+        ("2001:db8:1::/64", "d0", 100)]
+    assert fib.lookup(ipaddress.ip_address("192.0.2.1")).dev == "d0"
 
 
 def test_nft_prints_icmp_codes_by_name():

@@ -221,6 +221,9 @@ class _Importer:
         self.by_name: dict[str, dict[str, Dev]] = {}
         self.skipped: dict[str, set[str]] = {}  # devices not created, per namespace
         self.nets: dict[tuple[str, str], list] = {}  # (namespace, device) -> the subnets of its addresses
+        # (namespace, device, prefix, metric) of the prefix routes `ip addr add` makes again (fib_add_ifaddr,
+        # addrconf_prefix_route): the snapshot's proto kernel routes the import leaves out
+        self.prefix_routes: set[tuple[str, str, object, int]] = set()
         self.ppp: dict[tuple[str, str], tuple[int, str, str]] = {}  # ppp device -> session id, peer MAC, device
 
     # -- reporting
@@ -692,12 +695,22 @@ class _Importer:
                     continue
                 self.nets.setdefault((nss.name, name), []).append(ip.network)
                 line = f"ip addr add {ip}"
+                prefix = ip.network  # of the prefix route fib_add_ifaddr / addrconf_prefix_route makes
                 peer = info.get("address")
                 if isinstance(peer, str) and peer != local:
-                    line = f"ip addr add {ip.ip} peer {ipaddress.ip_interface(f'{peer}/{plen}')}"
+                    remote = ipaddress.ip_interface(f"{peer}/{plen}")
+                    line, prefix = f"ip addr add {ip.ip} peer {remote}", remote.network
                 line += f" dev {q(name)}"
                 if ip.version == 6:
                     line += " nodad"
+                metric = info.get("metric")  # IFA_RT_PRIORITY
+                metric = metric if isinstance(metric, int) and 0 < metric <= 0xFFFFFFFF else 0
+                if metric:
+                    line += f" metric {metric}"
+                if info.get("noprefixroute") is True:  # IFA_F_NOPREFIXROUTE: the machine's own route is imported
+                    line += " noprefixroute"
+                else:
+                    self.prefix_routes.add((nss.name, name, prefix, metric or (0 if ip.version == 4 else 256)))
                 out.addrs.append(line)
         if generated:
             out.comments.append(f"left out, the kernel creates them: {generated} loopback and IPv6 link-local "
@@ -706,10 +719,11 @@ class _Importer:
     def routes(self, nss: NetnsSnapshot) -> None:
         out = self.out[nss.name]
         generated = 0
+        lines: list[tuple[bool, str]] = []  # (has a gateway, the command)
         for family, file in ((4, "route4.json"), (6, "route6.json")):
             for r in nss.json(file):
                 table = r.get("table", "main")
-                if table == "local" or r.get("protocol") == "kernel":
+                if table == "local" or (r.get("protocol") == "kernel" and self.recreated(nss.name, r)):
                     generated += 1
                     continue
                 dst = r.get("dst")
@@ -736,10 +750,28 @@ class _Importer:
                     out.comments.append(f"route {dst} via {r['gateway']} dev {dev}: the gateway is on none of "
                                         f"{dev}'s subnets (the kernel keeps such a route when the address goes): "
                                         "written with onlink")
-                out.routes.append(line)
+                lines.append((bool(r.get("gateway")), line))
+        # the routes without a gateway first: the gateway of a later one may be behind one of them (fib_check_nh
+        # refuses it before), as behind a prefix route NetworkManager adds; `ip route` lists the default first
+        out.routes.extend(line for _, line in sorted(lines, key=lambda gl: gl[0]))
         if generated:
             out.comments.append(f"left out, ip addr add recreates them: {generated} proto kernel and local-table "
                                 "routes")
+
+    def recreated(self, ns: str, r: dict) -> bool:
+        """A ``proto kernel`` route of the main table that the import makes again without a line of its own: the
+        prefix route of an imported address (same device, prefix and metric), or what the kernel makes for the
+        addresses the import leaves out (IPv6 link-local: fe80::/64) or has no prefix route for (a /128).  Any
+        other — the route a manager such as NetworkManager adds for an address it gave ``noprefixroute``, with
+        its own metric — is imported as a route."""
+        try:
+            dst = ipaddress.ip_network(r.get("dst"), strict=False)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return True  # route_line refuses what it cannot read; a kernel route is not worth that error
+        if dst.version == 6 and (dst.is_link_local or dst.prefixlen == 128):
+            return True
+        metric = r.get("metric", 0 if dst.version == 4 else 256)
+        return (ns, r.get("dev"), dst, metric) in self.prefix_routes
 
     def gateway_off_subnets(self, ns: str, r: dict) -> bool:
         """A route whose gateway is in no subnet of its device's addresses (not link-local, not onlink already):
@@ -776,7 +808,7 @@ class _Importer:
             if r.get("prefsrc"):
                 words += ["src", str(ipaddress.ip_address(r["prefsrc"]))]
             proto = r.get("protocol")
-            if isinstance(proto, str) and proto not in ("boot", "kernel") and re.fullmatch(r"[A-Za-z0-9_]+", proto):
+            if isinstance(proto, str) and proto != "boot" and re.fullmatch(r"[A-Za-z0-9_]+", proto):
                 words += ["proto", proto]
             scope = r.get("scope")
             if family == 4 and scope == "link" and r.get("gateway"):

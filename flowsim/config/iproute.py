@@ -17,7 +17,8 @@ Supported subset (what the kernel selftests and router setups use)::
     ip [-4|-6] [-n NS] link add [link DEV] [name] NAME [address MAC] [mtu N] [netns NS] [up] type KIND ...
     ip link set [dev] DEV [up|down] [mtu N] [master BR|nomaster] [netns NS] [address MAC] [type KIND ...]
     ip link del [dev] DEV
-    ip addr add|del ADDR[/LEN] [peer ADDR[/LEN]] dev DEV [nodad] [scope S] ...;  ip addr flush dev DEV
+    ip addr add|del ADDR[/LEN] [peer ADDR[/LEN]] dev DEV [nodad] [noprefixroute] [metric N] [scope S] ...;
+        ip addr flush dev DEV
     ip route add|change|replace|append|del [TYPE] PREFIX|default [via [inet|inet6] GW] [dev DEV]
              [metric|preference N] [mtu [lock] N] [src A] [proto P] [scope S] [onlink] [table main]
     ip neigh add|replace|change|del ADDR [lladdr MAC] dev DEV [nud STATE] [router]
@@ -271,19 +272,24 @@ def _prefix(ctx: IpContext, text: str, what: str) -> ipaddress.IPv4Interface | i
 
 def _addr_opts(ctx: IpContext, args: Args) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, dict]:
     local = _prefix(ctx, args.next("an address"), "an address")
-    opts: dict = {"peer": None, "dev": None}
+    opts: dict = {"peer": None, "dev": None, "metric": 0, "noprefixroute": False}
     while args:
         word = args.next("an address option")
         if word in ("peer", "remote"):
             opts["peer"] = _prefix(ctx, args.next("a peer address"), "a peer address")
         elif word == "dev":
             opts["dev"] = ctx.dev(args.name("dev"))
-        elif word in ("nodad", "noprefixroute", "home", "mngtmpaddr", "optimistic"):
+        elif word == "noprefixroute":
+            opts["noprefixroute"] = True
+        elif word in ("metric", "priority"):  # IFA_RT_PRIORITY: the metric of the address's prefix route
+            opts["metric"] = args.int(word, 0, 0xFFFFFFFF)
+        elif word in ("nodad", "home", "mngtmpaddr", "optimistic"):
             continue
-        elif word in ("scope", "label", "broadcast", "brd", "valid_lft", "preferred_lft", "metric"):
+        elif word in ("scope", "label", "broadcast", "brd", "valid_lft", "preferred_lft"):
             args.next(f"a value after {word!r}")
         else:
-            raise ctx.cmd.error(f"unknown address option {word!r}", value=word, expected="peer, dev, nodad, scope")
+            raise ctx.cmd.error(f"unknown address option {word!r}", value=word,
+                                expected="peer, dev, nodad, noprefixroute, metric, scope")
     if opts["dev"] is None:
         raise ctx.cmd.error("missing device", expected="'dev DEV'")
     return local, opts
@@ -304,7 +310,7 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
         raise ctx.cmd.error(f"{dev.name} has MTU {dev.mtu}, below IPv6's least ({IPV6_MIN_MTU}): no IPv6 on it",
                             value=str(local), expected=f"a device of MTU {IPV6_MIN_MTU} or more (ipv6_add_dev: "
                                                        "-EINVAL, Invalid argument)")
-    dev.addrs.append(IfAddr(local, opts["peer"]))
+    dev.addrs.append(IfAddr(local, opts["peer"], opts["metric"], opts["noprefixroute"]))
 
 
 def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
@@ -312,11 +318,27 @@ def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
     dev: NetDevice = opts["dev"]
     for a in dev.addrs:
         if a.ip == local.ip:
-            dev.addrs.remove(a)
+            dev.addrs[:] = [b for b in dev.addrs if b is not a and not _goes_with(ctx, dev, a, b)]
             _last_ipv4_address_gone(ctx, dev, had_ipv4=a.version == 4)
             return
     raise ctx.cmd.error(f"address {local.ip} is not on {dev.name}", value=str(local),
                         expected="an address of the device (RTNETLINK answers: Cannot assign requested address)")
+
+
+def _goes_with(ctx: IpContext, dev: NetDevice, primary: IfAddr, other: IfAddr) -> bool:
+    """``__inet_del_ifa``: deleting an IPv4 primary address deletes the secondaries of its prefix (*other* one of
+    them) unless ``promote_secondaries`` is on for the device (all or the device's conf), when the next one
+    becomes the primary.  The primary of a prefix is its first address on the device (``__inet_insert_ifa``
+    marks the later ones IFA_F_SECONDARY)."""
+    if primary.version != 4 or other.version != 4 or other.prefix != primary.prefix:
+        return False
+    first = next(b for b in dev.addrs if b.version == 4 and b.prefix == primary.prefix)
+    if first is not primary:  # a secondary is deleted alone
+        return False
+    ns = ctx.topo.netns(ctx.netns)
+    promote = any(str(ns.sysctl(f"net.ipv4.conf.{conf}.promote_secondaries", "0")).strip() not in ("", "0")
+                  for conf in ("all", dev.name))
+    return not promote
 
 
 def _addr_flush(ctx: IpContext, verb: str, args: Args) -> None:
@@ -431,15 +453,20 @@ def _route_nexthop(ctx: IpContext, prefix, rtype: str, opts: dict) -> Route:
         raise ctx.cmd.error(f"route {prefix} has neither gateway nor device", value=str(prefix),
                             expected="'via GW' and/or 'dev DEV'")
     if via is not None and not opts["onlink"]:
-        via_route = ns.fib.lookup(via, oif=None)
-        through = dev.name if dev is not None else via_route.dev
-        onlink = [r for r in ns.fib.connected(via.version) if via in r.prefix and r.dev == through]
-        if not onlink:
+        # fib_check_nh_v4_gw: a lookup of the gateway among routes of scope link or narrower (a device route: the
+        # prefix route of an address, or one added with `dev` alone), through the given device if any;
+        # ip6_route_check_nh: a route to it without a gateway
+        found = [r for r in ns.fib.connected(via.version) + ns.fib.static
+                 if r.version == via.version and via in r.prefix and r.type == "unicast" and r.gateway is None
+                 and (via.version == 6 or r.scope in ("link", "host")) and (dev is None or r.dev == dev.name)
+                 and r.dev in ns.devices and ns.devices[r.dev].up]  # a down device's nexthops are dead
+        if not found:
             raise ctx.cmd.error(f"gateway {via} is not on a connected subnet" +
                                 (f" of {dev.name}" if dev is not None else ""), value=str(via),
                                 expected="a gateway inside a subnet of an up device, or 'onlink' "
                                          "(RTNETLINK answers: Nexthop has invalid gateway)")
-        dev = ns.devices[through]
+        best = max(found, key=lambda r: (r.prefix.prefixlen, -r.metric))  # the longest prefix, then the metric
+        dev = ns.devices[best.dev]
     metric = opts["metric"] if opts["metric"] is not None else (0 if prefix.version == 4 else 1024)
     scope = opts["scope"] or ("link" if via is None and dev is not None and prefix.version == 4 else "universe")
     return Route(prefix, type=rtype, dev=dev.name if dev is not None else None, gateway=via, metric=metric,

@@ -52,6 +52,8 @@ __all__ = ["Route", "Fib", "ROUTE_TYPES", "ROUTE_ERRORS"]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+_ZERONET = ipaddress.IPv4Network("0.0.0.0/8")  # ipv4_is_zeronet: no prefix route for an address in it
+
 ROUTE_TYPES = ("unicast", "local", "blackhole", "unreachable", "prohibit")
 # fib_props[].error / ip6_rt_type_to_error; "none" is the no-match result
 ROUTE_ERRORS = {"unicast": 0, "local": 0, "blackhole": -errno.EINVAL, "unreachable": -errno.EHOSTUNREACH,
@@ -309,17 +311,34 @@ class Fib:
 
     # --- derived routes
     def connected(self, version: int | None = None) -> list[Route]:
-        """Prefix routes of the addresses on up devices (``fib_add_ifaddr``, ``addrconf_prefix_route``)."""
+        """Prefix routes of the addresses on up devices (``fib_add_ifaddr``, ``inet6_addr_add`` →
+        ``addrconf_prefix_route``).
+
+        None for a host address (a /32 or /128 without peer), an address added ``noprefixroute``
+        (``IFA_F_NOPREFIXROUTE``), an IPv4 address in 0.0.0.0/8 (``ipv4_is_zeronet``) or an IPv4 secondary (an
+        address of a prefix an earlier one on the device has: ``__inet_insert_ifa`` marks it
+        ``IFA_F_SECONDARY``, and the primary's route serves both); an IPv6 prefix two addresses share is one route
+        (``fib6_add`` finds it there).  The metric is the address's ``metric`` (``ifa_rt_priority``), else 0 for
+        IPv4 and ``IP6_RT_PRIO_ADDRCONF`` (256) for IPv6; an IPv4 route's source is its address.
+        """
         out = []
         for dev in self.ns.devices.values():
             if not dev.up or dev.link_type == "loopback":
                 continue
+            seen = set()  # IPv4: the prefixes of earlier addresses; IPv6: of the routes made
             for a in dev.addresses(version):
-                host = a.peer is None and a.local.network.prefixlen == a.local.max_prefixlen
-                if host:
+                prefix = a.prefix
+                if prefix in seen:  # an IPv4 secondary, or an IPv6 prefix route already there
                     continue
-                out.append(Route(a.prefix, dev=dev.name, metric=0 if a.version == 4 else 256, proto="kernel",
-                                 scope="link", src=a.ip if a.version == 4 else None))
+                if a.version == 4:
+                    seen.add(prefix)
+                    if prefix.network_address in _ZERONET:
+                        continue
+                if a.noprefixroute or (a.peer is None and a.local.network.prefixlen == a.local.max_prefixlen):
+                    continue
+                seen.add(prefix)
+                out.append(Route(prefix, dev=dev.name, metric=a.metric or (0 if a.version == 4 else 256),
+                                 proto="kernel", scope="link", src=a.ip if a.version == 4 else None))
         return out
 
     def local(self, version: int | None = None) -> list[Route]:

@@ -267,6 +267,8 @@ class IfAddr:
 
     local: ipaddress.IPv4Interface | ipaddress.IPv6Interface
     peer: ipaddress.IPv4Interface | ipaddress.IPv6Interface | None = None
+    metric: int = 0  # ifa_rt_priority (`metric N`): its prefix route's metric; 0 = the family's default
+    noprefixroute: bool = False  # IFA_F_NOPREFIXROUTE: the kernel installs no prefix route for it
 
     @property
     def ip(self) -> IPAddress:
