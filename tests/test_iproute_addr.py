@@ -120,3 +120,23 @@ def test_an_ipv6_prefix_two_addresses_share_is_one_route():
     assert _connected("ip addr add dead:1::98/64 dev eth0 nodad") == BASE
     assert _connected("ip addr add dead:2::1/64 dev eth0.10 nodad noprefixroute\n"
                       "ip addr add dead:2::2/64 dev eth0.10 nodad") == sorted(BASE + [("dead:2::/64", "eth0.10", 256, None)])
+
+
+def test_an_address_prefix_route_can_be_deleted_and_comes_back_with_the_device():
+    """`ip route del` of a prefix route (fib_table_delete / ip6_route_del find it like any route); NETDEV_UP makes
+    it again (fib_add_ifaddr, addrconf_permanent_addr → fixup_permanent_addr), as does an address that adds it."""
+    gone = "ip route del 10.0.1.0/24 dev eth0\nip -6 route del dead:1::/64"
+    assert _connected(gone) == [BASE[1]]
+    assert _connected(gone + "\nip link set eth0 down\nip link set eth0 up") == BASE
+    assert _connected(gone + "\nip addr add dead:1::98/64 dev eth0 nodad") == BASE[1:]
+    assert _connected(gone + "\nip addr add 10.0.1.98/24 dev eth0") == [BASE[1]]  # a secondary: no route
+    with pytest.raises(TopologyError, match="No such process"):
+        _connected("ip route del 10.0.1.0/24 dev eth0 metric 5")
+
+
+def test_deleting_a_prefix_route_takes_the_lower_metric_first():
+    """fib_table_delete walks the prefix's aliases by priority: the address's metric-0 route before a static one."""
+    fib = load_topology_text(HOST % "ip route add 10.0.1.0/24 dev eth0.10 metric 50\nip route del 10.0.1.0/24",
+                             "t.toml").namespaces["a"].fib
+    assert [(str(r.prefix), r.dev, r.metric) for r in fib.routes(4) if str(r.prefix) == "10.0.1.0/24"] == [
+        ("10.0.1.0/24", "eth0.10", 50)]

@@ -44,6 +44,9 @@ EVENTS = [
     ("ip -6 route add 2001:db8:5::/80 via 2001:db8:1::fe", {"v4-default", "v4-specific"}),  # under 5::/64
     ("ip -6 route add 2001:db8::/32 via 2001:db8::fe", {"v4-default", "v4-specific", "v6-specific"}),  # above it
     ("ip -6 route del 2001:db8:5::/64", {"v4-default", "v4-specific", "v6-default"}),  # fib6_del_route
+    # an address's prefix route: reached by the gateway check of `via 10.1.0.254` (FA_S_ACCESSED) → flush
+    ("ip route del 10.1.0.0/16 dev e1", {"v6-default", "v6-specific"}),
+    ("ip -6 route del 2001:db8:1::/64", set(FLOWS)),  # fib6_del_route: no flow's route is that one
     ("ip addr add 10.2.0.1/24 dev e0", {"v6-default", "v6-specific"}),  # fib_inetaddr_event
     ("ip addr del 10.1.0.1/16 dev e1", {"v6-default", "v6-specific"}),
     ("ip -6 addr add 2001:db8:8::1/64 dev e0 nodad", {"v4-default", "v4-specific", "v6-specific"}),  # fib6_add

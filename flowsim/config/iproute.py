@@ -210,8 +210,11 @@ def _link_set(ctx: IpContext, verb: str, args: Args) -> None:
 
 
 def _set_up(ctx: IpContext, dev: NetDevice, value) -> None:
+    fib = ctx.topo.netns(ctx.netns).fib
     if dev.up and not value:  # NETDEV_DOWN: the routes through it are deleted (Fib.sync_down_dev)
-        ctx.topo.netns(ctx.netns).fib.sync_down_dev(dev.name)
+        fib.sync_down_dev(dev.name)
+    elif value and not dev.up:  # NETDEV_UP: its addresses make their prefix routes again
+        fib.prefix_route_restored(dev.name)
     dev.up = value
 
 
@@ -310,7 +313,12 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
         raise ctx.cmd.error(f"{dev.name} has MTU {dev.mtu}, below IPv6's least ({IPV6_MIN_MTU}): no IPv6 on it",
                             value=str(local), expected=f"a device of MTU {IPV6_MIN_MTU} or more (ipv6_add_dev: "
                                                        "-EINVAL, Invalid argument)")
-    dev.addrs.append(IfAddr(local, opts["peer"], opts["metric"], opts["noprefixroute"]))
+    new = IfAddr(local, opts["peer"], opts["metric"], opts["noprefixroute"])
+    # fib_add_ifaddr (not for an IPv4 secondary) / addrconf_prefix_route add its prefix route, again if deleted
+    primary = new.version == 6 or not any(a.version == 4 and a.prefix == new.prefix for a in dev.addrs)
+    dev.addrs.append(new)
+    if primary and not new.noprefixroute:
+        ctx.topo.netns(ctx.netns).fib.prefix_route_restored(dev.name, new.prefix)
 
 
 def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
@@ -466,6 +474,7 @@ def _route_nexthop(ctx: IpContext, prefix, rtype: str, opts: dict) -> Route:
                                 expected="a gateway inside a subnet of an up device, or 'onlink' "
                                          "(RTNETLINK answers: Nexthop has invalid gateway)")
         best = max(found, key=lambda r: (r.prefix.prefixlen, -r.metric))  # the longest prefix, then the metric
+        ns.fib.accessed(best)  # the check's fib_lookup reached it (fib_table_lookup → fib_alias_accessed)
         dev = ns.devices[best.dev]
     metric = opts["metric"] if opts["metric"] is not None else (0 if prefix.version == 4 else 1024)
     scope = opts["scope"] or ("link" if via is None and dev is not None and prefix.version == 4 else "universe")

@@ -140,6 +140,9 @@ class Fib:
         self._fib6_flushed = 0
         self._accessed: set[Route] = set()  # static IPv4 routes a lookup returned (FA_S_ACCESSED)
         self._derived: frozenset | None = None  # the address-derived routes at the last sync()
+        # prefix routes of addresses deleted by `ip route del` (device, prefix, metric): gone until the device
+        # comes up again or an address makes the route again (prefix_route_restored)
+        self.deleted_prefix_routes: set[tuple[str, IPNetwork, int]] = set()
         self.version = 0  # any change above: lets a cached dst_check answer stand until the next one
         self.frozen = False  # the FIB of a loaded description (flowsim.config.network.Topology.freeze)
 
@@ -305,6 +308,12 @@ class Fib:
                     self.fib6_update_sernum_upto_root(r.table, cast(ipaddress.IPv6Network, r.prefix))
         return gone
 
+    def accessed(self, route: Route) -> None:
+        """``fib_alias_accessed``: an IPv4 lookup reached *route* (FA_S_ACCESSED: deleting or replacing it later
+        flushes the route cache)."""
+        if route.version == 4:
+            self._accessed.add(route)
+
     def _mutable(self) -> None:
         if self.frozen:
             raise TypeError("the FIB of a loaded topology is a description: change the run's live copy")
@@ -337,9 +346,19 @@ class Fib:
                 if a.noprefixroute or (a.peer is None and a.local.network.prefixlen == a.local.max_prefixlen):
                     continue
                 seen.add(prefix)
-                out.append(Route(prefix, dev=dev.name, metric=a.metric or (0 if a.version == 4 else 256),
-                                 proto="kernel", scope="link", src=a.ip if a.version == 4 else None))
+                metric = a.metric or (0 if a.version == 4 else 256)
+                if self.deleted_prefix_routes and (dev.name, prefix, metric) in self.deleted_prefix_routes:
+                    continue
+                out.append(Route(prefix, dev=dev.name, metric=metric, proto="kernel", scope="link",
+                                 src=a.ip if a.version == 4 else None))
         return out
+
+    def prefix_route_restored(self, dev: str, prefix: IPNetwork | None = None) -> None:
+        """The prefix routes of *dev*'s addresses are made again: all of them on NETDEV_UP (``fib_netdev_event``
+        → ``fib_add_ifaddr`` of each address, ``addrconf_notify`` → ``addrconf_permanent_addr``), the one of
+        *prefix* when an address adds it (``fib_add_ifaddr``, ``inet6_addr_add``)."""
+        self.deleted_prefix_routes = {d for d in self.deleted_prefix_routes
+                                      if d[0] != dev or (prefix is not None and d[1] != prefix)}
 
     def local(self, version: int | None = None) -> list[Route]:
         """The local table: one host route per address (``fib_add_ifaddr`` RTN_LOCAL)."""
@@ -391,14 +410,24 @@ class Fib:
 
     def delete(self, prefix: IPNetwork, *, metric: int | None = None, dev: str | None = None,
                gateway: IPAddress | None = None) -> Route:
+        """``ip route del``: the first route that matches, in metric order (``fib_table_delete`` walks the
+        prefix's aliases by priority, ``ip6_route_del`` the node's routes by metric) — an address's prefix
+        route too, which stays deleted until the device comes up again or an address makes it again."""
         self._mutable()
-        for r in self.static:
-            if (r.prefix == prefix and (metric is None or r.metric == metric) and (dev is None or r.dev == dev)
-                    and (gateway is None or r.gateway == gateway)):
-                self.static.remove(r)
-                self._route_changed(r, inserted=False)
-                return r
-        raise LookupError(str(prefix))
+        found = [r for r in self.static + self.connected(prefix.version)
+                 if r.prefix == prefix and (metric is None or r.metric == metric) and (dev is None or r.dev == dev)
+                 and (gateway is None or r.gateway == gateway)]
+        if not found:
+            raise LookupError(str(prefix))
+        r = min(found, key=lambda f: f.metric)  # stable: a static route before a prefix route of its metric
+        if r.proto == "kernel" and not any(r is s for s in self.static):
+            self.deleted_prefix_routes.add((cast(str, r.dev), r.prefix, r.metric))
+            if self._derived is not None:  # a route deleted, not an address: sync() must not take it for one
+                self._derived = self._derived - {r}
+        else:
+            self.static.remove(r)
+        self._route_changed(r, inserted=False)
+        return r
 
     def flush_dev(self, dev: str) -> None:
         """Routes through a device that leaves the namespace go with it (NETDEV_UNREGISTER)."""
@@ -447,7 +476,7 @@ class Fib:
 
         best = min(found, key=rank)
         if best.version == 4 and best.proto != "kernel":
-            self._accessed.add(best)  # fib_table_lookup → fib_alias_accessed
+            self.accessed(best)  # fib_table_lookup → fib_alias_accessed
         return best
 
     def dst_mtu_maybe_forward(self, route: Route) -> int:
