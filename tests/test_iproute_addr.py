@@ -1,6 +1,8 @@
 """``ip addr del`` / ``ip addr flush`` and the IPv4 routes through the device (fib_inetaddr_event in
 net/ipv4/fib_frontend.c): removing a device's last IPv4 address runs ``fib_disable_ip(dev, NETDEV_DOWN, true)``,
-which flushes every IPv4 route through it; IPv6 gateway routes stay (addrconf removes only the prefix route)."""
+which flushes every IPv4 route through it; IPv6 gateway routes stay (addrconf removes only the prefix route).
+Then the prefix routes of addresses (noprefixroute, metric, secondaries), and ``ip route del`` / ``ip route
+flush`` of them."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import ipaddress
 
 import pytest
 
+from flowsim.config import iproute
 from flowsim.config.topology import load_topology_text
 from flowsim.errors import TopologyError
+from flowsim.kernel.devices.base import Command
 
 HOST = '''
 [netns.a]
@@ -140,3 +144,55 @@ def test_deleting_a_prefix_route_takes_the_lower_metric_first():
                              "t.toml").namespaces["a"].fib
     assert [(str(r.prefix), r.dev, r.metric) for r in fib.routes(4) if str(r.prefix) == "10.0.1.0/24"] == [
         ("10.0.1.0/24", "eth0.10", 50)]
+
+
+# --- ip route flush (iproute2's iproute_list_flush_or_save: RTM_DELROUTE for each main-table route that matches).
+# The expected tables are what Linux 6.18 and iproute2 printed for the same commands in a network namespace.
+
+def _main(extra: str, version: int = 4) -> list[str]:
+    fib = load_topology_text(HOST % extra, "t.toml").namespaces["a"].fib
+    return sorted(f"{r.prefix} {r.dev} {r.gateway}" for r in fib.routes(version))
+
+
+def test_route_flush_dev_deletes_ipv4_routes_and_the_prefix_routes():
+    """Without -6 the family is IPv4; the addresses' prefix routes go too; -6 flushes IPv6."""
+    extra = "ip route add 10.8.0.0/16 via 10.0.1.254\nip route add 10.7.0.0/16 dev eth0 proto static\n"
+    assert _main(extra + "ip route flush dev eth0") == []
+    assert _main(extra + "ip route flush dev eth0", 6) == ["::/0 eth0 dead:1::1", "dead:1::/64 eth0 None"]
+    assert _main(extra + "ip -6 route flush dev eth0", 6) == []
+    assert _main(extra + "ip route flush dev eth0\nip link set eth0 down\nip link set eth0 up") == [
+        "10.0.1.0/24 eth0 None", "10.0.9.0/24 eth0 None"]  # NETDEV_UP: fib_add_ifaddr again
+
+
+def test_route_flush_prefix_selectors():
+    """A bare prefix is `exact`; `root P`: P and longer; `match P`: P and shorter, containing it."""
+    extra = "ip route add 10.8.0.0/16 via 10.0.1.254\nip route add 10.8.1.0/24 via 10.0.1.254\n"
+    assert _main(extra + "ip route flush 10.8.0.0/16") == [
+        "0.0.0.0/0 eth0 10.0.1.1", "10.0.1.0/24 eth0 None", "10.0.9.0/24 eth0 None", "10.8.1.0/24 eth0 10.0.1.254"]
+    assert _main(extra + "ip route flush root 10.8.0.0/16") == [
+        "0.0.0.0/0 eth0 10.0.1.1", "10.0.1.0/24 eth0 None", "10.0.9.0/24 eth0 None"]
+    assert _main(extra + "ip route flush match 10.8.1.0/24") == ["10.0.1.0/24 eth0 None", "10.0.9.0/24 eth0 None"]
+    assert _main(extra + "ip route flush table main") == []
+    assert _main(extra + "ip route flush proto kernel") == [
+        "0.0.0.0/0 eth0 10.0.1.1", "10.8.0.0/16 eth0 10.0.1.254", "10.8.1.0/24 eth0 10.0.1.254"]
+
+
+def test_route_flush_cache_flushes_the_ipv4_route_cache():
+    """/proc/sys/net/ipv4/route/flush → rt_cache_flush: cached IPv4 routes (a flow's dst) fail dst_check."""
+    topo = load_topology_text(HOST % "", "t.toml").instantiate()
+    fib = topo.namespaces["a"].fib
+    genid = fib.rt_genid
+    iproute.run(topo, Command("ip route flush cache", "a", "t.toml", 1))
+    assert fib.rt_genid == genid + 1 and len(fib.routes(4)) == 3
+
+
+@pytest.mark.parametrize("command,message", [
+    ("ip route flush", "requires arguments"),
+    ("ip route flush dev nosuch", "nosuch"),
+    ("ip route flush 2001:db8::/32", "not IPv4"),
+    ("ip -6 route flush cache", "no IPv6 route cache"),
+    ("ip route flush table 100", "table"),
+])
+def test_route_flush_errors(command, message):
+    with pytest.raises(TopologyError, match=message):
+        _main(command)

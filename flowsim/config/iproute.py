@@ -21,6 +21,8 @@ Supported subset (what the kernel selftests and router setups use)::
         ip addr flush dev DEV
     ip route add|change|replace|append|del [TYPE] PREFIX|default [via [inet|inet6] GW] [dev DEV]
              [metric|preference N] [mtu [lock] N] [src A] [proto P] [scope S] [onlink] [table main]
+    ip [-4|-6] route flush [dev DEV] [proto P] [scope S] [via GW] [metric N] [exact|root|match PREFIX]
+             [table main] | cache
     ip neigh add|replace|change|del ADDR [lladdr MAC] dev DEV [nud STATE] [router]
     bridge vlan add|del vid N[-M] dev DEV [pvid] [untagged] [self|master] [switchdev on|off]
     bridge fdb add|append|replace|del MAC dev PORT [master] [static|dynamic] [vlan N]
@@ -373,12 +375,73 @@ def _last_ipv4_address_gone(ctx: IpContext, dev: NetDevice, had_ipv4: bool) -> N
 
 def _route(ctx: IpContext, tokens: list[str]) -> None:
     verbs = {"add": "add", "append": "add", "change": "change", "replace": "replace", "del": "del",
-             "delete": "del"}
+             "delete": "del", "flush": "flush"}
     verb = next((v for v in verbs if tokens and tokens[0] and v.startswith(tokens[0])), None)
     if verb is None:
         raise ctx.cmd.error(f"unknown verb {tokens[0] if tokens else ''!r} for ip route",
                             value=tokens[0] if tokens else None, expected="one of " + ", ".join(verbs))
+    if verb == "flush":
+        _route_flush(ctx, Args(ctx.cmd, tokens[1:]))
+        return
     _route_change(ctx, verbs[verb], Args(ctx.cmd, tokens[1:]))
+
+
+_PREFIX_SELECTORS = {"exact": lambda r, p: r.prefix == p,
+                     "root": lambda r, p: r.prefix.version == p.version and r.prefix.subnet_of(p),
+                     "match": lambda r, p: r.prefix.version == p.version and p.subnet_of(r.prefix)}
+
+
+def _route_flush(ctx: IpContext, args: Args) -> None:
+    """``ip [-4|-6] route flush SELECTOR…`` (iproute2's iproute_list_flush_or_save): one RTM_DELROUTE for every
+    route of the main table that matches — ``dev``, ``proto``, ``scope``, ``via``, ``metric`` and a prefix
+    (``exact PREFIX`` or a bare one, ``root PREFIX``: it and longer, ``match PREFIX``: it and shorter) — an
+    address's prefix route too (it comes back with the device, :meth:`Fib.prefix_route_restored`).  Without
+    ``-6`` the family is IPv4 (the default table filter makes iproute2 list AF_INET).  ``cache``: IPv4's
+    ``/proc/sys/net/ipv4/route/flush`` (``rt_cache_flush``)."""
+    if not args:
+        raise ctx.cmd.error('"ip route flush" requires arguments', expected="dev DEV, a prefix, proto P, "
+                            "table main or cache")
+    version = ctx.family or 4
+    fib = ctx.topo.netns(ctx.netns).fib
+    tests: list[Callable] = []
+    cache = False
+    while args:
+        word = args.next("a route selector")
+        if word in ("dev", "oif"):
+            name = ctx.dev(args.name(word)).name
+            tests.append(lambda r, name=name: r.dev == name)
+        elif word in ("proto", "protocol"):
+            proto = args.next("a protocol")
+            tests.append(lambda r, proto=proto: r.proto == proto)
+        elif word == "scope":
+            scope = args.choice("scope", {s: s for s in ("global", "universe", "link", "host")})
+            tests.append(lambda r, scope=scope: r.scope == ("universe" if scope == "global" else scope))
+        elif word == "via":
+            via = args.addr("via")
+            tests.append(lambda r, via=via: r.gateway == via)
+        elif word in ("metric", "preference", "priority"):
+            metric = args.int(word, 0, 0xFFFFFFFF)
+            tests.append(lambda r, metric=metric: r.metric == metric)
+        elif word == "table":
+            args.choice("table", {"main": "main", "254": "main"})
+        elif word in ("cache", "cached", "cloned"):
+            cache = True
+        else:
+            mode = word if word in _PREFIX_SELECTORS else "exact"
+            text = args.next(f"a prefix after {word!r}") if word in _PREFIX_SELECTORS or word == "to" else word
+            prefix = _route_prefix(ctx, text, None) if text != "default" else \
+                ipaddress.ip_network("0.0.0.0/0" if version == 4 else "::/0")
+            if prefix.version != version:
+                raise ctx.cmd.error(f"prefix {text!r} is not IPv{version}", value=text,
+                                    expected=f"an IPv{version} prefix (ip -{prefix.version} route flush …)")
+            tests.append(lambda r, prefix=prefix, sel=_PREFIX_SELECTORS[mode]: sel(r, prefix))
+    if cache:
+        if version == 6:
+            raise ctx.cmd.error("flowsim keeps no IPv6 route cache to flush", value="cache",
+                                expected="ip -4 route flush cache, or selectors of main-table routes")
+        fib.rt_cache_flush()
+        return
+    fib.flush(version, lambda r: all(t(r) for t in tests))
 
 
 def _route_change(ctx: IpContext, mode: str, args: Args) -> None:

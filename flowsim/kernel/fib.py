@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import cast
 
 import attrs
@@ -420,6 +420,19 @@ class Fib:
         if not found:
             raise LookupError(str(prefix))
         r = min(found, key=lambda f: f.metric)  # stable: a static route before a prefix route of its metric
+        self._delete(r)
+        return r
+
+    def flush(self, version: int, selected: Callable[[Route], bool]) -> list[Route]:
+        """``ip route flush``: every route of the main table of *version* that *selected* keeps is deleted (one
+        RTM_DELROUTE each, as :meth:`delete`), the prefix routes of addresses too."""
+        self._mutable()
+        gone = [r for r in self.routes(version) if selected(r)]
+        for r in gone:
+            self._delete(r)
+        return gone
+
+    def _delete(self, r: Route) -> None:
         if r.proto == "kernel" and not any(r is s for s in self.static):
             self.deleted_prefix_routes.add((cast(str, r.dev), r.prefix, r.metric))
             if self._derived is not None:  # a route deleted, not an address: sync() must not take it for one
@@ -427,7 +440,6 @@ class Fib:
         else:
             self.static.remove(r)
         self._route_changed(r, inserted=False)
-        return r
 
     def flush_dev(self, dev: str) -> None:
         """Routes through a device that leaves the namespace go with it (NETDEV_UNREGISTER)."""
