@@ -451,6 +451,27 @@ def test_prefix_routes_as_the_machine_has_them(tmp_path):
     assert fib.lookup(ipaddress.ip_address("192.0.2.1")).dev == "d0"
 
 
+def test_a_prefix_route_the_machine_deleted_is_deleted_again(tmp_path):
+    """An address whose prefix route is not in the snapshot (`ip route del`, `ip route flush dev`): the import
+    deletes it after the routes, whose gateways were checked while it was there; a host address (/32), a device
+    that is down and a family whose routes were not saved need nothing."""
+    addrs = json.dumps([
+        {"ifname": "d0", "addr_info": [{"family": "inet", "local": "10.0.1.5", "prefixlen": 24},
+                                       {"family": "inet", "local": "10.0.7.5", "prefixlen": 32},
+                                       {"family": "inet6", "local": "2001:db8:1::5", "prefixlen": 64}]},
+        {"ifname": "d1", "addr_info": [{"family": "inet", "local": "10.0.2.1", "prefixlen": 24}]}])
+    r4 = [{"dst": "10.8.0.0/16", "gateway": "10.0.1.1", "dev": "d0", "flags": []}]
+    result = import_snapshot(_mini(tmp_path, [LO, _dev(2, "d0"), _dev(3, "d1", flags=["BROADCAST"])],
+                                   addr_json=addrs, route4_json=json.dumps(r4)))
+    cmds = tomllib.loads(result.text)["netns"]["r"]["commands"].split("\n")
+    assert cmds[-3:] == ["ip -4 route add 10.8.0.0/16 via 10.0.1.1 dev d0",
+                         "ip -4 route del 10.0.1.0/24 dev d0 metric 0", ""]
+    assert "the prefix route of its address was deleted on the machine" in result.text
+    fib = load_topology_text(result.text).namespaces["r"].fib
+    assert sorted(str(r) for r in fib.routes()) == [  # route6.json not saved: the IPv6 prefix route stays
+        "10.8.0.0/16 via 10.0.1.1 dev d0", "2001:db8:1::/64 dev d0 proto kernel scope link metric 256"]
+
+
 def test_nft_prints_icmp_codes_by_name():
     """`nft list ruleset` prints firewall4's `icmpv6 code 0` as `no-route` (nftables' icmpv6_code_type): both
     spellings are the same rule."""

@@ -50,7 +50,8 @@ from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapsh
 from flowsim.config.import_xfrm import xfrm_policies, xfrm_states
 from flowsim.config.limits import read_bounded
 from flowsim.config.topology import load_topology_text
-from flowsim.kernel.devices.base import ETH_DATA_LEN
+from flowsim.kernel.devices.base import ETH_DATA_LEN, IfAddr
+from flowsim.kernel.fib import IPNetwork, address_prefix_route, prefix_route_metric
 from flowsim.errors import FlowsimError
 
 __all__ = ["ImportResult", "import_snapshot", "toml_string", "toml_key", "traffic_tables"]
@@ -222,8 +223,10 @@ class _Importer:
         self.skipped: dict[str, set[str]] = {}  # devices not created, per namespace
         self.nets: dict[tuple[str, str], list] = {}  # (namespace, device) -> the subnets of its addresses
         # (namespace, device, prefix, metric) of the prefix routes `ip addr add` makes again (fib_add_ifaddr,
-        # addrconf_prefix_route): the snapshot's proto kernel routes the import leaves out
-        self.prefix_routes: set[tuple[str, str, object, int]] = set()
+        # addrconf_prefix_route): the snapshot's proto kernel routes the import leaves out; and those the
+        # snapshot has (a prefix route the machine deleted is deleted again: deleted_prefix_routes)
+        self.prefix_routes: set[tuple[str, str, IPNetwork, int]] = set()
+        self.kernel_routes: set[tuple] = set()  # (namespace, dev, prefix, metric) as the snapshot has them
         self.ppp: dict[tuple[str, str], tuple[int, str, str]] = {}  # ppp device -> session id, peer MAC, device
 
     # -- reporting
@@ -695,11 +698,11 @@ class _Importer:
                     continue
                 self.nets.setdefault((nss.name, name), []).append(ip.network)
                 line = f"ip addr add {ip}"
-                prefix = ip.network  # of the prefix route fib_add_ifaddr / addrconf_prefix_route makes
                 peer = info.get("address")
+                remote = None
                 if isinstance(peer, str) and peer != local:
                     remote = ipaddress.ip_interface(f"{peer}/{plen}")
-                    line, prefix = f"ip addr add {ip.ip} peer {remote}", remote.network
+                    line = f"ip addr add {ip.ip} peer {remote}"
                 line += f" dev {q(name)}"
                 if ip.version == 6:
                     line += " nodad"
@@ -707,10 +710,11 @@ class _Importer:
                 metric = metric if isinstance(metric, int) and 0 < metric <= 0xFFFFFFFF else 0
                 if metric:
                     line += f" metric {metric}"
-                if info.get("noprefixroute") is True:  # IFA_F_NOPREFIXROUTE: the machine's own route is imported
+                addr = IfAddr(ip, remote, metric, info.get("noprefixroute") is True)
+                if addr.noprefixroute:  # IFA_F_NOPREFIXROUTE: the machine's own route is imported
                     line += " noprefixroute"
-                else:
-                    self.prefix_routes.add((nss.name, name, prefix, metric or (0 if ip.version == 4 else 256)))
+                elif dev.up and address_prefix_route(addr) is not None:
+                    self.prefix_routes.add((nss.name, name, addr.prefix, prefix_route_metric(addr)))
                 out.addrs.append(line)
         if generated:
             out.comments.append(f"left out, the kernel creates them: {generated} loopback and IPv6 link-local "
@@ -754,9 +758,25 @@ class _Importer:
         # the routes without a gateway first: the gateway of a later one may be behind one of them (fib_check_nh
         # refuses it before), as behind a prefix route NetworkManager adds; `ip route` lists the default first
         out.routes.extend(line for _, line in sorted(lines, key=lambda gl: gl[0]))
+        out.routes.extend(self.deleted_prefix_routes(nss))
         if generated:
             out.comments.append(f"left out, ip addr add recreates them: {generated} proto kernel and local-table "
                                 "routes")
+
+    def deleted_prefix_routes(self, nss: NetnsSnapshot) -> list[str]:
+        """``ip route del`` of the prefix routes the imported addresses make and the machine no longer has (a
+        route deleted, or flushed with ``ip route flush``): last, after the routes whose gateway was checked
+        against them while they were there (the kernel keeps those).  Only for a family whose routes were
+        saved."""
+        out = []
+        for ns, dev, prefix, metric in sorted(self.prefix_routes, key=str):
+            file = "route4.json" if prefix.version == 4 else "route6.json"
+            if ns != nss.name or (ns, dev, prefix, metric) in self.kernel_routes or nss.text(file) is None:
+                continue
+            out.append(f"ip -{prefix.version} route del {prefix} dev {q(dev)} metric {metric}")
+            self.out[ns].comments.append(f"route {prefix} dev {dev}: the prefix route of its address was deleted "
+                                         "on the machine: deleted again after the routes")
+        return out
 
     def recreated(self, ns: str, r: dict) -> bool:
         """A ``proto kernel`` route of the main table that the import makes again without a line of its own: the
@@ -771,7 +791,9 @@ class _Importer:
         if dst.version == 6 and (dst.is_link_local or dst.prefixlen == 128):
             return True
         metric = r.get("metric", 0 if dst.version == 4 else 256)
-        return (ns, r.get("dev"), dst, metric) in self.prefix_routes
+        key = (ns, r.get("dev"), dst, metric)
+        self.kernel_routes.add(key)
+        return key in self.prefix_routes
 
     def gateway_off_subnets(self, ns: str, r: dict) -> bool:
         """A route whose gateway is in no subnet of its device's addresses (not link-local, not onlink already):

@@ -118,6 +118,24 @@ class Route:
 _IPV6_ROOT = ipaddress.IPv6Network("::/0")  # the root node of a fib6 table (tb6_root)
 
 
+def address_prefix_route(a) -> IPNetwork | None:
+    """The prefix of the route ``fib_add_ifaddr`` / ``inet6_addr_add`` → ``addrconf_prefix_route`` make for the
+    address *a* (an :class:`~flowsim.kernel.devices.base.IfAddr`), None when they make none: ``noprefixroute``,
+    a host address without peer (a /32 or /128), an IPv4 address in 0.0.0.0/8 (``ipv4_is_zeronet``).  (An IPv4
+    secondary makes none either: that depends on the device's other addresses, :meth:`Fib.connected`.)"""
+    if a.noprefixroute or (a.peer is None and a.local.network.prefixlen == a.local.max_prefixlen):
+        return None
+    if a.version == 4 and a.prefix.network_address in _ZERONET:
+        return None
+    return a.prefix
+
+
+def prefix_route_metric(a) -> int:
+    """The metric of *a*'s prefix route: its ``metric`` (``ifa_rt_priority``), else 0 for IPv4 and
+    ``IP6_RT_PRIO_ADDRCONF`` (256) for IPv6."""
+    return a.metric or (0 if a.version == 4 else 256)
+
+
 def _no_route(daddr: IPAddress) -> Route:
     return Route(ipaddress.ip_network((daddr, daddr.max_prefixlen)), type="none", proto="none")
 
@@ -341,12 +359,10 @@ class Fib:
                     continue
                 if a.version == 4:
                     seen.add(prefix)
-                    if prefix.network_address in _ZERONET:
-                        continue
-                if a.noprefixroute or (a.peer is None and a.local.network.prefixlen == a.local.max_prefixlen):
+                if address_prefix_route(a) is None:
                     continue
                 seen.add(prefix)
-                metric = a.metric or (0 if a.version == 4 else 256)
+                metric = prefix_route_metric(a)
                 if self.deleted_prefix_routes and (dev.name, prefix, metric) in self.deleted_prefix_routes:
                     continue
                 out.append(Route(prefix, dev=dev.name, metric=metric, proto="kernel", scope="link",
