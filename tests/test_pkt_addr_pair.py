@@ -8,6 +8,7 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP
+from scapy.packet import Raw
 from scapy.layers.inet6 import IPv6
 
 from flowsim.kernel.pkt import (
@@ -43,10 +44,15 @@ def test_headers_from_an_addr_pair_are_the_builders_packets(src, dst_int, sport,
         raw = ipv6_header(pair.packed, 6, len(seg)) + seg
         cls = IPv6
     clone = cls(raw)
+    # the payload as raw bytes: scapy dissects it by port once a layer binds that port (scapy.all's SMB on 445
+    # rebuilds 5 zero bytes otherwise) — the headers and checksums are what is compared
+    clone[TCP].remove_payload()
+    if payload:
+        clone = clone / Raw(payload)
     del clone[TCP].chksum
     if cls is IP:
         del clone.chksum
-    assert bytes(cls(bytes(clone))) == raw
+    assert bytes(clone) == raw  # scapy's checksums, computed as it builds
 
 
 def test_addr_pair_holds_the_parsers_objects():
