@@ -196,3 +196,28 @@ def test_route_flush_cache_flushes_the_ipv4_route_cache():
 def test_route_flush_errors(command, message):
     with pytest.raises(TopologyError, match=message):
         _main(command)
+
+
+# --- a link-local IPv6 gateway (ip6_validate_gw in net/ipv6/route.c): not looked up, ND finds it on the link
+
+def test_a_link_local_gateway_needs_its_device_only():
+    """An RA's default route (via fe80::1 dev eth0) loads; the router's link-local address is resolved on the
+    link (flowsim.kernel.neigh discovery), so the path to a remote address has the gateway's MAC."""
+    text = (HOST % "ip -6 route replace default via fe80::1 dev eth0").replace(
+        'commands = "ip link set eth0 up"',
+        'commands = """\nip link set eth0 up\nip addr add fe80::1/64 dev eth0 nodad\n"""')
+    topo = load_topology_text(text, "t.toml")
+    ns = topo.namespaces["a"]
+    route = ns.fib.lookup(ipaddress.ip_address("2001:db8:9::1"))
+    assert (str(route.gateway), route.dev) == ("fe80::1", "eth0")
+    entry = ns.neigh.lookup("eth0", ipaddress.ip_address("fe80::1"))
+    assert entry is not None and entry.lladdr == topo.namespaces["b"].devices["eth0"].mac
+
+
+@pytest.mark.parametrize("command,message", [
+    ("ip -6 route add 2001:db8:7::/64 via fe80::1", "Egress device not specified"),
+    ("ip -6 route add 2001:db8:7::/64 via fe80::1 dev lo", "can not be loopback"),
+])
+def test_a_link_local_gateway_without_a_usable_device_is_refused(command, message):
+    with pytest.raises(TopologyError, match=message):
+        _main(command)

@@ -472,6 +472,18 @@ def test_a_prefix_route_the_machine_deleted_is_deleted_again(tmp_path):
         "10.8.0.0/16 via 10.0.1.1 dev d0", "2001:db8:1::/64 dev d0 proto kernel scope link metric 256"]
 
 
+def test_an_ra_default_route_via_a_link_local_gateway_loads(tmp_path):
+    """OpenWrt's WAN: `default via fe80::… dev wan proto ra` (ip6_validate_gw does not look a link-local gateway
+    up); the import refused to load before."""
+    addrs = json.dumps([{"ifname": "d0", "addr_info": [{"family": "inet6", "local": "2001:db8:1::5", "prefixlen": 64}]}])
+    r6 = [{"dst": "2001:db8:1::/64", "dev": "d0", "protocol": "kernel", "metric": 256, "flags": []},
+          {"dst": "default", "gateway": "fe80::1", "dev": "d0", "protocol": "ra", "metric": 1024, "flags": []}]
+    result = import_snapshot(_mini(tmp_path, [LO, _dev(2, "d0")], addr_json=addrs, route6_json=json.dumps(r6)))
+    assert "ip -6 route add default via fe80::1 dev d0 proto ra" in result.text and "route del" not in result.text
+    route = load_topology_text(result.text).namespaces["r"].fib.lookup(ipaddress.ip_address("2001:db8:9::1"))
+    assert (str(route.gateway), route.dev) == ("fe80::1", "d0")
+
+
 def test_nft_prints_icmp_codes_by_name():
     """`nft list ruleset` prints firewall4's `icmpv6 code 0` as `no-route` (nftables' icmpv6_code_type): both
     spellings are the same rule."""

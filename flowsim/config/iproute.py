@@ -523,7 +523,16 @@ def _route_nexthop(ctx: IpContext, prefix, rtype: str, opts: dict) -> Route:
     if rtype == "unicast" and via is None and dev is None:
         raise ctx.cmd.error(f"route {prefix} has neither gateway nor device", value=str(prefix),
                             expected="'via GW' and/or 'dev DEV'")
-    if via is not None and not opts["onlink"]:
+    if via is not None and via.version == 6 and via.is_link_local and not opts["onlink"]:
+        # ip6_validate_gw: a link-local unicast gateway is not looked up (ND finds it on the link), but the
+        # egress device must be given
+        if dev is None:
+            raise ctx.cmd.error(f"gateway {via} is link-local and no device is given", value=str(via),
+                                expected=f"'via {via} dev DEV' (RTNETLINK answers: Egress device not specified)")
+        if dev.link_type == "loopback":
+            raise ctx.cmd.error(f"gateway {via} through {dev.name}", value=dev.name, expected="a device other than "
+                                "loopback (Egress device can not be loopback device for this route)")
+    elif via is not None and not opts["onlink"]:
         # fib_check_nh_v4_gw: a lookup of the gateway among routes of scope link or narrower (a device route: the
         # prefix route of an address, or one added with `dev` alone), through the given device if any;
         # ip6_route_check_nh: a route to it without a gateway

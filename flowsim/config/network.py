@@ -60,7 +60,7 @@ from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import ETH_DATA_LEN, MAX_NEST_DEV, Command, Encap, IfAddr, NetDevice, mac_for
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.dsa import DsaUserDevice
-from flowsim.kernel.devices.ethernet import LoopbackDevice
+from flowsim.kernel.devices.ethernet import LoopbackDevice, ipv6_off
 from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.macvlan import MacvlanDevice
 from flowsim.kernel.devices.vlan import VlanDevice
@@ -75,12 +75,6 @@ UPPER_EDGES = frozenset({"lower", "pppoe", "conduit", "master"})
 # the relations the kernel makes with netdev_upper_dev_link (VLAN, macvlan, DSA user port, bridge port) and so counts
 # in lower_level / upper_level; a PPP unit is not one (pppoe binds its channel to the Ethernet device)
 _NESTED_EDGES = UPPER_EDGES - {"pppoe"}
-
-
-def ipv6_off(dev: NetDevice) -> bool:
-    """No IPv6 on *dev*: its MTU is under IPV6_MIN_MTU (``ipv6_add_dev`` makes no inet6_dev for it, and
-    ``addrconf_notify`` stops IPv6 on a link lowered under it); loopback keeps its own."""
-    return dev.mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice)
 
 
 def _thaw(graph: nx.MultiDiGraph) -> None:

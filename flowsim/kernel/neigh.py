@@ -39,7 +39,7 @@ import attrs
 
 from flowsim.kernel.devices.base import Encap, NetDevice
 from flowsim.kernel.devices.bridge import BridgeDevice
-from flowsim.kernel.devices.ethernet import LoopbackDevice
+from flowsim.kernel.devices.ethernet import LoopbackDevice, ipv6_off
 from flowsim.kernel.devices.macvlan import MacvlanDevice
 from flowsim.kernel.devices.vlan import VlanDevice
 from flowsim.kernel.headers import mac_aton
@@ -200,9 +200,14 @@ def discover(topo) -> None:
 
 
 def _resolve_neighbours(ns, dev: NetDevice, receivers: list[NetDevice]) -> None:
+    """The addresses of the devices *dev*'s frames reach that *dev* would resolve: those in a subnet of its own
+    addresses, and a link-local IPv6 address given to one (ND finds it on the link from *dev*'s own link-local
+    address, which every IPv6 device has: a route's link-local gateway, ``ip6_validate_gw``)."""
+    v6 = not ipv6_off(dev)
     for other in receivers:
         for a in other.addrs:
-            if any(mine.version == a.version and a.ip in mine.prefix and a.ip != mine.ip for mine in dev.addrs):
+            if (any(mine.version == a.version and a.ip in mine.prefix and a.ip != mine.ip for mine in dev.addrs)
+                    or (v6 and a.version == 6 and a.ip.is_link_local)):
                 ns.neigh.discover(dev.name, a.ip, other.mac)
 
 

@@ -20,6 +20,7 @@ from typing import ClassVar
 import attrs
 
 from flowsim.kernel.devices.base import Args, NetDevice
+from flowsim.kernel.headers import IPV6_MIN_MTU
 
 __all__ = ["EthernetDevice", "LoopbackDevice", "KINDS", "parse_args", "parse_peer", "create",
            "fill_forward_path"]
@@ -37,6 +38,12 @@ class LoopbackDevice(NetDevice):
     """``lo``: ifindex 1 in every namespace, ARPHRD_LOOPBACK."""
 
     LINK_TYPE: ClassVar[str] = "loopback"
+
+
+def ipv6_off(dev: NetDevice) -> bool:
+    """No IPv6 on *dev*: its MTU is under IPV6_MIN_MTU (``ipv6_add_dev`` makes no inet6_dev for it, and
+    ``addrconf_notify`` stops IPv6 on a link lowered under it); loopback keeps its own."""
+    return dev.mtu < IPV6_MIN_MTU and not isinstance(dev, LoopbackDevice)
 
 
 def parse_peer(args: Args) -> dict:
