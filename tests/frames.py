@@ -6,6 +6,9 @@ under test.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from hypothesis import strategies as st
 from scapy.layers.inet import GRE, ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import (
@@ -22,6 +25,20 @@ V4 = ("10.0.1.99", "10.0.2.99")
 V6 = ("dead:1::99", "dead:2::99")
 OUTER_V4 = ("192.168.10.1", "192.168.10.2")
 OUTER_V6 = ("fee1:2::1", "fee1:2::2")
+
+
+@contextlib.contextmanager
+def l4_payload_raw() -> Iterator[None]:
+    """Within it scapy leaves a TCP or UDP payload Raw.  Once a layer binds a port (``scapy.all``, which some
+    test of the same worker imports: DNS on 53, SMB on 445, VXLAN on 4789…) scapy dissects a payload by port
+    and may build other bytes from a random one: a test that compares scapy's rebuilt checksums with flowsim's
+    bytes would fail by port, not by checksum."""
+    saved = TCP.payload_guess, UDP.payload_guess
+    TCP.payload_guess, UDP.payload_guess = [], []
+    try:
+        yield
+    finally:
+        TCP.payload_guess, UDP.payload_guess = saved
 
 
 def ip(version: int, src=None, dst=None, **kw):

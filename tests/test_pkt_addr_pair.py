@@ -8,7 +8,6 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP
-from scapy.packet import Raw
 from scapy.layers.inet6 import IPv6
 
 from flowsim.kernel.pkt import (
@@ -16,6 +15,7 @@ from flowsim.kernel.pkt import (
     udp_header,
 )
 from flowsim.sim.traffic import _after
+from tests.frames import l4_payload_raw
 
 addrs4 = st.builds(ipaddress.IPv4Address, st.integers(1, 2**32 - 2))
 addrs6 = st.builds(ipaddress.IPv6Address, st.integers(1, 2**128 - 2))
@@ -43,16 +43,12 @@ def test_headers_from_an_addr_pair_are_the_builders_packets(src, dst_int, sport,
     else:
         raw = ipv6_header(pair.packed, 6, len(seg)) + seg
         cls = IPv6
-    clone = cls(raw)
-    # the payload as raw bytes: scapy dissects it by port once a layer binds that port (scapy.all's SMB on 445
-    # rebuilds 5 zero bytes otherwise) — the headers and checksums are what is compared
-    clone[TCP].remove_payload()
-    if payload:
-        clone = clone / Raw(payload)
-    del clone[TCP].chksum
-    if cls is IP:
-        del clone.chksum
-    assert bytes(clone) == raw  # scapy's checksums, computed as it builds
+    with l4_payload_raw():  # scapy.all's SMB on port 445 rebuilt a 5-byte zero payload otherwise
+        clone = cls(raw)
+        del clone[TCP].chksum
+        if cls is IP:
+            del clone.chksum
+        assert bytes(cls(bytes(clone))) == raw
 
 
 def test_addr_pair_holds_the_parsers_objects():

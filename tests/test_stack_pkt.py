@@ -23,6 +23,7 @@ from flowsim.kernel.pkt import (
     tcp_segment,
     udp_datagram,
 )
+from tests.frames import l4_payload_raw
 
 A4, B4 = ipaddress.ip_address("10.0.1.99"), ipaddress.ip_address("10.0.2.99")
 A6, B6 = ipaddress.ip_address("dead:1::99"), ipaddress.ip_address("dead:2::99")
@@ -34,20 +35,22 @@ payloads = st.binary(max_size=300)
 
 
 def scapy_ok(raw: bytes, cls=IP) -> bool:
-    """scapy recomputes the same checksums (IP header; L4 unless a fragment; not inside quoted packets)."""
-    pkt = cls(raw)
-    clone = pkt.copy()
-    for layer in clone.iterpayloads():
-        if "error" in type(layer).__name__.lower():
-            break  # a quoted packet: truncated, its L4 checksum covers bytes that are not there
-        frag = isinstance(layer, IP) and (layer.flags.MF or layer.frag)
-        for name in ("chksum", "cksum"):
-            if name in layer.fields:
-                setattr(layer, name, None)
-        if frag:
-            break
-    again = cls(bytes(clone))
-    return bytes(again) == raw
+    """scapy recomputes the same checksums (IP header; L4 unless a fragment; not inside quoted packets), the L4
+    payload left Raw (tests.frames.l4_payload_raw)."""
+    with l4_payload_raw():
+        pkt = cls(raw)
+        clone = pkt.copy()
+        for layer in clone.iterpayloads():
+            if "error" in type(layer).__name__.lower():
+                break  # a quoted packet: truncated, its L4 checksum covers bytes that are not there
+            frag = isinstance(layer, IP) and (layer.flags.MF or layer.frag)
+            for name in ("chksum", "cksum"):
+                if name in layer.fields:
+                    setattr(layer, name, None)
+            if frag:
+                break
+        again = cls(bytes(clone))
+        return bytes(again) == raw
 
 
 @settings(max_examples=60, deadline=None)
