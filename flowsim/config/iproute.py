@@ -317,7 +317,7 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
                                                        "-EINVAL, Invalid argument)")
     new = IfAddr(local, opts["peer"], opts["metric"], opts["noprefixroute"])
     # fib_add_ifaddr (not for an IPv4 secondary) / addrconf_prefix_route add its prefix route, again if deleted
-    primary = new.version == 6 or not any(a.version == 4 and a.prefix == new.prefix for a in dev.addrs)
+    primary = new.version == 6 or dev.ipv4_primary(new.prefix) is None
     dev.addrs.append(new)
     if primary and not new.noprefixroute:
         ctx.topo.netns(ctx.netns).fib.prefix_route_restored(dev.name, new.prefix)
@@ -336,14 +336,12 @@ def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:
 
 
 def _goes_with(ctx: IpContext, dev: NetDevice, primary: IfAddr, other: IfAddr) -> bool:
-    """``__inet_del_ifa``: deleting an IPv4 primary address deletes the secondaries of its prefix (*other* one of
-    them) unless ``promote_secondaries`` is on for the device (all or the device's conf), when the next one
-    becomes the primary.  The primary of a prefix is its first address on the device (``__inet_insert_ifa``
-    marks the later ones IFA_F_SECONDARY)."""
+    """``__inet_del_ifa``: deleting an IPv4 primary address (:meth:`NetDevice.ipv4_primary`) deletes the
+    secondaries of its prefix (*other* one of them) unless ``promote_secondaries`` is on for the device (all or
+    the device's conf), when the next one becomes the primary."""
     if primary.version != 4 or other.version != 4 or other.prefix != primary.prefix:
         return False
-    first = next(b for b in dev.addrs if b.version == 4 and b.prefix == primary.prefix)
-    if first is not primary:  # a secondary is deleted alone
+    if dev.ipv4_primary(primary.prefix) is not primary:  # a secondary is deleted alone
         return False
     ns = ctx.topo.netns(ctx.netns)
     promote = any(str(ns.sysctl(f"net.ipv4.conf.{conf}.promote_secondaries", "0")).strip() not in ("", "0")
@@ -386,9 +384,9 @@ def _route(ctx: IpContext, tokens: list[str]) -> None:
     _route_change(ctx, verbs[verb], Args(ctx.cmd, tokens[1:]))
 
 
-_PREFIX_SELECTORS = {"exact": lambda r, p: r.prefix == p,
-                     "root": lambda r, p: r.prefix.version == p.version and r.prefix.subnet_of(p),
-                     "match": lambda r, p: r.prefix.version == p.version and p.subnet_of(r.prefix)}
+# iproute2's route selectors (the family is the flush's, so both prefixes are of it)
+_PREFIX_SELECTORS = {"exact": lambda r, p: r.prefix == p, "root": lambda r, p: r.prefix.subnet_of(p),
+                     "match": lambda r, p: p.subnet_of(r.prefix)}
 
 
 def _route_flush(ctx: IpContext, args: Args) -> None:

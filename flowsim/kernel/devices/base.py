@@ -341,6 +341,11 @@ class NetDevice:
     def addresses(self, version: int | None = None) -> list[IfAddr]:
         return [a for a in self.addrs if version is None or a.version == version]
 
+    def ipv4_primary(self, prefix) -> IfAddr | None:
+        """The primary IPv4 address of *prefix* on this device: its first one (``__inet_insert_ifa`` marks the
+        later ones ``IFA_F_SECONDARY``), None when it has none."""
+        return next((a for a in self.addrs if a.version == 4 and a.prefix == prefix), None)
+
 
 # --------------------------------------------------------------------------- path values
 
