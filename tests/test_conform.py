@@ -459,6 +459,39 @@ def test_guest_error_is_status_2():
     assert result.facts[0].status == "error" and "t.toml:3" in result.facts[0].kernel
 
 
+def test_results_from_a_pipe_are_read_once(capsys):
+    """`conform --results <(ssh router cat results.log)`: the option check, then the replay of each kernel, share
+    one read of the pipe (the check used to read a byte of it first, and the replay found no gzip stream)."""
+    import threading
+
+    data = (DATA / "results-debian-6.12.log.gz").read_bytes()
+    r, w = os.pipe()  # what the shell's <(…) hands over: /dev/fd/N of a pipe (opened again, it is the same pipe)
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        status = main(["conform", *SCENARIOS, "--kernel", "debian-6.12", "--kernel", "debian-6.1",
+                       "--results", f"/dev/fd/{r}", "--problems"])
+    finally:
+        writer.join(timeout=10)
+        os.close(r)
+    assert status == 0 and capsys.readouterr().out.count(" agree, 0 differ, 0 known differences, 0 not reported "
+                                                         "by flowsim, 0 errors") == 2
+
+
+def test_a_results_file_that_changed_is_read_again(tmp_path):
+    """results_text keeps the last text it read, for the same file unchanged only."""
+    path = tmp_path / "results.log"
+    path.write_text("@@ 0 begin - 1.0\nconform-forward\n@@end\n")
+    first = cparse.results_text(path)
+    path.write_text("@@ 0 begin - 2.0\nconform-forward\n@@end\n@@ 1 begin - 1.0\nx\n@@end\n")
+    assert cparse.results_text(path) != first and "@@ 1 begin" in cparse.results_text(path)
+
+
 def test_replay_names_the_package_the_boot_recorded(tmp_path):
     """A boot writes kit.json beside its results channel; a replay of it names that package and version (in the
     result and in the docs heading), and one without says it is a saved channel."""

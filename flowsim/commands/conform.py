@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowsim.commands._args import readable_file, writable_file
+from flowsim.commands._args import writable_file
 from flowsim.conform.harness import KERNELS, run_conformance, update_doc
 from flowsim.conform.parse import results_text
 from flowsim.errors import ConfigError
@@ -93,10 +93,13 @@ def _max_packets(text: str) -> int:
 
 
 def _check_results(path: str) -> str:
-    """A saved results channel: a readable file, plain or gzip-compressed (as the harness reads it)."""
-    readable_file("--results", path)
+    """A saved results channel: a readable file, plain or gzip-compressed (as the harness reads it, which finds
+    the text this read keeps: a pipe can be read only once, so nothing else may read from it first)."""
     try:
         results_text(path)
+    except OSError as exc:
+        raise ConfigError(f"--results {path}: cannot read: {exc.strerror}", value=path,
+                          expected="a readable file") from None
     except ValueError as exc:  # too large, or broken gzip
         raise ConfigError(f"--results {path}: {exc}", value=path,
                           expected="results.log of an earlier run, plain or gzip-compressed") from None

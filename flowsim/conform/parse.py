@@ -37,7 +37,9 @@ import base64
 import binascii
 import ipaddress
 import json
+import os
 import re
+import stat
 import struct
 import zlib
 from pathlib import Path
@@ -71,9 +73,24 @@ _HEAD = re.compile(r"^@@ (\S+) (\S+) (\S+) (\S+)\s*$")
 def results_text(path: Path | str) -> str:
     """The text of a saved results channel, plain or gzip-compressed (undecodable bytes replaced, as the serial
     port's are).  OSError as ``open`` raises it; ValueError, saying why, for a file or its decompressed text
-    beyond :data:`MAX_RESULTS_BYTES` or a broken gzip stream."""
+    beyond :data:`MAX_RESULTS_BYTES` or a broken gzip stream.
+
+    The last text read is kept: ``conform --results`` checks the file before the boot-less replay reads it
+    (once per kernel), and a pipe (``--results <(ssh router cat results.log)``) can be read only once.  A
+    regular file is read again when it changed (another inode, size or modification time)."""
+    global _LAST_RESULTS
+    st = os.stat(path)
+    key = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else \
+        (os.fspath(path), st.st_ino)
+    if _LAST_RESULTS is not None and _LAST_RESULTS[0] == key:
+        return _LAST_RESULTS[1]
     raw = read_bounded(path, MAX_RESULTS_BYTES, "a results channel")
-    return (gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+    text = (gunzip(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
+    _LAST_RESULTS = (key, text)
+    return text
+
+
+_LAST_RESULTS: tuple[tuple, str] | None = None  # (the file's identity, its text): see results_text
 
 
 def gunzip(data: bytes) -> bytes:
