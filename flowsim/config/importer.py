@@ -727,7 +727,10 @@ class _Importer:
         for family, file in ((4, "route4.json"), (6, "route6.json")):
             for r in nss.json(file):
                 table = r.get("table", "main")
-                if table == "local" or (r.get("protocol") == "kernel" and self.recreated(nss.name, r)):
+                key = self.kernel_route(nss.name, r) if table != "local" and r.get("protocol") == "kernel" else None
+                if key is not None:
+                    self.kernel_routes.add(key)
+                if table == "local" or (r.get("protocol") == "kernel" and (key is None or key in self.prefix_routes)):
                     generated += 1
                     continue
                 dst = r.get("dst")
@@ -778,22 +781,20 @@ class _Importer:
                                          "on the machine: deleted again after the routes")
         return out
 
-    def recreated(self, ns: str, r: dict) -> bool:
-        """A ``proto kernel`` route of the main table that the import makes again without a line of its own: the
-        prefix route of an imported address (same device, prefix and metric), or what the kernel makes for the
-        addresses the import leaves out (IPv6 link-local: fe80::/64) or has no prefix route for (a /128).  Any
+    def kernel_route(self, ns: str, r: dict) -> tuple | None:
+        """The (namespace, device, prefix, metric) of a ``proto kernel`` route of the main table, to compare with
+        the prefix routes of the imported addresses (:attr:`prefix_routes`: made again, so left out; any
         other — the route a manager such as NetworkManager adds for an address it gave ``noprefixroute``, with
-        its own metric — is imported as a route."""
+        its own metric — is imported as a route); None for one the import leaves out whatever its key: what
+        the kernel makes for the addresses the import leaves out (IPv6 link-local: fe80::/64) or has no prefix
+        route for (a /128), and one it cannot read (route_line would refuse it)."""
         try:
             dst = ipaddress.ip_network(r.get("dst"), strict=False)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            return True  # route_line refuses what it cannot read; a kernel route is not worth that error
+            return None
         if dst.version == 6 and (dst.is_link_local or dst.prefixlen == 128):
-            return True
-        metric = r.get("metric", 0 if dst.version == 4 else 256)
-        key = (ns, r.get("dev"), dst, metric)
-        self.kernel_routes.add(key)
-        return key in self.prefix_routes
+            return None
+        return (ns, r.get("dev"), dst, r.get("metric", 0 if dst.version == 4 else 256))
 
     def gateway_off_subnets(self, ns: str, r: dict) -> bool:
         """A route whose gateway is in no subnet of its device's addresses (not link-local, not onlink already):

@@ -23,7 +23,7 @@ from flowsim.kernel.devices.base import Args, NetDevice
 from flowsim.kernel.headers import IPV6_MIN_MTU
 
 __all__ = ["EthernetDevice", "LoopbackDevice", "KINDS", "parse_args", "parse_peer", "create",
-           "fill_forward_path"]
+           "fill_forward_path", "ipv6_off"]
 
 KINDS = ("veth", "ethernet", "dummy")
 
