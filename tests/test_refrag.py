@@ -12,9 +12,7 @@ cuts it to at most ``frag_max_size`` (the ``frag_list`` as it is when it fits: `
 Measured on Debian 7.2.13 (selftest-base, nsr1/veth0 out): a 1514-byte frame (IP total length 1500, MF) and a
 534-byte one where the model sent one 2014-byte frame before.
 
-IPv6 is not re-fragmented here because flowsim does not reassemble IPv6 (``nf_ct_frag6_gather`` is not modelled:
-its hosts size IPv6 packets to the path MTU and routers never fragment IPv6), so no skb carries
-``IP6CB(skb)->frag_max_size``.
+IPv6's counterpart (``nf_ct_frag6_gather``, ``ip6_fragment``) is tested in test_frag6.py.
 """
 
 from __future__ import annotations

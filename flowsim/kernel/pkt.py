@@ -18,10 +18,11 @@ forwarded packets use the incremental update of RFC 1624 instead, as the
 kernel does (:func:`ip_decrease_ttl`, :func:`ipv4_change_dsfield`).
 
 IPv4 fragmentation (:func:`ip_fragment`, ``ip_do_fragment``) and reassembly
-(:class:`FragQueue`, ``ip_defrag``) work on whole L3 packets; IPv6 packets
-are never fragmented by routers (they answer Packet Too Big), and the
-simulated hosts size their packets to the path MTU, so IPv6 reassembly is
-not modelled.
+(:class:`FragQueue`, ``ip_defrag``) work on whole L3 packets, and so do IPv6's
+(:func:`ip6_fragment`, :class:`Frag6Queue`): routers never fragment IPv6
+they did not reassemble (they answer Packet Too Big), but a host's UDP
+datagram longer than the path MTU leaves as fragments, which conntrack
+reassembles and the router's output cuts again.
 
     >>> pkt = build_ipv4(ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.2"), 17,
     ...                  udp_datagram(ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.2"), 1, 2, b"x"))
@@ -40,8 +41,8 @@ import attrs
 
 from flowsim.errors import KernelBugError
 from flowsim.kernel.headers import (
-    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, IPV6_MIN_MTU, NEXTHDR_FRAGMENT,
-    csum_replace, internet_checksum, ipv6_ext_hdr,
+    ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, IPV6_MIN_MTU, NEXTHDR_DEST,
+    NEXTHDR_FRAGMENT, NEXTHDR_HOP, NEXTHDR_ROUTING, csum_replace, internet_checksum, ipv6_ext_hdr,
 )
 from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff, buffer_of
 
@@ -49,7 +50,8 @@ __all__ = [
     "PktInfo", "parse_ip", "ip_addr", "build_ipv4", "build_ipv6", "tcp_segment", "udp_datagram", "l4_checksum",
     "AddrPair", "addr_pair", "ipv4_header", "ipv6_header", "tcp_header", "udp_header",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
-    "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "new_skb", "reparse_ip", "eth_header",
+    "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "ip6_find_1stfragopt", "ip6_fragment",
+    "Frag6Queue", "new_skb", "reparse_ip", "eth_header",
     "fix_l4_checksum", "pseudo_sum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
@@ -615,3 +617,131 @@ class FragQueue:
         struct.pack_into("!H", h, 10, internet_checksum(h))
         return bytes(h) + bytes(body[:self.total])
 
+
+
+# ----------------------------------------------------------------- IPv6 fragmentation
+
+IP6_MF = 0x0001  # the M flag of the fragment header's frag_off (include/net/ipv6.h)
+FRAG_HDR_LEN = 8  # sizeof(struct frag_hdr)
+_UNFRAGMENTABLE = (NEXTHDR_HOP, NEXTHDR_ROUTING, NEXTHDR_DEST)
+
+
+def ip6_find_1stfragopt(pkt: bytes) -> tuple[int, int] | None:
+    """``ip6_find_1stfragopt`` (net/ipv6/output_core.c): the length of the unfragmentable part of the IPv6 packet
+    *pkt* and the offset of the next-header byte that ends it; None for -EINVAL.
+
+    Hop-by-hop and routing headers are unfragmentable, and so is a destination options header unless a routing
+    header came before it (the kernel's loop, CONFIG_IPV6_MIP6's home-address option aside)."""
+    offset, prev, found_rhdr = 40, 6, False
+    while offset <= len(pkt):
+        nh = pkt[prev]
+        if nh == NEXTHDR_ROUTING:
+            found_rhdr = True
+        elif nh not in _UNFRAGMENTABLE or (nh == NEXTHDR_DEST and found_rhdr):
+            return offset, prev
+        if offset + 2 > len(pkt):
+            return None
+        prev, offset = offset, offset + (pkt[offset + 1] + 1) * 8  # ipv6_optlen
+        if offset > 40 + 0xFFFF:  # IPV6_MAXPLEN
+            return None
+    return None
+
+
+def ip6_fragment(pkt: bytes, mtu: int, ident: int) -> list[bytes] | None:
+    """``ip6_fragment``'s slow path (``ip6_frag_init`` + ``ip6_frag_next``): the IPv6 packet *pkt* cut into
+    fragments of at most *mtu* bytes, each the unfragmentable part, a fragment header with *ident* and a piece
+    of the rest; None where the kernel fails (no room for 8 bytes of data: ``fail_toobig``, or -EINVAL).
+
+    Every piece but the last is a multiple of 8 bytes; the header before the fragment header names it
+    (NEXTHDR_FRAGMENT) and each fragment's payload length is its own."""
+    found = ip6_find_1stfragopt(pkt)
+    if found is None:
+        return None
+    hlen, prev = found
+    if mtu < hlen + FRAG_HDR_LEN + 8:
+        return None
+    room = mtu - hlen - FRAG_HDR_LEN
+    unfrag = bytearray(pkt[:hlen])
+    nexthdr = unfrag[prev]
+    unfrag[prev] = NEXTHDR_FRAGMENT
+    out, ptr, left = [], hlen, len(pkt) - hlen
+    while left > 0:
+        n = min(left, room)
+        if n < left:
+            n &= ~7
+        left -= n
+        struct.pack_into("!H", unfrag, 4, hlen - 40 + FRAG_HDR_LEN + n)
+        fh = struct.pack("!BBHI", nexthdr, 0, (ptr - hlen) | (IP6_MF if left > 0 else 0), ident & 0xFFFFFFFF)
+        out.append(bytes(unfrag) + fh + pkt[ptr:ptr + n])
+        ptr += n
+    return out
+
+
+def _ipv6_frag_hdr(pkt: bytes) -> tuple[int, int] | None:
+    """Where the fragment header of the IPv6 fragment *pkt* is: (its offset, the offset of the next-header
+    byte naming it), found as ``ipv6_rcv``'s extension-header walk finds it; None without one."""
+    prev, pos = 6, 40
+    while pos + FRAG_HDR_LEN <= len(pkt):
+        nh = pkt[prev]
+        if nh == NEXTHDR_FRAGMENT:
+            return pos, prev
+        if nh not in _UNFRAGMENTABLE:
+            return None
+        prev, pos = pos, pos + (pkt[pos + 1] + 1) * 8
+    return None
+
+
+class Frag6Queue:
+    """``struct frag_queue``: the fragments of one IPv6 datagram, for local reassembly (``ipv6_frag_rcv``) or
+    conntrack's (``nf_ct_frag6_gather``), keyed by (src, dst, identification, the interface).
+
+    ``q.max_size`` is the largest fragment, IPv6 header included (``ip6_frag_queue``: the fragment's length from
+    its network header; ``nf_ct_frag6_queue``: its payload length, to which ``nf_ct_frag6_reasm`` adds the
+    IPv6 header): both make it :attr:`frag_max_size`.  The reassembled packet is the first fragment's
+    unfragmentable part, its last next-header the fragment header's, and every fragment's data in order
+    (``ip6_frag_reasm`` / ``nf_ct_frag6_reasm``)."""
+
+    __slots__ = ("unfrag", "prev", "nexthdr", "parts", "total", "created", "skbs", "max_size")
+
+    def __init__(self, created: float):
+        self.unfrag: bytes | None = None
+        self.prev = 0
+        self.nexthdr = 0
+        self.parts: dict[int, bytes] = {}  # byte offset -> data
+        self.total: int | None = None
+        self.created = created
+        self.skbs: list = []
+        self.max_size = 0
+
+    @property
+    def frag_max_size(self) -> int:
+        return self.max_size
+
+    def add(self, pkt: bytes, info: PktInfo) -> bytes | None:
+        """One fragment (*pkt*: its IPv6 packet, *info* its parse); the whole datagram once every byte is here."""
+        found = _ipv6_frag_hdr(pkt)
+        if found is None:
+            return None
+        fh, prev = found
+        data = pkt[fh + FRAG_HDR_LEN:info.tot_len]
+        start = info.frag_off * 8
+        if start == 0:
+            self.unfrag, self.prev, self.nexthdr = pkt[:fh], prev, pkt[fh]
+        if not info.mf:
+            self.total = start + len(data)
+        self.parts[start] = data
+        self.max_size = max(self.max_size, info.tot_len)
+        if self.unfrag is None or self.total is None:
+            return None
+        have, body = 0, bytearray()
+        for off in sorted(self.parts):
+            if off > have:
+                return None
+            body += self.parts[off][have - off:]
+            have = max(have, off + len(self.parts[off]))
+        if have < self.total:
+            return None
+        h = bytearray(self.unfrag)
+        h[self.prev] = self.nexthdr
+        struct.pack_into("!H", h, 4, len(h) - 40 + self.total)
+        return bytes(h) + bytes(body[:self.total])

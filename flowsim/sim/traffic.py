@@ -599,9 +599,9 @@ class Endpoint:
                 if payload_len > mss:  # tcp_set_skb_tso_segs: one segment's worth is not a GSO skb
                     gso_size = mss
             else:
-                # TCP segments (tcp_sync_mss: the MSS follows dst_mtu, DF or not) and IPv6 datagrams fit the path
-                # MTU; IPv4 UDP may be fragmented by this host
-                payload_len = max((self._l3_size(size) if v == 6 or tcp else size) - headers, 0)
+                # TCP segments fit the path MTU (tcp_sync_mss: the MSS follows dst_mtu, DF or not); a UDP datagram
+                # longer than it is fragmented (IPv6 by this host, ip6_fragment; IPv4 without DF)
+                payload_len = max((self._l3_size(size) if tcp else size) - headers, 0)
         payload_len = shared_u16(payload_len)  # kept by the retransmission queue and the tag in flight
         payload = bytes(payload_len)
         if tcp:
@@ -637,7 +637,8 @@ class Endpoint:
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
         # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire)
         tag.zeros = payload_len
-        kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0)
+        # an IPv6 UDP socket (IPV6_PMTUDISC_WANT) ignores DF: ip6_fragment cuts what the path MTU cannot take
+        kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0, v == 6 and not tcp)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
         """Send the next write now and schedule the rest *gap* apart."""

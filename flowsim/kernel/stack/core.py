@@ -272,6 +272,7 @@ class NetnsState:
     frags: dict = attrs.Factory(dict)  # (src, dst, id, proto) -> FragQueue
     sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
     ip_ident: int = 0
+    ip6_ident: int = 0
     hook_cache: dict = attrs.Factory(dict)  # (hook, nfproto) -> merged hook steps (flowsim.kernel.stack.nf)
     gen: int = 0  # bumped by every run event that changed this namespace (netdev_changes, netdev_register)
     # the path MTUs this host learned (ICMP Fragmentation Needed / Packet Too Big to one of its sockets): daddr ->
@@ -314,6 +315,12 @@ class NetnsState:
         """``ip_select_ident`` (a per-namespace counter keeps runs reproducible)."""
         self.ip_ident = (self.ip_ident + 1) & 0xFFFF
         return self.ip_ident
+
+    def next_ident6(self) -> int:
+        """``ipv6_select_ident``: a fragment header's identification (a per-namespace counter, as
+        :meth:`next_ident`, where the kernel hashes the addresses with a random key)."""
+        self.ip6_ident = (self.ip6_ident + 1) & 0xFFFFFFFF
+        return self.ip6_ident
 
     def sysctl_on(self, key: str, default: str = "0") -> bool:
         return str(self.ns.sysctls.get(key, default)).strip() not in ("0", "")
@@ -585,12 +592,17 @@ class Kernel:
         """``ip_local_out`` / ``ip6_local_out`` of an L3 skb made in namespace *st* (endpoints, ICMP)."""
         stack_ip.ip_local_out(self, st, skb)
 
-    def send_l3(self, netns: str, packet: bytes, tag, gso_size: int = 0, gso_type: int = 0) -> None:
+    def send_l3(self, netns: str, packet: bytes, tag, gso_size: int = 0, gso_type: int = 0,
+                ignore_df: bool = False) -> None:
         """An endpoint (or the stack's ICMP) in *netns* sends the IP packet *packet*, already tagged and injected.
 
         With *gso_size* it is a GSO skb (TSO / UDP_SEGMENT): segments of *gso_size* payload bytes, cut later.
+        *ignore_df*: ``skb->ignore_df`` as the socket sets it (an IPv6 UDP socket: ``ip6_sk_ignore_df``), so
+        that output fragments it past the path MTU.
         """
-        stack_ip.ip_local_out(self, self.netns[netns], new_skb(packet, tag, 0, gso_size, gso_type))
+        skb = new_skb(packet, tag, 0, gso_size, gso_type)
+        skb.ignore_df = ignore_df
+        stack_ip.ip_local_out(self, self.netns[netns], skb)
 
     def gc(self) -> None:
         """The periodic work of one second: flowtable GC, conntrack GC, reassembly timeouts."""

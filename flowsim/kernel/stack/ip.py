@@ -5,7 +5,8 @@ Theory of operation
 Receive (``ip_rcv`` / ``ipv6_rcv`` → ``ip_rcv_finish``): the header is
 checked and the packet trimmed to its IP length; a frame that was not for
 this host (PACKET_OTHERHOST) is dropped; in a namespace with conntrack,
-IPv4 fragments are reassembled first (``nf_defrag_ipv4``, priority -400);
+IPv4 and IPv6 fragments are reassembled first (``nf_defrag_ipv4``,
+``nf_ct_frag6_gather``, priority -400);
 then PREROUTING (:func:`flowsim.kernel.stack.nf.nf_hook`: raw chains, conntrack,
 DNAT, filter chains) and the routing decision: local delivery, forwarding
 (only when the ingress device forwards: ``net.ipv4.conf.DEV.forwarding``,
@@ -15,12 +16,15 @@ else ``net.ipv4.conf.all.forwarding`` / ``ip_forward``;
 Forward (``ip_forward`` / ``ip6_forward``, in the kernel's order): TTL or
 hop limit ≤ 1 → ICMP time exceeded; longer than the forwarding MTU
 (:func:`dst_mtu_maybe_forward`: IPv6 ignores a route ``mtu`` that is not
-locked) with DF (or IPv6) → ICMP fragmentation needed / Packet Too Big with
-that MTU; TTL −1 with an incremental checksum update; FORWARD (where
+locked) with DF (or IPv6, unless conntrack reassembled it from fragments
+that fit) → ICMP fragmentation needed / Packet Too Big with that MTU; TTL
+−1 with an incremental checksum update; FORWARD (where
 ``flow add`` runs with this route); POSTROUTING (SNAT / masquerade,
 conntrack confirmation); ``ip_finish_output``: IPv4 without DF longer than
-the route's MTU is fragmented, anything else longer is refused with the
-ICMP error (``ip_fragment`` / ``ip6_fragment``); ``ip_finish_output2`` →
+the route's MTU is fragmented, and so is IPv6 from a host's UDP socket or
+reassembled by conntrack (no longer than its largest fragment); anything
+else longer is refused with the ICMP error (``ip_fragment`` /
+``ip6_fragment``); ``ip_finish_output2`` →
 :func:`flowsim.kernel.stack.l2.neigh_output`.  Every ICMP error carries the
 conntrack entry of the packet it is about (``nf_ct_attach``), so NAT
 translates it back to what the sender sent.
@@ -70,8 +74,8 @@ from flowsim.kernel.headers import (
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
     ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
-    IPV6_MIN_MTU, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip_decrease_ttl, ip_fraglist_fits,
-    ip_fraglist_fragment, ip_fragment,
+    IPV6_MIN_MTU, Frag6Queue, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip6_fragment,
+    ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment,
     ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
 )
 from flowsim.kernel.skb import ZEROS, SkBuff
@@ -80,7 +84,8 @@ from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
-           "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ip_expire_frags",
+           "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ipv6_defrag",
+           "ip_expire_frags",
            "IPFRAG_TIME"]
 
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
@@ -113,8 +118,8 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     skb.network_header, skb.transport_header = skb.data, info.l4off
     skb.frag_max_size, skb.frag_pmtu = 0, False  # ip_rcv_core: memset(IPCB(skb), 0, ...)
     nfc = NfCtx()
-    if info.version == 4 and info.frag and st.ct_active:
-        skb, info = ip_defrag(kernel, st, skb, info, conntrack=True)
+    if info.frag and st.ct_active:  # nf_defrag_ipv4 / nf_defrag_ipv6 (nf_ct_frag6_gather), before conntrack
+        skb, info = (ip_defrag if info.version == 4 else ipv6_defrag)(kernel, st, skb, info, conntrack=True)
         if skb is None:
             return
     if st.nft is not None or st.ct_active:  # NF_HOOK: nf_hook_slow only when the netns has hooks
@@ -167,7 +172,7 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
         ip_decrease_ttl(skb.buf, info.l3off)
     else:
         mtu = max(mtu, IPV6_MIN_MTU)
-        if info.tot_len > mtu and not _gso_fits(skb, info, mtu):  # ip6_pkt_too_big
+        if _ip6_pkt_too_big(skb, info, mtu):
             icmp_send(kernel, st, skb, info, ICMPV6_PKT_TOOBIG, 0, mtu, nfc=nfc)
             kernel.drop(skb, "pkt-too-big", f"{st.name} forward", len=info.tot_len, mtu=mtu)
             return
@@ -192,6 +197,13 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
             kernel.drop(skb, why, f"{st.name} postrouting")
             return
     mtu = st.route_mtu(rt)
+    if st.pmtu_exceptions and skb.ignore_df and info.version == 6:
+        # dst_mtu of the RTF_CACHE clone: the path MTU this host learned for the destination (rt6_insert_exception),
+        # which ip6_fragment cuts a UDP socket's datagram to.  (TCP sizes its segments to it itself, tcp_sync_mss,
+        # and the simulated endpoints read it when they send: flowsim.sim.traffic.)
+        learned = st.pmtu_exception(info.dst, kernel.now)
+        if learned is not None and learned < mtu:
+            mtu = learned
     nexthop = rt.nexthop(info.dst)
     if skb.gso_size and info.tot_len > mtu and out_dev.link_type != "loopback":
         # ip_finish_output_gso: segments that fit go out whole; IPv6 (__ip6_finish_output) never fragments GSO
@@ -203,6 +215,17 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
             _ip_finish_output(kernel, st, seg, reparse_ip(seg.buf, seg.data), mtu, out_dev, nexthop, nfc, in_dev)
         return
     _ip_finish_output(kernel, st, skb, info, mtu, out_dev, nexthop, nfc, in_dev)
+
+
+def _ip6_pkt_too_big(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
+    """``ip6_pkt_too_big`` (net/ipv6/ip6_output.c): longer than *mtu*, unless the skb ignores DF (a packet
+    ``nf_ct_frag6_gather`` reassembled, whose largest fragment, ``IP6CB(skb)->frag_max_size``, fits) or is GSO
+    with segments that fit."""
+    if info.tot_len <= mtu:
+        return False
+    if skb.frag_max_size > mtu:
+        return True
+    return not skb.ignore_df and not _gso_fits(skb, info, mtu)
 
 
 def _ip_exceeds_mtu(skb: SkBuff, info: PktInfo, mtu: int) -> bool:
@@ -245,9 +268,15 @@ def _ip_finish_output(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev,
     (:func:`dst_mtu_maybe_forward`); a local sender that ignores the path MTU only gets EMSGSIZE.
     """
     v4 = info.version == 4
-    if (info.tot_len > mtu or (v4 and skb.frag_max_size)) and out_dev.link_type != "loopback":
-        if v4 and (not info.df or (skb.ignore_df and not skb.frag_max_size > mtu)):  # ip_fragment
+    fms = skb.frag_max_size
+    if (info.tot_len > mtu or (fms and (v4 or info.tot_len > fms))) and out_dev.link_type != "loopback":
+        if v4 and (not info.df or (skb.ignore_df and not fms > mtu)):  # ip_fragment
             _fragment_and_send(kernel, st, skb, info, mtu, out_dev, nexthop)
+            return
+        # ip6_fragment: a local socket's skb that ignores DF (IPV6_PMTUDISC_WANT: ip6_sk_ignore_df) or one that
+        # nf_ct_frag6_gather reassembled, unless its largest fragment is longer than mtu (fail_toobig)
+        if not v4 and (skb.ignore_df or info.tot_len <= mtu) and not fms > mtu and \
+                _fragment6_and_send(kernel, st, skb, info, mtu, out_dev, nexthop):
             return
         if in_dev is not None:
             icmp_send(kernel, st, skb, info, *((ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED) if v4 else (ICMPV6_PKT_TOOBIG, 0)),
@@ -278,6 +307,25 @@ def _fragment_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev
     kernel.trace(skb, f"{st.name} output", f"fragmented into {len(frags)}", mtu=mtu)
     for f in frags:
         stack_l2.neigh_output(kernel, out_dev, new_skb(f, skb.tag, skb.mark), nexthop)
+
+
+def _fragment6_and_send(kernel, st, skb: SkBuff, info: PktInfo, mtu: int, out_dev, nexthop) -> bool:
+    """``ip6_fragment``: each fragment is a piece of the same packet; False when no 8 bytes of data fit
+    (``fail_toobig``: the caller refuses the packet).
+
+    A reassembled packet leaves as fragments no longer than the largest one received (``frag_max_size``, at least
+    IPV6_MIN_MTU).  The fragment header's identification is ``ipv6_select_ident``'s, here a per-namespace counter
+    (:meth:`NetnsState.next_ident6`: runs stay reproducible)."""
+    if skb.frag_max_size:
+        mtu = max(skb.frag_max_size, IPV6_MIN_MTU)
+    frags = ip6_fragment(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), mtu, st.next_ident6())
+    if frags is None:
+        return False
+    kernel.add_pieces(skb, len(frags) - 1)
+    kernel.trace(skb, f"{st.name} output", f"fragmented into {len(frags)}", mtu=mtu)
+    for f in frags:
+        stack_l2.neigh_output(kernel, out_dev, new_skb(f, skb.tag, skb.mark), nexthop)
+    return True
 
 
 def ip_local_out(kernel, st, skb: SkBuff, route=None, nfc: NfCtx | None = None) -> None:
@@ -324,6 +372,10 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         info, why = nf_hook(kernel, st, "input", skb, info, nfc, in_dev=in_dev)
         if why is not None:
             kernel.drop(skb, why, where)
+            return
+    if info.version == 6 and info.frag:  # ip6_input_finish → the fragment header's handler, ipv6_frag_rcv
+        skb, info = ipv6_defrag(kernel, st, skb, info)
+        if skb is None:
             return
     proto = info.l4proto
     if proto in _TUNNEL_KINDS:
@@ -670,6 +722,34 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
     out = new_skb(whole, skb.tag, skb.mark)
     out.iif = skb.iif
     out.frag_max_size, out.frag_pmtu, out.frag_list = q.frag_max_size, q.frag_pmtu, q.sizes
+    out.ignore_df = conntrack
+    kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
+    return out, parse_ip(out.buf, out.data)
+
+
+def ipv6_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
+    """``ipv6_frag_rcv`` (local delivery) or, for *conntrack*, ``nf_ct_frag6_gather`` (the IPv6 defrag hook at
+    PREROUTING -400): queue a fragment; (whole skb, its info) once complete, else (None, None).
+
+    The two keep separate queues (conntrack's is ``IP6_DEFRAG_CONNTRACK_IN``'s), keyed by the addresses, the
+    identification and the interface (``fq_find``: conntrack's always, the local one for link-local and multicast
+    destinations).  The whole packet gets ``IP6CB(skb)->frag_max_size``, conntrack's also ``skb->ignore_df``:
+    forwarded, it leaves as fragments again (:func:`_fragment6_and_send`)."""
+    iif = skb.iif if conntrack or info.dst.is_link_local or info.dst.is_multicast else 0
+    key = ("ipv6-ct" if conntrack else "ipv6", info.src, info.dst, info.ident, iif)
+    q = st.frags.get(key)
+    if q is None:
+        q = st.frags[key] = Frag6Queue(kernel.now)
+    q.skbs.append(skb)
+    whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info)
+    if whole is None:
+        return None, None
+    del st.frags[key]
+    if skb.tag is not None:
+        kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
+    out = new_skb(whole, skb.tag, skb.mark)
+    out.iif = skb.iif
+    out.frag_max_size = q.frag_max_size
     out.ignore_df = conntrack
     kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
     return out, parse_ip(out.buf, out.data)
