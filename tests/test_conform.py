@@ -1,7 +1,7 @@
 """Conformance harness: guest rendering, result parsing and the comparator (no qemu needed).
 
 The kernel output fixtures in tests/data/conform/ were captured from real runs of
-``flowsim conform topologies/conform-*.toml`` on Debian 6.12.117 and 6.1.0-57
+``flowsim conform topologies/conform-*.toml`` on Debian 6.12.118 and 6.1.0-57
 (the results channel of each boot, gzipped, and single sections cut from it).
 """
 
@@ -504,12 +504,12 @@ def test_replay_names_the_package_the_boot_recorded(tmp_path):
     paths = [str(ROOT / "topologies/conform-forward.toml")]
     bare = run_conformance(paths, "debian-6.12", results=str(saved))
     assert (bare.package, bare.version) == ("(saved results)", "")
-    assert "6.12.117+deb12-amd64 (saved results), profile" in markdown_table([bare])
-    (tmp_path / KIT_FILE).write_text('{"package": "linux-image-6.12.117+deb12-amd64", '
-                                     '"version": "6.12.117-1~deb12u1", "release": "6.12.117+deb12-amd64"}\n')
+    assert "6.12.118+deb12-amd64 (saved results), profile" in markdown_table([bare])
+    (tmp_path / KIT_FILE).write_text('{"package": "linux-image-6.12.118+deb12-amd64", '
+                                     '"version": "6.12.118-1~deb12u1", "release": "6.12.118+deb12-amd64"}\n')
     named = run_conformance(paths, "debian-6.12", results=str(saved))
-    assert (named.package, named.version) == ("linux-image-6.12.117+deb12-amd64", "6.12.117-1~deb12u1")
-    assert "(linux-image-6.12.117+deb12-amd64 6.12.117-1~deb12u1), profile `linux-6.12`" in markdown_table([named])
+    assert (named.package, named.version) == ("linux-image-6.12.118+deb12-amd64", "6.12.118-1~deb12u1")
+    assert "(linux-image-6.12.118+deb12-amd64 6.12.118-1~deb12u1), profile `linux-6.12`" in markdown_table([named])
     (tmp_path / KIT_FILE).write_text("not json")
     assert run_conformance(paths, "debian-6.12", results=str(saved)).package == "(saved results)"
 

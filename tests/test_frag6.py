@@ -53,7 +53,10 @@ def test_ip6_fragment_cuts_to_the_mtu_in_multiples_of_eight():
     assert all(p.nh == 44 and p[IPv6ExtHdrFragment].nh == 17 and p.plen == len(f) - 40
                for p, f in zip(parsed, frags))
     whole = defragment6(parsed)
-    assert bytes(whole[UDP]) == pkt[40:]  # scapy's reassembly gives the datagram back, its checksum intact
+    assert bytes(whole[UDP]) == pkt[40:]  # scapy's reassembly gives the datagram back
+    stored = whole[UDP].chksum
+    del whole[UDP].chksum
+    assert IPv6(bytes(whole))[UDP].chksum == stored  # the checksum of the whole datagram, in the first fragment
 
 
 def test_frag6_queue_reassembles_in_any_order_and_records_the_largest_fragment():

@@ -7,7 +7,7 @@ from pathlib import Path
 import attrs
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
-from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, _ICMPv6
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, _ICMPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.ppp import PPP, PPPoE
 from scapy.utils import rdpcap
@@ -32,6 +32,8 @@ def bad_checksums(frame: bytes) -> list[str]:
         cls = type(layer)
         if cls is IP:
             frag = bool(layer.flags.MF or layer.frag)
+        elif cls is IPv6ExtHdrFragment:
+            frag = bool(layer.m or layer.offset)
         if cls in (TCP, UDP) and frag:
             continue  # the L4 checksum covers the whole datagram, not this fragment
         if cls is UDP and layer.chksum == 0:
