@@ -32,6 +32,7 @@ from flowsim.kernel.pkt import (
 )
 from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack.ip import _ip_exceeds_mtu
+from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
@@ -130,3 +131,21 @@ def test_selftest_base_refragments_at_nsr1_veth0(tmp_path):
     inbound = [Ether(bytes(p)) for p in rdpcap(str(tmp_path / "nsr1-veth1.pcap"))]
     inbound = [p[IP] for p in inbound if IP in p and p[IP].src == "10.0.2.99" and p[IP].len > 100]
     assert [(o.id, o.len, o.frag) for o in inbound] == [(o.id, o.len, o.frag) for o in out]
+
+
+def test_a_host_fragments_udp_to_the_path_mtu_it_learned(tmp_path):
+    """conform-mtu: ns1's link takes 9000 bytes, the path 1500.  The first 1600-byte datagram leaves whole with DF
+    and meets Fragmentation Needed; ns1 then cuts every later one to the learned 1500 itself (``ip_append_data``'s
+    fragsize is ``dst_mtu``, the nexthop exception's), without DF, so r's flowtable hook sees fragments
+    (``ip_is_fragment``) where it saw a whole datagram too long for the flow before."""
+    sim = Simulation(load_topology(TOPOLOGIES / "conform-mtu.toml"), pcap_dir=tmp_path)
+    sim.run()
+    frames = [Ether(bytes(p)) for p in rdpcap(str(tmp_path / "ns1-eth0.pcap"))]
+    big = [p[IP] for p in frames if IP in p and p[IP].src == "192.0.2.2" and p[IP].proto == 17 and
+           (p[IP].len > 1000 or p[IP].flags.MF or p[IP].frag)]
+    assert (big[0].len, bool(big[0].flags.DF), big[0].flags.MF) == (1600, True, 0)
+    rest = Counter((p.len, p.flags.MF, p.frag) for p in big[1:])
+    assert rest == {(1500, 1, 0): 19, (120, 0, 185): 19}
+    assert all(not p.flags.DF for p in big[1:])
+    (ft,) = build_report(sim)["flowtables"]
+    assert ft["reasons"] == {"fragment": 38, "no-flow-entry": 5}

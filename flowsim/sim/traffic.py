@@ -43,9 +43,9 @@ client then closes only once everything is acknowledged; both ends then
 also send Linux's TCP options (``tcp_options_write``: MSS, SACK permitted,
 timestamps and window scale on SYN and SYN/ACK, the timestamp after), so
 their control packets have Linux's lengths and data 12 bytes less payload.  UDP: the client's
-datagrams, the server's replies once the first datagram arrived; IPv4
-datagrams larger than the path MTU are sent without DF (fragmented by the
-sending host), like ``IP_PMTUDISC_WANT``.
+datagrams, the server's replies once the first datagram arrived; a datagram
+larger than the path MTU the host learned is fragmented by the sending host
+(IPv4 without DF), like ``IP_PMTUDISC_WANT`` / ``IPV6_PMTUDISC_WANT``.
 
 ``df = false`` (IPv4, ``net.ipv4.ip_no_pmtu_disc = 1``: ``IP_PMTUDISC_DONT``)
 sends every packet without DF, so routers fragment (``ip_fragment``)
@@ -637,8 +637,9 @@ class Endpoint:
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
         # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire)
         tag.zeros = payload_len
-        # an IPv6 UDP socket (IPV6_PMTUDISC_WANT) ignores DF: ip6_fragment cuts what the path MTU cannot take
-        kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0, v == 6 and not tcp)
+        # a UDP socket (IP_PMTUDISC_WANT / IPV6_PMTUDISC_WANT) ignores DF (ip_sk_ignore_df, ip6_sk_ignore_df): its
+        # datagram is cut to the path MTU by this host (ip_fragment without DF, ip6_fragment)
+        kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0, not tcp)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
         """Send the next write now and schedule the rest *gap* apart."""

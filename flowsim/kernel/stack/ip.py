@@ -197,10 +197,10 @@ def ip_output(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt, out_dev, i
             kernel.drop(skb, why, f"{st.name} postrouting")
             return
     mtu = st.route_mtu(rt)
-    if st.pmtu_exceptions and skb.ignore_df and info.version == 6:
-        # dst_mtu of the RTF_CACHE clone: the path MTU this host learned for the destination (rt6_insert_exception),
-        # which ip6_fragment cuts a UDP socket's datagram to.  (TCP sizes its segments to it itself, tcp_sync_mss,
-        # and the simulated endpoints read it when they send: flowsim.sim.traffic.)
+    if st.pmtu_exceptions and skb.ignore_df and in_dev is None:
+        # dst_mtu with the path MTU this host learned for the destination (the IPv4 nexthop exception, the IPv6
+        # RTF_CACHE clone), which a UDP socket's datagram is cut to (ip_append_data's fragsize, ip6_fragment).
+        # (TCP sizes its segments to it itself, tcp_sync_mss: the simulated endpoints read it when they send.)
         learned = st.pmtu_exception(info.dst, kernel.now)
         if learned is not None and learned < mtu:
             mtu = learned
