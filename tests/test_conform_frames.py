@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import jsonschema
 import pytest
-from scapy.layers.inet import IP, TCP
+from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from flowsim.cli import main
@@ -378,6 +378,30 @@ def test_ip6tnl_flow_label_is_kernel_random_behind_a_cooked_header():
     inner_changed = bytearray(sim)
     inner_changed[48 + 3] ^= 1
     assert kernel_random_fields(bytes(inner_changed), sim, LINKTYPE_RAW) is None
+
+
+def test_ipv6_fragment_identification_is_kernel_random_and_only_that():
+    """A router that cuts a reassembled IPv6 packet again draws each datagram's fragment identification at random
+    (ip6_fragment -> ipv6_select_ident: get_random_u32_above(0)): known, inside an ip6tnl packet too; the
+    offset, the M flag and the data still count."""
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
+    from scapy.layers.l2 import Ether
+    from flowsim.conform.frames import kernel_random_fields, random_field_offsets
+
+    def frame(ident: int, offset: int = 0, fl: int = 0) -> bytes:
+        inner = IPv6(src="2001:db8:1::1", dst="2001:db8:3::2") / IPv6ExtHdrFragment(id=ident, offset=offset, m=1) \
+            / UDP(sport=1, dport=2) / bytes(64)
+        return bytes(Ether() / IPv6(src="2001:db8:2::1", dst="2001:db8:2::2", fl=fl) / inner)
+
+    sim = frame(1)
+    assert kernel_random_fields(frame(0x9ABCDEF0, fl=0x12345), sim, LINKTYPE_ETHERNET) == (
+        "ip6tnl outer IPv6 flow label", "IPv6 fragment identification")
+    assert kernel_random_fields(frame(0x9ABCDEF0, offset=8), sim, LINKTYPE_ETHERNET) is None
+    assert {14 + 40 + 40 + i for i in range(4, 8)} <= random_field_offsets(frame(7), sim, LINKTYPE_ETHERNET)
+    bare = bytes(IPv6(src="2001:db8:1::1", dst="2001:db8:3::2") / IPv6ExtHdrFragment(id=1) / UDP() / b"x")
+    other = bytearray(bare)
+    other[44:48] = (0xFFFFFFFF).to_bytes(4, "big")
+    assert kernel_random_fields(bytes(other), bare, LINKTYPE_RAW) == ("IPv6 fragment identification",)
 
 
 @pytest.mark.parametrize("arphrd, flowsim_linktype", [(512, 101), (778, 101), (823, 101), (769, 101)],

@@ -100,7 +100,7 @@ from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
 from flowsim.kernel.gso import SKB_GSO_DODGY, SKB_GSO_TCPV4, SKB_GSO_TCPV6
-from flowsim.kernel.headers import IPPROTO_TCP, csum_fold
+from flowsim.kernel.headers import IPPROTO_TCP, NEXTHDR_FRAGMENT, csum_fold
 from flowsim.kernel.pkt import pseudo_sum
 from flowsim.kernel.capture import (
     _ARPHRD, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, _from_ethernet, device_linktype,
@@ -640,7 +640,9 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
     header checksum, and both checksums must be valid) or an IPv6 header carrying them (directly or behind
     a destination options header, the encapsulation limit: its flow label) — walking from the outermost
     header inwards, the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends it
-    (its ID and checksum), and the IPv6 header of an ICMPv6 error (type < 128: its flow label); every other
+    (its ID and checksum), the IPv6 header of an ICMPv6 error (type < 128: its flow label) and the fragment
+    header right after an IPv6 header (its identification, which a router that cuts a reassembled packet again
+    draws at random); every other
     byte, the innermost packet's headers and the quoted packet of an error included, must be equal.  An ESP
     packet of an SA whose key *esp_keys* holds (by SPI) is compared by its header and its decrypted
     plaintext (:func:`_esp_same_plaintext`).
@@ -693,6 +695,11 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
                     k[nxt + 8:] = s[nxt + 8:]
                     fields.append("ESP IV, ciphertext and ICV")
                 break
+            if nh == s[off + 6] == NEXTHDR_FRAGMENT and nxt + 8 <= len(k):
+                # a fragment a router cut again after conntrack's reassembly: ip6_fragment's identification
+                k[nxt + 4:nxt + 8] = s[nxt + 4:nxt + 8] = bytes(4)
+                fields.append("IPv6 fragment identification")
+                break
             if nh not in (4, 41):
                 break
             k[off + 1] &= 0xF0
@@ -707,7 +714,8 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
 
 def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
     """The byte offsets of the tunnel headers' kernel-random fields (:func:`kernel_random_fields`' walk, without
-    its checks): outer IPv4 ID and header checksum, outer IPv6 flow label, from the outermost header inwards.
+    its checks): outer IPv4 ID and header checksum, outer IPv6 flow label, an IPv6 fragment's identification,
+    from the outermost header inwards.
 
     A frame that differs elsewhere too is reported at its first differing byte outside these: a changed
     outer TTL then points at the TTL, not at the random ID before it (and the checksum it changes).
@@ -725,6 +733,9 @@ def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
             nh, nxt = kernel[off + 6], off + 40
             if nh == 60 and nxt + 8 <= len(kernel):
                 nh, nxt = kernel[nxt], nxt + (kernel[nxt + 1] + 1) * 8
+            if nh == NEXTHDR_FRAGMENT:
+                out.update(range(nxt + 4, nxt + 8))
+                break
             if nh not in (4, 41):
                 break
             out.update((off + 1, off + 2, off + 3))

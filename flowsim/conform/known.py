@@ -70,6 +70,10 @@ KERNEL_RANDOM = {
         "icmp6_send (net/ipv6/icmp.c) -> ip6_push_pending_frames -> __ip6_make_skb -> ip6_make_flowlabel "
         "(include/net/ipv6.h; the ICMPv6 socket labels automatically, net.ipv6.auto_flowlabels=1) -> "
         "skb_get_hash_flowi6: keyed by hashrnd (net/core/flow_dissector.c), once per boot",
+    "IPv6 fragment identification":
+        "ip6_fragment (net/ipv6/ip6_output.c), cutting again what nf_ct_frag6_gather reassembled -> "
+        "ipv6_select_ident -> __ipv6_select_ident (net/ipv6/output_core.c): get_random_u32_above(0), a new random "
+        "number per datagram; the fragments must be equal but for it",
     "ip6tnl outer IPv6 flow label":
         "ip6_tnl_xmit (net/ipv6/ip6_tunnel.c) -> ip6_make_flowlabel (include/net/ipv6.h, "
         "net.ipv6.auto_flowlabels=1 by default) -> skb_get_hash_flowi6: the flow hash is keyed by "
