@@ -552,6 +552,19 @@ def ip_fraglist_fragment(pkt: bytes, sizes: tuple[int, ...]) -> list[bytes]:
     return out
 
 
+def _frag_data(parts: dict[int, bytes], total: int) -> bytearray | None:
+    """The data of a datagram's fragments (*parts*: byte offset -> data) in order, cut to *total* bytes, or None
+    while a hole remains (``inet_frag_queue_insert`` keeps them ordered, the reassembly waits until ``meat``
+    reaches the length the last fragment gave)."""
+    have, body = 0, bytearray()
+    for off in sorted(parts):
+        if off > have:
+            return None
+        body += parts[off][have - off:]
+        have = max(have, off + len(parts[off]))
+    return body if have >= total else None
+
+
 class FragQueue:
     """``struct ipq``: the fragments of one IPv4 datagram (``ip_defrag``), keyed by (src, dst, id, protocol).
 
@@ -601,13 +614,8 @@ class FragQueue:
             self.max_df_size = max(self.max_df_size, fragsize)
         if self.header is None or self.total is None:
             return None
-        have, body = 0, bytearray()
-        for off in sorted(self.parts):
-            if off > have:
-                return None
-            body += self.parts[off][have - off:]
-            have = max(have, off + len(self.parts[off]))
-        if have < self.total:
+        body = _frag_data(self.parts, self.total)
+        if body is None:
             return None
         h = bytearray(self.header)
         ihl = len(h)
@@ -733,13 +741,8 @@ class Frag6Queue:
         self.max_size = max(self.max_size, info.tot_len)
         if self.unfrag is None or self.total is None:
             return None
-        have, body = 0, bytearray()
-        for off in sorted(self.parts):
-            if off > have:
-                return None
-            body += self.parts[off][have - off:]
-            have = max(have, off + len(self.parts[off]))
-        if have < self.total:
+        body = _frag_data(self.parts, self.total)
+        if body is None:
             return None
         h = bytearray(self.unfrag)
         h[self.prev] = self.nexthdr

@@ -708,22 +708,11 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
     head's ``frag_list``; for conntrack (*conntrack*: ``nf_ct_ipv4_gather_frags``) the whole packet also gets
     ``skb->ignore_df``.  Output then re-fragments it (:func:`_fragment_and_send`).
     """
-    key = (info.src, info.dst, info.ident, info.l4proto)
-    q = st.frags.get(key)
-    if q is None:
-        q = st.frags[key] = FragQueue(kernel.now)
-    q.skbs.append(skb)
-    whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info)
-    if whole is None:
+    q, out = _frag_gather(kernel, st, skb, info, (info.src, info.dst, info.ident, info.l4proto), FragQueue)
+    if out is None:
         return None, None
-    del st.frags[key]
-    if skb.tag is not None:
-        kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
-    out = new_skb(whole, skb.tag, skb.mark)
-    out.iif = skb.iif
     out.frag_max_size, out.frag_pmtu, out.frag_list = q.frag_max_size, q.frag_pmtu, q.sizes
     out.ignore_df = conntrack
-    kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
     return out, parse_ip(out.buf, out.data)
 
 
@@ -737,22 +726,32 @@ def ipv6_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False)
     forwarded, it leaves as fragments again (:func:`_fragment6_and_send`)."""
     iif = skb.iif if conntrack or info.dst.is_link_local or info.dst.is_multicast else 0
     key = ("ipv6-ct" if conntrack else "ipv6", info.src, info.dst, info.ident, iif)
+    q, out = _frag_gather(kernel, st, skb, info, key, Frag6Queue)
+    if out is None:
+        return None, None
+    out.frag_max_size = q.frag_max_size
+    out.ignore_df = conntrack
+    return out, parse_ip(out.buf, out.data)
+
+
+def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type):
+    """Queue the fragment *skb* under *key* (a new *queue* the first time: ``inet_frag_find``); (the queue, the
+    whole datagram's skb) once it is complete, its fragments' pieces merged back into one packet; else (the
+    queue, None)."""
     q = st.frags.get(key)
     if q is None:
-        q = st.frags[key] = Frag6Queue(kernel.now)
+        q = st.frags[key] = queue(kernel.now)
     q.skbs.append(skb)
     whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info)
     if whole is None:
-        return None, None
+        return q, None
     del st.frags[key]
     if skb.tag is not None:
         kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
     out = new_skb(whole, skb.tag, skb.mark)
     out.iif = skb.iif
-    out.frag_max_size = q.frag_max_size
-    out.ignore_df = conntrack
     kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
-    return out, parse_ip(out.buf, out.data)
+    return q, out
 
 
 def ip_expire_frags(kernel, st) -> None:
