@@ -94,7 +94,7 @@ import attrs
 from flowsim.config.topology import Topology
 from flowsim.conform import pppoe
 from flowsim.conform.compare import Fact
-from flowsim.conform.guest import IP, ScenarioPlan, scenario_files, setup_lines
+from flowsim.conform.guest import IP, ScenarioPlan, quiet_ipv6, scenario_files, setup_lines
 from flowsim.conform.known import KERNEL_DERIVED, KERNEL_RANDOM, TCP_SEED
 from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
@@ -264,12 +264,6 @@ def simulate_frames(topo: Topology, plan: ScenarioPlan, profile: str,
 
 # ---------------------------------------------------------------------- guest
 
-_QUIET_V6 = ("accept_ra=0", "accept_dad=0", "addr_gen_mode=1", "router_solicitations=0")
-# every /proc/sys path and value arrive as positional parameters, never as script text
-_QUIET_SCRIPT = ('for c in all default; do for kv in "$@"; do '
-                 'echo "${kv#*=}" > "/proc/sys/net/ipv6/conf/$c/${kv%%=*}" 2>/dev/null; done; done; true')
-
-
 def mute_ruleset(fplan: FramePlan, netns: str) -> str:
     """The endpoint's ``netdev`` tables: every wire device's ingress dropped (its stack never answers)."""
     out = []
@@ -386,9 +380,7 @@ def render_frames_scenario(topo: Topology, plan: ScenarioPlan, fplan: FramePlan)
     q = shlex.quote
     s = plan.index
     base = f"/conform/s{s}"
-    quiet = f"sh -c {q(_QUIET_SCRIPT)} sh {' '.join(_QUIET_V6)}"   # no IPv6 noise, before any device exists
-    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}",
-           *setup_lines(topo, plan, lambda ns: [f"  NS {q(ns)} {quiet}"])]
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}", *setup_lines(topo, plan, quiet_ipv6)]
     # a PPPoE session's Ethernet devices got flowsim's MACs before the session started (flowsim.conform.pppoe);
     # setting one again, even to the same address, ends the session (pppoe_device_event -> pppoe_flush_dev)
     sessions = pppoe.lower_devices(topo)

@@ -13,9 +13,12 @@ the simulator builds the same topology:
    topology file and line.
 2. Harness settings that change no forwarding decision:
    ``net.netfilter.nf_conntrack_acct=1`` everywhere (conntrack byte and
-   packet accounting), and TSO/GSO/GRO off on every device (``ethtool -K``),
+   packet accounting), TSO/GSO/GRO off on every device (``ethtool -K``),
    so the kernel handles the same wire-sized packets the simulator models
-   instead of 64 KB super-packets.
+   instead of 64 KB super-packets, and IPv6's own traffic off in every
+   namespace before any device exists (:data:`QUIET_V6`: no automatic
+   link-local address, DAD or router solicitation, which flowsim does not
+   model and a rule counter on the router would count).
 3. Neighbour warm-up: every neighbour the simulator's loader pre-resolves
    (:func:`flowsim.kernel.neigh.discover`) is pinged once from its namespace,
    *before* any ruleset exists, so neither conntrack nor a rule counter sees
@@ -658,6 +661,20 @@ def _traffic_files(t: TrafficPlan) -> list[str]:
 
 # ---------------------------------------------------------------------- scenario
 
+# IPv6's own traffic, which flowsim does not model, switched off in every namespace before any device exists: no
+# automatic link-local address (addr_gen_mode=1: so no DAD and no router solicitation from it), no DAD, no RA, no
+# router solicitation.  Each /proc/sys path and value arrive as positional parameters, never as script text.
+QUIET_V6 = ("accept_ra=0", "accept_dad=0", "addr_gen_mode=1", "router_solicitations=0")
+_QUIET_SCRIPT = ('for c in all default; do for kv in "$@"; do '
+                 'echo "${kv#*=}" > "/proc/sys/net/ipv6/conf/$c/${kv%%=*}" 2>/dev/null; done; done; true')
+
+
+def quiet_ipv6(netns: str) -> list[str]:
+    """The guest lines that switch :data:`QUIET_V6` on in *netns* (for ``all`` and ``default``)."""
+    q = shlex.quote
+    return [f"  NS {q(netns)} sh -c {q(_QUIET_SCRIPT)} sh {' '.join(QUIET_V6)}"]
+
+
 def setup_lines(topo: Topology, plan: ScenarioPlan, per_netns: Callable[[str], list[str]] | None = None) -> list[str]:
     """A scenario's set-up in the guest, the same in both modes: its namespaces (*per_netns* adds lines right
     after each is created), the topology's own commands and sysctls, then the harness settings."""
@@ -681,7 +698,7 @@ def render_scenario(topo: Topology, plan: ScenarioPlan) -> str:
     """The shell function ``scenario_N`` for the guest (see the module docstring for its steps)."""
     q = shlex.quote
     s = plan.index
-    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}", *setup_lines(topo, plan)]
+    out = [f"scenario_{s}() {{", f"  begin {s} {q(plan.name)}", *setup_lines(topo, plan, quiet_ipv6)]
     for name, ns in topo.namespaces.items():
         pings = [f"{e.dev}:{e.addr}" for e in ns.neigh if str(e.addr) and getattr(e, "origin", "") == "discovered"]
         if pings:
