@@ -269,7 +269,8 @@ class NetnsState:
     # what the stack derives per packet from the devices and sysctls (ip_tunnel_lookup, IN_DEV_FORWARD), kept
     # until a run event changes the namespace: key -> answer
     conf_cache: dict = attrs.Factory(dict)
-    frags: dict = attrs.Factory(dict)  # (src, dst, id, proto) -> FragQueue
+    # the reassembly queues: (src, dst, id, proto) -> FragQueue; ("ipv6" | "ipv6-ct", src, dst, id, iif) -> Frag6Queue
+    frags: dict = attrs.Factory(dict)
     sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
     ip_ident: int = 0
     ip6_ident: int = 0
@@ -318,7 +319,8 @@ class NetnsState:
 
     def next_ident6(self) -> int:
         """``ipv6_select_ident``: a fragment header's identification (a per-namespace counter, as
-        :meth:`next_ident`, where the kernel hashes the addresses with a random key)."""
+        :meth:`next_ident`, where the kernel draws a random number per datagram: ``get_random_u32_above(0)``,
+        net/ipv6/output_core.c)."""
         self.ip6_ident = (self.ip6_ident + 1) & 0xFFFFFFFF
         return self.ip6_ident
 
@@ -597,8 +599,8 @@ class Kernel:
         """An endpoint (or the stack's ICMP) in *netns* sends the IP packet *packet*, already tagged and injected.
 
         With *gso_size* it is a GSO skb (TSO / UDP_SEGMENT): segments of *gso_size* payload bytes, cut later.
-        *ignore_df*: ``skb->ignore_df`` as the socket sets it (an IPv6 UDP socket: ``ip6_sk_ignore_df``), so
-        that output fragments it past the path MTU.
+        *ignore_df*: ``skb->ignore_df`` as the socket sets it (a UDP socket: ``ip_sk_ignore_df``,
+        ``ip6_sk_ignore_df``), so that output fragments it past the path MTU.
         """
         skb = new_skb(packet, tag, 0, gso_size, gso_type)
         skb.ignore_df = ignore_df
