@@ -600,7 +600,7 @@ class Endpoint:
                     gso_size = mss
             else:
                 # TCP segments fit the path MTU (tcp_sync_mss: the MSS follows dst_mtu, DF or not); a UDP datagram
-                # longer than it is fragmented (IPv6 by this host, ip6_fragment; IPv4 without DF)
+                # longer than it is fragmented by this host (ip_fragment without DF, ip6_fragment: flowsim.kernel.stack.ip)
                 payload_len = max((self._l3_size(size) if tcp else size) - headers, 0)
         payload_len = shared_u16(payload_len)  # kept by the retransmission queue and the tag in flight
         payload = bytes(payload_len)
