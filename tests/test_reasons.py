@@ -41,7 +41,8 @@ def _modules() -> dict[str, ast.Module]:
 
 
 def _rid_parameters(modules: dict[str, ast.Module]) -> dict[str, set[int]]:
-    """Function name → positional index (self excluded) of its ``rid`` parameter, over the whole package."""
+    """Function name → positional index (self excluded) of its ``rid`` parameter, over the whole package; a class
+    whose ``__init__`` has one under the class's name too (``raise FragDiscard("frag-overlap", …)``)."""
     out: dict[str, set[int]] = defaultdict(set)
     for tree in modules.values():
         for node in ast.walk(tree):
@@ -49,6 +50,12 @@ def _rid_parameters(modules: dict[str, ast.Module]) -> dict[str, set[int]]:
                 names = [a.arg for a in node.args.posonlyargs + node.args.args]
                 if "rid" in names:
                     out[node.name].add(names.index("rid") - (names[:1] in (["self"], ["cls"])))
+            elif isinstance(node, ast.ClassDef):
+                for init in node.body:
+                    if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                        names = [a.arg for a in init.args.posonlyargs + init.args.args]
+                        if "rid" in names:
+                            out[node.name].add(names.index("rid") - 1)
     return out
 
 

@@ -42,7 +42,7 @@ import attrs
 from flowsim.errors import KernelBugError
 from flowsim.kernel.headers import (
     ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, IPV6_MIN_MTU, NEXTHDR_DEST,
-    NEXTHDR_FRAGMENT, NEXTHDR_HOP, NEXTHDR_ROUTING, csum_replace, internet_checksum, ipv6_ext_hdr,
+    NEXTHDR_FRAGMENT, NEXTHDR_HOP, NEXTHDR_NONE, NEXTHDR_ROUTING, csum_replace, internet_checksum, ipv6_ext_hdr,
 )
 from flowsim.kernel.skb import HEADROOM, NET_SKB_PAD, ZEROS, SkbTag, SkBuff, buffer_of
 
@@ -51,10 +51,11 @@ __all__ = [
     "AddrPair", "addr_pair", "ipv4_header", "ipv6_header", "tcp_header", "udp_header",
     "icmp_error", "ip_decrease_ttl", "ipv6_decrease_hoplimit", "ipv4_change_dsfield", "ipv6_change_dsfield",
     "ip_fragment", "ip_fraglist_fits", "ip_fraglist_fragment", "FragQueue", "ip6_find_1stfragopt", "ip6_fragment",
-    "Frag6Queue", "new_skb", "reparse_ip", "eth_header",
+    "Frag6Queue", "InetFragQueue", "FragDiscard", "ipv6frag_thdr_truncated", "new_skb", "reparse_ip", "eth_header",
     "fix_l4_checksum", "pseudo_sum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
-    "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMP_ERROR_TYPES",
+    "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMPV6_PARAMPROB",
+    "ICMPV6_HDR_FIELD", "ICMPV6_HDR_INCOMP", "ICMPV6_INFOMSG_MASK", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
 ]
 
@@ -67,6 +68,8 @@ ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_FRAG_NEEDED = 0, 2, 4
 ICMP_EXC_TTL = 0
 ICMPV6_DEST_UNREACH, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED = 1, 2, 3
 ICMPV6_NOROUTE = 0
+ICMPV6_PARAMPROB, ICMPV6_HDR_FIELD, ICMPV6_HDR_INCOMP = 4, 0, 3  # Parameter Problem: erroneous field, headers cut
+ICMPV6_INFOMSG_MASK = 0x80  # types from 128 are informational; below, errors (include/uapi/linux/icmpv6.h)
 #: error types per IP version (``icmp_is_err`` / ``icmpv6_is_err``): never answered with an error
 ICMP_ERROR_TYPES = {4: frozenset({3, 4, 5, 11, 12}), 6: frozenset({1, 2, 3, 4})}
 
@@ -552,20 +555,115 @@ def ip_fraglist_fragment(pkt: bytes, sizes: tuple[int, ...]) -> list[bytes]:
     return out
 
 
-def _frag_data(parts: dict[int, bytes], total: int) -> bytearray | None:
-    """The data of a datagram's fragments (*parts*: byte offset -> data) in order, cut to *total* bytes, or None
-    while a hole remains (``inet_frag_queue_insert`` keeps them ordered, the reassembly waits until ``meat``
-    reaches the length the last fragment gave)."""
-    have, body = 0, bytearray()
-    for off in sorted(parts):
-        if off > have:
-            return None
-        body += parts[off][have - off:]
-        have = max(have, off + len(parts[off]))
-    return body if have >= total else None
+# ----------------------------------------------------------------- the reassembly queues
+
+IPFRAG_OK, IPFRAG_DUP, IPFRAG_OVERLAP = 0, 1, 2  # inet_frag_queue_insert's answers (include/net/inet_frag.h)
+IP_MAX_LEN = 0xFFFF  # an IPv4 datagram's total length (ip_frag_reasm: "Oversized IP packet")
+IPV6_MAXPLEN = 0xFFFF  # an IPv6 payload length (include/linux/ipv6.h)
 
 
-class FragQueue:
+class FragDiscard(Exception):
+    """A reassembly queue refuses a fragment: the ``goto discard_qp`` / ``discard_fq`` / ``err`` exits of
+    ``ip_frag_queue``, ``ip6_frag_queue`` and ``nf_ct_frag6_queue``, or a failed ``ip_frag_reasm`` /
+    ``ip6_frag_reasm``.
+
+    *rid* is a :mod:`flowsim.reasons` id, *detail* the check that failed.  *kill*: ``inet_frag_kill``, the
+    datagram's queued fragments go too.  *param_prob*: the ICMPv6 Parameter Problem (code, pointer) that
+    ``ipv6_frag_rcv`` sends about the fragment.  *accept*: the fragment goes on unreassembled
+    (``nf_ct_frag6_gather`` turns ``-EPROTO`` into 0, and the defrag hook into NF_ACCEPT)."""
+
+    def __init__(self, rid: str, detail: str, *, kill: bool = False,
+                 param_prob: tuple[int, int] | None = None, accept: bool = False):
+        super().__init__(f"{rid}: {detail}")
+        self.rid, self.detail, self.kill, self.param_prob, self.accept = rid, detail, kill, param_prob, accept
+
+
+class InetFragQueue:
+    """``struct inet_frag_queue`` (net/ipv4/inet_fragment.c): what every reassembly queue keeps.
+
+    ``len`` is ``q.len`` (the datagram's length as far as known: the last fragment's end once ``last_in``),
+    ``meat`` the data bytes queued, ``first_in`` / ``last_in`` the ``INET_FRAG_FIRST_IN`` / ``LAST_IN``
+    flags.  The fragments are kept as the kernel's runs: ``runs`` maps a run head's offset to its
+    ``frag_run_len``; a fragment that starts where the tail (``fragments_tail``, the fragment with the largest
+    end) ends joins the last run, any other starts its own.  Whether a repeated fragment is a duplicate or an
+    overlap depends on those runs, hence on the order the fragments came in."""
+
+    __slots__ = ("parts", "len", "meat", "first_in", "last_in", "runs", "tail_end", "last_run", "created", "skbs",
+                 "max_size")
+
+    def __init__(self, created: float):
+        self.parts: dict[int, bytes] = {}  # byte offset -> data
+        self.len = 0
+        self.meat = 0
+        self.first_in = self.last_in = False
+        self.runs: dict[int, int] = {}
+        self.tail_end = -1  # the end of fragments_tail; -1: no fragment yet
+        self.last_run = 0  # last_run_head's offset
+        self.created = created
+        self.skbs: list = []
+        self.max_size = 0  # q.max_size: the largest fragment
+
+    def inet_frag_queue_insert(self, offset: int, end: int) -> int:
+        """``inet_frag_queue_insert``: IPFRAG_OK (queued), IPFRAG_DUP (inside one run: dropped, the queue
+        kept) or IPFRAG_OVERLAP (the datagram is discarded: RFC 5722, errata 3089)."""
+        if self.tail_end < 0:  # the first fragment: fragrun_create
+            self.runs[offset], self.last_run, self.tail_end = end - offset, offset, end
+        elif self.tail_end < end:  # the common case: the fragment goes to the end
+            if offset < self.tail_end:
+                return IPFRAG_OVERLAP
+            if offset == self.tail_end:  # fragrun_append_to_last
+                self.runs[self.last_run] += end - offset
+            else:  # fragrun_create
+                self.runs[offset], self.last_run = end - offset, offset
+            self.tail_end = end
+        else:
+            # the rb-tree's binary search stops at the first run [offset, end) meets; runs never overlap, so a
+            # fragment inside one run meets no other, and one that meets two is an overlap whichever it finds
+            met = [(head, n) for head, n in self.runs.items() if head < end and offset < head + n]
+            if met:
+                head, n = met[0]
+                return IPFRAG_DUP if len(met) == 1 and head <= offset and end <= head + n else IPFRAG_OVERLAP
+            self.runs[offset] = end - offset  # its own run (fragcb_clear), never the tail
+        return IPFRAG_OK
+
+    def _insert(self, offset: int, end: int, data: bytes) -> None:
+        """Queue *data* as bytes [*offset*, *end*): ``inet_frag_queue_insert``, then ``q.meat``."""
+        res = self.inet_frag_queue_insert(offset, end)
+        if res == IPFRAG_DUP:
+            raise FragDiscard("frag-duplicate", f"bytes {offset}-{end} are already queued")
+        if res == IPFRAG_OVERLAP:
+            raise FragDiscard("frag-overlap", f"bytes {offset}-{end} overlap a queued fragment", kill=True)
+        self.parts[offset] = data
+        self.meat += end - offset
+
+    @property
+    def complete(self) -> bool:
+        """``q.flags == (INET_FRAG_FIRST_IN | INET_FRAG_LAST_IN) && q.meat == q.len``."""
+        return self.first_in and self.last_in and self.meat == self.len
+
+    def data(self) -> bytes:
+        """The datagram's data: the fragments in offset order (complete and never overlapping: no hole)."""
+        return b"".join(self.parts[off] for off in sorted(self.parts))
+
+
+def _last_fragment_end(q: InetFragQueue, end: int, kill: bool) -> None:
+    """The final fragment's checks: no queued bytes past *end*, no other last fragment with another end."""
+    if end < q.len or (q.last_in and end != q.len):
+        raise FragDiscard("frag-invalid", f"a last fragment ending at byte {end}, the datagram's fragments at {q.len}"
+                          + (" (its last fragment)" if q.last_in else ""), kill=kill)
+    q.last_in, q.len = True, end
+
+
+def _more_fragment_end(q: InetFragQueue, end: int, kill: bool) -> None:
+    """A fragment with MF: past the known length only while the last fragment has not come."""
+    if end > q.len:
+        if q.last_in:
+            raise FragDiscard("frag-invalid", f"a fragment ending at byte {end}, past the last fragment's {q.len}",
+                              kill=kill)
+        q.len = end
+
+
+class FragQueue(InetFragQueue):
     """``struct ipq``: the fragments of one IPv4 datagram (``ip_defrag``), keyed by (src, dst, id, protocol).
 
     ``ip_frag_queue`` keeps the largest fragment seen (``q.max_size``) and the largest with DF
@@ -574,15 +672,11 @@ class FragQueue:
     ``frag_list``: the data bytes of each fragment in offset order.
     """
 
-    __slots__ = ("header", "parts", "total", "created", "skbs", "max_size", "max_df_size")
+    __slots__ = ("header", "max_df_size")
 
     def __init__(self, created: float):
+        super().__init__(created)
         self.header: bytes | None = None
-        self.parts: dict[int, bytes] = {}  # byte offset -> data
-        self.total: int | None = None
-        self.created = created
-        self.skbs: list = []
-        self.max_size = 0  # q.max_size: the largest fragment (IP header + data)
         self.max_df_size = 0  # the largest fragment with DF
 
     @property
@@ -600,31 +694,37 @@ class FragQueue:
         return tuple(len(self.parts[off]) for off in sorted(self.parts))
 
     def add(self, pkt: bytes, info: PktInfo) -> bytes | None:
-        """``ip_frag_queue`` + ``ip_frag_reasm``: the whole datagram once every byte is here."""
-        data = pkt[info.l4off - info.l3off:info.tot_len]
-        start = info.frag_off * 8
-        if start == 0:
-            self.header = pkt[:info.l4off - info.l3off]
+        """``ip_frag_queue`` + ``ip_frag_reasm``: the whole datagram once every byte is here, else None;
+        :class:`FragDiscard` for a fragment the queue refuses (every refusal kills it but a duplicate's)."""
+        ihl = info.l4off - info.l3off
+        offset = info.frag_off * 8
+        end = offset + info.tot_len - ihl
         if not info.mf:
-            self.total = start + len(data)
-        self.parts[start] = data
-        fragsize = info.tot_len  # skb->len + ihl
+            _last_fragment_end(self, end, kill=True)
+        else:
+            end &= ~7  # an end not on 8 bytes is cut there (the checksum is then verified in software)
+            _more_fragment_end(self, end, kill=True)
+        if end == offset:
+            raise FragDiscard("frag-invalid", "a fragment without data", kill=True)
+        self._insert(offset, end, pkt[ihl:ihl + end - offset])
+        if offset == 0:
+            self.first_in, self.header = True, pkt[:ihl]
+        fragsize = end - offset + ihl  # skb->len + ihl
         self.max_size = max(self.max_size, fragsize)
         if info.df:
             self.max_df_size = max(self.max_df_size, fragsize)
-        if self.header is None or self.total is None:
+        if not self.complete:
             return None
-        body = _frag_data(self.parts, self.total)
-        if body is None:
-            return None
+        assert self.header is not None  # first_in
         h = bytearray(self.header)
         ihl = len(h)
-        struct.pack_into("!HH", h, 2, ihl + self.total, int.from_bytes(h[4:6], "big"))
+        if ihl + self.len > IP_MAX_LEN:
+            raise FragDiscard("frag-oversize", f"the datagram would be {ihl + self.len} bytes", kill=True)
+        struct.pack_into("!HH", h, 2, ihl + self.len, int.from_bytes(h[4:6], "big"))
         struct.pack_into("!H", h, 6, IP_DF if self.frag_pmtu else 0)
         h[10:12] = b"\0\0"
         struct.pack_into("!H", h, 10, internet_checksum(h))
-        return bytes(h) + bytes(body[:self.total])
-
+        return bytes(h) + self.data()
 
 
 # ----------------------------------------------------------------- IPv6 fragmentation
@@ -699,52 +799,78 @@ def _ipv6_frag_hdr(pkt: bytes) -> tuple[int, int] | None:
     return None
 
 
-class Frag6Queue:
-    """``struct frag_queue``: the fragments of one IPv6 datagram, for local reassembly (``ipv6_frag_rcv``) or
-    conntrack's (``nf_ct_frag6_gather``), keyed by (src, dst, identification, the interface).
+class Frag6Queue(InetFragQueue):
+    """``struct frag_queue``: the fragments of one IPv6 datagram, for local reassembly (``ipv6_frag_rcv`` →
+    ``ip6_frag_queue``) or conntrack's (``nf_ct_frag6_gather`` → ``nf_ct_frag6_queue``, *conntrack*), keyed by
+    (src, dst, identification, the interface).
 
-    ``q.max_size`` is the largest fragment, IPv6 header included (``ip6_frag_queue``: the fragment's length from
-    its network header; ``nf_ct_frag6_queue``: its payload length, to which ``nf_ct_frag6_reasm`` adds the
-    IPv6 header): both make it :attr:`frag_max_size`.  The reassembled packet is the first fragment's
-    unfragmentable part, its last next-header the fragment header's, and every fragment's data in order
-    (``ip6_frag_reasm`` / ``nf_ct_frag6_reasm``)."""
+    The two run the same checks in the same order, but answer some differently: the local queue is killed by
+    any refusal but a duplicate's and answers a bad length with an ICMPv6 Parameter Problem; conntrack's drops
+    the fragment and keeps the queue, and lets a fragment whose length is not a multiple of 8 on unreassembled
+    (after killing the queue).  ``q.max_size`` is the largest fragment, IPv6 header included (``ip6_frag_queue``:
+    the fragment's length from its network header; ``nf_ct_frag6_queue``: its payload length, to which
+    ``nf_ct_frag6_reasm`` adds the IPv6 header): both make it :attr:`frag_max_size`.  The reassembled packet is
+    the first fragment's unfragmentable part, its last next-header the fragment header's, and every fragment's
+    data in order (``ip6_frag_reasm`` / ``nf_ct_frag6_reasm``)."""
 
-    __slots__ = ("unfrag", "prev", "nexthdr", "parts", "total", "created", "skbs", "max_size")
+    __slots__ = ("unfrag", "prev", "nexthdr")
 
     def __init__(self, created: float):
+        super().__init__(created)
         self.unfrag: bytes | None = None
         self.prev = 0
         self.nexthdr = 0
-        self.parts: dict[int, bytes] = {}  # byte offset -> data
-        self.total: int | None = None
-        self.created = created
-        self.skbs: list = []
-        self.max_size = 0
 
     @property
     def frag_max_size(self) -> int:
         return self.max_size
 
-    def add(self, pkt: bytes, info: PktInfo) -> bytes | None:
-        """One fragment (*pkt*: its IPv6 packet, *info* its parse); the whole datagram once every byte is here."""
+    def add(self, pkt: bytes, info: PktInfo, conntrack: bool = False) -> bytes | None:
+        """One fragment (*pkt*: its IPv6 packet, *info* its parse); the whole datagram once every byte is here,
+        else None; :class:`FragDiscard` for a fragment the queue refuses."""
         found = _ipv6_frag_hdr(pkt)
         if found is None:
             return None
         fh, prev = found
-        data = pkt[fh + FRAG_HDR_LEN:info.tot_len]
-        start = info.frag_off * 8
-        if start == 0:
-            self.unfrag, self.prev, self.nexthdr = pkt[:fh], prev, pkt[fh]
+        offset = info.frag_off * 8
+        end = offset + info.tot_len - fh - FRAG_HDR_LEN  # the payload length less what precedes the data
+        kill = not conntrack
+        if end > IPV6_MAXPLEN:
+            raise FragDiscard("frag-oversize", f"a fragment ending at byte {end}", kill=kill,
+                              param_prob=None if conntrack else (ICMPV6_HDR_FIELD, fh + 2))  # at frag_off
         if not info.mf:
-            self.total = start + len(data)
-        self.parts[start] = data
-        self.max_size = max(self.max_size, info.tot_len)
-        if self.unfrag is None or self.total is None:
+            _last_fragment_end(self, end, kill)
+        else:
+            if end & 7:  # "RFC2460 says always send parameter problem in this case" (conntrack: -EPROTO)
+                raise FragDiscard("frag-unaligned", f"a fragment with MF ending at byte {end}", kill=True,
+                                  param_prob=None if conntrack else (ICMPV6_HDR_FIELD, 4), accept=conntrack)
+            _more_fragment_end(self, end, kill)
+        if end == offset:
+            raise FragDiscard("frag-invalid", "a fragment without data", kill=kill)
+        at = fh + FRAG_HDR_LEN
+        self._insert(offset, end, pkt[at:at + end - offset])
+        self.max_size = max(self.max_size, at + end - offset)
+        if offset == 0:
+            self.first_in = True
+            self.unfrag, self.prev, self.nexthdr = pkt[:fh], prev, pkt[fh]
+        if not self.complete:
             return None
-        body = _frag_data(self.parts, self.total)
-        if body is None:
-            return None
+        assert self.unfrag is not None  # first_in
         h = bytearray(self.unfrag)
+        if len(h) - 40 + self.len > IPV6_MAXPLEN:  # ip6_frag_reasm / nf_ct_frag6_reasm: out_oversize
+            raise FragDiscard("frag-oversize", f"a payload of {len(h) - 40 + self.len} bytes", kill=True)
         h[self.prev] = self.nexthdr
-        struct.pack_into("!H", h, 4, len(h) - 40 + self.total)
-        return bytes(h) + bytes(body[:self.total])
+        struct.pack_into("!H", h, 4, len(h) - 40 + self.len)
+        return bytes(h) + self.data()
+
+
+#: the upper-layer header ipv6frag_thdr_truncated wants whole in a first fragment (include/net/ipv6_frag.h)
+_THDR_LEN = {IPPROTO_TCP: 20, IPPROTO_UDP: 8, IPPROTO_ICMPV6: 8}
+
+
+def ipv6frag_thdr_truncated(info: PktInfo) -> bool:
+    """``ipv6frag_thdr_truncated``: the first fragment *info* does not hold its upper-layer header whole
+    (RFC 8200, section 4.5); False for a later fragment or a chain of headers that does not parse."""
+    if not info.first or info.l4proto == NEXTHDR_NONE:
+        return False
+    return info.l4off + _THDR_LEN.get(info.l4proto, 1) > info.l3off + info.tot_len

@@ -73,10 +73,10 @@ from flowsim.kernel.headers import (
 )
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
-    ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
-    IPV6_MIN_MTU, Frag6Queue, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip6_fragment,
-    ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment,
-    ipv6_decrease_hoplimit, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
+    ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB,
+    ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, build_ipv4,
+    build_ipv6, icmp_error, ip6_fragment, ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment,
+    ipv6_decrease_hoplimit, ipv6frag_thdr_truncated, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
 )
 from flowsim.kernel.skb import ZEROS, SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
@@ -633,7 +633,8 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
               local: bool = False, nfc: NfCtx | None = None) -> None:
     """``icmp_send`` / ``icmp6_send``: an error about *skb* back to its source, sent from this namespace.
 
-    Never about an ICMP error or a non-first fragment.  The source address
+    Never about an ICMP error, nor about an IPv4 fragment but the first (:func:`_icmp_ineligible`: IPv6
+    answers later fragments too).  The source address
     is the destination for a packet addressed to us (*local*), else the
     address of the device the route back leaves through.  The error is a
     new packet (injected by the stack) that starts at ``ip_local_out``
@@ -646,7 +647,7 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
     DNAT ran in PREROUTING and the SNAT waits for POSTROUTING, so looking it
     up would miss.
     """
-    if info.is_icmp_error or not info.first or info.src.is_multicast or info.src.is_unspecified:
+    if _icmp_ineligible(skb.buf, info) or info.src.is_multicast or info.src.is_unspecified:
         return
     back = st.route(info.src)
     if back.error:
@@ -668,6 +669,21 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
     kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
     kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), nf_ct_attach(nfc))
+
+
+def _icmp_ineligible(buf, info: PktInfo) -> bool:
+    """No error is sent about *info*: ``icmp_send`` answers neither an ICMP error nor an IPv4 fragment but the
+    first; IPv6's ``is_ineligible`` (net/ipv6/icmp.c) answers every fragment except those of an ICMPv6 datagram
+    whose first byte after the headers (read as the type, even in a later fragment) is below 128, an error's,
+    or missing from a first fragment."""
+    if info.version == 4:
+        return info.is_icmp_error or not info.first
+    if info.l4proto != IPPROTO_ICMPV6:
+        return False
+    at = info.l4off
+    if at >= info.l3off + info.tot_len:  # skb_header_pointer fails: "return false" only for a later fragment
+        return info.first
+    return not buf[at] & ICMPV6_INFOMSG_MASK
 
 
 def icmp_ndo_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int, info32: int = 0) -> None:
@@ -702,7 +718,8 @@ def _icmp_push_reply(kernel, st, skb: SkBuff, nfc: NfCtx) -> None:
 # ----------------------------------------------------------------- reassembly
 
 def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
-    """``ip_defrag``: queue a fragment; (whole skb, its info) once complete, else (None, None).
+    """``ip_defrag``: queue a fragment; (whole skb, its info) once complete, else (None, None) (queued, or
+    refused and dropped: ``ip_frag_queue``'s checks, :class:`~flowsim.kernel.pkt.FragQueue`).
 
     ``ip_frag_reasm`` leaves ``IPCB(skb)->frag_max_size`` (and ``IPSKB_FRAG_PMTU``) and the fragments as the
     head's ``frag_list``; for conntrack (*conntrack*: ``nf_ct_ipv4_gather_frags``) the whole packet also gets
@@ -718,31 +735,61 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
 
 def ipv6_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
     """``ipv6_frag_rcv`` (local delivery) or, for *conntrack*, ``nf_ct_frag6_gather`` (the IPv6 defrag hook at
-    PREROUTING -400): queue a fragment; (whole skb, its info) once complete, else (None, None).
+    PREROUTING -400): queue a fragment; (whole skb, its info) once complete, (None, None) while it waits or when
+    it was dropped, and (*skb*, *info*) as they came for a fragment that goes on unreassembled.
 
-    The two keep separate queues (conntrack's is ``IP6_DEFRAG_CONNTRACK_IN``'s), keyed by the addresses, the
-    identification and the interface (``fq_find``: conntrack's always, the local one for link-local and multicast
-    destinations).  The whole packet gets ``IP6CB(skb)->frag_max_size``, conntrack's also ``skb->ignore_df``:
-    forwarded, it leaves as fragments again (:func:`_fragment6_and_send`)."""
+    Before the queue: the local path takes an atomic fragment (offset 0, no MF) as an unfragmented packet; both
+    refuse a first fragment without its whole upper-layer header (``ipv6frag_thdr_truncated``, RFC 8200 4.5):
+    the local path drops it with an ICMPv6 Parameter Problem (code 3), conntrack lets it on.  The queue's own
+    checks are :class:`~flowsim.kernel.pkt.Frag6Queue`'s.  The two keep separate queues (conntrack's is
+    ``IP6_DEFRAG_CONNTRACK_IN``'s), keyed by the addresses, the identification and the interface (``fq_find``:
+    conntrack's always, the local one for link-local and multicast destinations).  The whole packet gets
+    ``IP6CB(skb)->frag_max_size``, conntrack's also ``skb->ignore_df``: forwarded, it leaves as fragments again
+    (:func:`_fragment6_and_send`)."""
+    if not conntrack and not info.mf and not info.frag_off:
+        return skb, info  # ipv6_frag_rcv: "It is not a fragmented frame"
+    if ipv6frag_thdr_truncated(info):
+        if conntrack:
+            return skb, info  # nf_ct_frag6_gather returns 0: NF_ACCEPT
+        icmp_send(kernel, st, skb, info, ICMPV6_PARAMPROB, ICMPV6_HDR_INCOMP, 0, local=True)
+        kernel.drop(skb, "frag-headers-incomplete", f"{st.name} defrag", l4proto=info.l4proto)
+        return None, None
     iif = skb.iif if conntrack or info.dst.is_link_local or info.dst.is_multicast else 0
     key = ("ipv6-ct" if conntrack else "ipv6", info.src, info.dst, info.ident, iif)
-    q, out = _frag_gather(kernel, st, skb, info, key, Frag6Queue)
+    q, out = _frag_gather(kernel, st, skb, info, key, Frag6Queue, conntrack)
     if out is None:
         return None, None
+    if out is skb:  # let on unreassembled (nf_ct_frag6_queue: -EPROTO)
+        return skb, info
     out.frag_max_size = q.frag_max_size
     out.ignore_df = conntrack
     return out, parse_ip(out.buf, out.data)
 
 
-def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type):
-    """Queue the fragment *skb* under *key* (a new *queue* the first time: ``inet_frag_find``); (the queue, the
-    whole datagram's skb) once it is complete, its fragments' pieces merged back into one packet; else (the
-    queue, None)."""
+def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type, *how):
+    """Queue the fragment *skb* under *key* (a new *queue* the first time: ``inet_frag_find``; *how*: the
+    queue's own arguments); (the queue, the whole datagram's skb) once it is complete, its fragments' pieces
+    merged back into one packet; (the queue, None) while it waits, or when it refused *skb* and *skb* was
+    dropped; (the queue, *skb*) when it lets *skb* on unreassembled (:class:`~flowsim.kernel.pkt.FragDiscard`)."""
     q = st.frags.get(key)
     if q is None:
         q = st.frags[key] = queue(kernel.now)
+    where = f"{st.name} defrag"
+    try:
+        whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info, *how)
+    except FragDiscard as refused:
+        if refused.kill:  # inet_frag_kill: the queue goes, and the fragments it held with it
+            del st.frags[key]
+            for queued in q.skbs:
+                kernel.drop(queued, refused.rid, where, detail=f"queued fragment, with {refused.detail}")
+        if refused.param_prob is not None:  # ipv6_frag_rcv: icmpv6_param_prob
+            icmp_send(kernel, st, skb, info, ICMPV6_PARAMPROB, *refused.param_prob, local=True)
+        if refused.accept:
+            kernel.trace(skb, where, f"not reassembled: {refused.detail}")
+            return q, skb
+        kernel.drop(skb, refused.rid, where, detail=refused.detail)
+        return q, None
     q.skbs.append(skb)
-    whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info)
     if whole is None:
         return q, None
     del st.frags[key]
@@ -750,7 +797,7 @@ def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type
         kernel.ledger.merge_pieces(skb.tag, len(q.skbs))
     out = new_skb(whole, skb.tag, skb.mark)
     out.iif = skb.iif
-    kernel.trace(out, f"{st.name} defrag", f"reassembled from {len(q.skbs)} fragments")
+    kernel.trace(out, where, f"reassembled from {len(q.skbs)} fragments")
     return q, out
 
 

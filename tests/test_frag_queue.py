@@ -1,0 +1,282 @@
+"""The reassembly queues' checks, in the kernel's order, and the fragments ICMPv6 answers.
+
+``inet_frag_queue_insert`` (net/ipv4/inet_fragment.c) keeps a queue's fragments as runs: a fragment that starts
+where the tail ends joins the last run, any other starts its own.  A fragment inside one run is a duplicate
+(dropped, the queue kept); one that meets a run without lying inside it is an overlap, and the whole datagram
+is discarded (RFC 5722, errata 3089).  Before it, ``ip_frag_queue`` (net/ipv4/ip_fragment.c), ``ip6_frag_queue``
+(net/ipv6/reassembly.c) and ``nf_ct_frag6_queue`` (net/ipv6/netfilter/nf_conntrack_reasm.c) check the
+fragment's end against the datagram's: a second last fragment with another end, bytes past the last one's end
+and an empty fragment are refused.  IPv4 cuts an MF fragment's odd end to 8 bytes; IPv6 refuses it, the local
+queue with an ICMPv6 Parameter Problem, conntrack's by letting the fragment on unreassembled.  The local IPv6
+queue is killed by every refusal but a duplicate's; conntrack's keeps its queue.  ``ipv6_frag_rcv`` refuses a
+first fragment that does not hold its upper-layer header (RFC 8200 4.5), and ICMPv6 (``is_ineligible``,
+net/ipv6/icmp.c) answers later fragments too, where IPv4's ``icmp_send`` answers only the first.
+"""
+
+from __future__ import annotations
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6ParamProblem, IPv6, IPv6ExtHdrFragment
+from scapy.layers.l2 import Ether
+from scapy.utils import rdpcap
+
+from flowsim.config.topology import load_topology_text
+from flowsim.kernel.pkt import (
+    IPFRAG_DUP, IPFRAG_OK, IPFRAG_OVERLAP, FragDiscard, Frag6Queue, FragQueue, InetFragQueue, ipv6frag_thdr_truncated,
+    parse_ip,
+)
+from flowsim.sim.simulation import Simulation
+
+A4, B4 = "10.0.0.1", "10.0.0.2"
+A6, B6 = "2001:db8::1", "2001:db8::2"
+
+TOPOLOGY = f"""
+[netns.a]
+commands = '''
+ip link add eth0 type veth peer name eth0 netns b
+ip link set eth0 up
+ip addr add {A4}/24 dev eth0
+ip addr add {A6}/64 dev eth0 nodad
+'''
+[netns.b]
+commands = '''
+ip link set eth0 up
+ip addr add {B4}/24 dev eth0
+ip addr add {B6}/64 dev eth0 nodad
+'''
+"""
+CONNTRACK = """nft = '''
+table inet t {
+	chain pre {
+		type filter hook prerouting priority filter; policy accept;
+		ct state new counter
+	}
+}
+'''
+"""
+
+
+# ---------------------------------------------------------------- inet_frag_queue_insert
+
+def test_a_fragment_inside_one_run_is_a_duplicate():
+    q = InetFragQueue(0.0)
+    assert [q.inet_frag_queue_insert(o, e) for o, e in [(0, 8), (8, 16), (16, 24)]] == [IPFRAG_OK] * 3
+    assert q.runs == {0: 24}  # each joined the run where the tail ended: fragrun_append_to_last
+    assert q.inet_frag_queue_insert(0, 16) == IPFRAG_DUP  # inside the run, across two of its fragments
+    assert q.inet_frag_queue_insert(8, 32) == IPFRAG_OVERLAP  # past the tail, starting before its end
+
+
+def test_the_same_bytes_in_reverse_order_are_an_overlap():
+    """Fragments that came in reverse order are runs of their own: bytes across two of them overlap."""
+    q = InetFragQueue(0.0)
+    assert [q.inet_frag_queue_insert(o, e) for o, e in [(16, 24), (8, 16), (0, 8)]] == [IPFRAG_OK] * 3
+    assert q.runs == {16: 8, 8: 8, 0: 8}
+    assert q.inet_frag_queue_insert(0, 16) == IPFRAG_OVERLAP
+    assert q.inet_frag_queue_insert(8, 16) == IPFRAG_DUP
+
+
+# ---------------------------------------------------------------- the IPv4 queue (ip_frag_queue)
+
+def _v4(offset: int, data: bytes, mf: bool, ident: int = 7, df: bool = False) -> tuple[bytes, object]:
+    flags = (1 if mf else 0) | (2 if df else 0)
+    pkt = bytes(IP(src=A4, dst=B4, id=ident, flags=flags, frag=offset // 8, proto=17) / data)
+    return pkt, parse_ip(bytearray(pkt), 0)
+
+
+def test_ipv4_overlap_kills_the_queue():
+    q = FragQueue(0.0)
+    assert q.add(*_v4(0, bytes(16), True)) is None
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v4(8, bytes(16), True))
+    assert (refused.value.rid, refused.value.kill) == ("frag-overlap", True)
+
+
+def test_ipv4_duplicate_is_dropped_and_the_datagram_still_completes():
+    q = FragQueue(0.0)
+    first, last = _v4(0, bytes(range(16)), True), _v4(16, bytes(range(16, 24)), False)
+    q.add(*first)
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*first)
+    assert (refused.value.rid, refused.value.kill) == ("frag-duplicate", False)
+    whole = q.add(*last)
+    assert IP(whole).len == 20 + 24 and bytes(IP(whole).payload) == bytes(range(24)) and IP(whole).flags == 0
+
+
+@pytest.mark.parametrize("fragments, detail", [
+    ([(0, 16, False), (8, 16, False)], "a last fragment ending at byte 24, the datagram's fragments at 16"),
+    ([(16, 8, False), (24, 8, True)], "a fragment ending at byte 32, past the last fragment's 24"),
+    ([(8, 8, False), (0, 16, True)], "a fragment ending at byte 16"),  # passes the end checks, overlaps
+    ([(0, 0, True)], "a fragment without data"),
+])
+def test_ipv4_end_checks(fragments, detail):
+    q = FragQueue(0.0)
+    *before, (offset, size, mf) = fragments
+    for o, n, m in before:
+        q.add(*_v4(o, bytes(n), m))
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v4(offset, bytes(size), mf))
+    assert refused.value.kill
+    if "ending at byte 16" in detail:
+        assert refused.value.rid == "frag-overlap"
+    else:
+        assert refused.value.rid == "frag-invalid" and detail in refused.value.detail
+
+
+def test_ipv4_cuts_an_odd_end_of_an_mf_fragment():
+    """ip_frag_queue: ``end &= ~7`` — the fragment keeps 16 of its 20 bytes, the next one starts there."""
+    q = FragQueue(0.0)
+    assert q.add(*_v4(0, bytes(range(20)), True)) is None
+    whole = q.add(*_v4(16, bytes(range(100, 104)), False))
+    assert bytes(IP(whole).payload) == bytes(range(16)) + bytes(range(100, 104))
+
+
+def test_ipv4_oversized_datagram_is_refused_at_reassembly():
+    q = FragQueue(0.0)
+    q.add(*_v4(0, bytes(8), True))
+    q.add(*_v4(8, bytes(65496), True))  # within one IPv4 packet; the datagram reaches 65504 data bytes
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v4(65504, bytes(16), False))
+    assert (refused.value.rid, refused.value.kill) == ("frag-oversize", True)
+
+
+# ---------------------------------------------------------------- the IPv6 queues
+
+def _v6(offset: int, data: bytes, mf: bool, nh: int = 17, src: str = A6, dst: str = B6,
+        hlim: int = 64) -> tuple[bytes, object]:
+    pkt = bytes(IPv6(src=src, dst=dst, hlim=hlim) / IPv6ExtHdrFragment(offset=offset // 8, m=int(mf), id=9, nh=nh)
+                / data)
+    return pkt, parse_ip(bytearray(pkt), 0)
+
+
+@pytest.mark.parametrize("conntrack", [False, True])
+def test_ipv6_a_second_last_fragment_kills_only_the_local_queue(conntrack):
+    q = Frag6Queue(0.0)
+    q.add(*_v6(0, bytes(16), False), conntrack)
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v6(0, bytes(24), False), conntrack)
+    assert (refused.value.rid, refused.value.kill, refused.value.param_prob) == ("frag-invalid", not conntrack, None)
+
+
+@pytest.mark.parametrize("conntrack", [False, True])
+def test_ipv6_an_unaligned_mf_fragment(conntrack):
+    """ip6_frag_queue: Parameter Problem at payload_len (offset 4); nf_ct_frag6_queue: -EPROTO, on unreassembled."""
+    q = Frag6Queue(0.0)
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v6(0, bytes(20), True), conntrack)
+    r = refused.value
+    assert (r.rid, r.kill, r.accept) == ("frag-unaligned", True, conntrack)
+    assert r.param_prob == (None if conntrack else (0, 4))
+
+
+@pytest.mark.parametrize("conntrack", [False, True])
+def test_ipv6_a_fragment_past_the_largest_payload(conntrack):
+    """end > IPV6_MAXPLEN: the local queue points its Parameter Problem at the fragment header's offset field."""
+    q = Frag6Queue(0.0)
+    with pytest.raises(FragDiscard) as refused:
+        q.add(*_v6(65528, bytes(16), True), conntrack)
+    r = refused.value
+    assert (r.rid, r.kill) == ("frag-oversize", not conntrack)
+    assert r.param_prob == (None if conntrack else (0, 42))  # 40-byte header, then nexthdr, reserved, frag_off
+
+
+def test_ipv6_overlap_kills_either_queue():
+    for conntrack in (False, True):
+        q = Frag6Queue(0.0)
+        q.add(*_v6(0, bytes(16), True), conntrack)
+        with pytest.raises(FragDiscard) as refused:
+            q.add(*_v6(8, bytes(16), False), conntrack)
+        assert (refused.value.rid, refused.value.kill) == ("frag-overlap", True)
+
+
+def test_ipv6frag_thdr_truncated():
+    assert ipv6frag_thdr_truncated(_v6(0, bytes(4), True)[1])  # 4 of UDP's 8 header bytes
+    assert not ipv6frag_thdr_truncated(_v6(0, bytes(8), True)[1])
+    assert not ipv6frag_thdr_truncated(_v6(8, bytes(4), False)[1])  # a later fragment: no upper-layer header
+
+
+# ---------------------------------------------------------------- in the stack
+
+def _run(frames: list[bytes], conntrack: bool = False, tmp_path=None, pieces: bool = True):
+    """Receive *frames* on b's eth0 (from a's MAC), one packet's pieces when *pieces*; the finished simulation."""
+    sim = Simulation(load_topology_text(TOPOLOGY + (CONNTRACK if conntrack else "")), pcap_dir=tmp_path)
+    k = sim.kernel
+    dev = sim.topo.device("b", "eth0")
+    peer = sim.topo.device("a", "eth0")
+    tag = k.new_tag("x", "original", "udp")
+    k.ledger.add_pieces(tag, len(frames) - 1)
+    for i, f in enumerate(frames):
+        eth = bytes(Ether(src=peer.mac, dst=dev.mac, type=0x0800 if f[0] >> 4 == 4 else 0x86DD))
+        sim.at(i * 1e-3, k.receive_frame, dev, eth + f, tag if pieces else k.new_tag("x", "original", "udp"))
+    sim.run()
+    return sim
+
+
+def _at_a(tmp_path) -> list:
+    """What a's eth0 received (no file: nothing)."""
+    pcap = tmp_path / "a-eth0.pcap"
+    return list(rdpcap(str(pcap))) if pcap.exists() else []
+
+
+def test_an_overlapping_fragment_discards_the_datagram_and_the_ledger_adds_up():
+    frames = [_v4(0, bytes(16), True)[0], _v4(16, bytes(8), True)[0], _v4(8, bytes(24), False)[0]]
+    sim = _run(frames)
+    ledger = sim.kernel.ledger
+    assert dict(ledger.dropped) == {"frag-overlap": 1} and ledger.in_flight == 0
+    assert not sim.kernel.netns["b"].frags
+
+
+def test_a_duplicate_that_completes_the_bytes_does_not_reassemble():
+    """The duplicate of bytes 8-24 comes as the last fragment: LAST_IN is set and meat == len, but only a queued
+    fragment triggers ip_frag_reasm, so the datagram waits for the timeout, as in the kernel."""
+    frames = [_v4(0, bytes(16), True)[0], _v4(16, bytes(8), True)[0], _v4(8, bytes(16), False)[0]]
+    sim = _run(frames)
+    (q,) = sim.kernel.netns["b"].frags.values()
+    assert q.complete and len(q.skbs) == 2
+    assert sim.kernel.ledger.totals()["in_flight"] == 1 and not sim.kernel.ledger.dropped
+
+
+def test_ipv6_local_unaligned_fragment_gets_a_parameter_problem(tmp_path):
+    sim = _run([_v6(0, bytes(20), True)[0]], tmp_path=tmp_path)
+    assert dict(sim.kernel.ledger.dropped) == {"frag-unaligned": 1}
+    (err,) = [p for p in _at_a(tmp_path) if ICMPv6ParamProblem in p]
+    assert (err[IPv6].src, err[IPv6].dst, err[ICMPv6ParamProblem].code, err[ICMPv6ParamProblem].ptr) == (B6, A6, 0, 4)
+
+
+def test_conntrack_lets_an_unaligned_fragment_on_to_the_local_queue(tmp_path):
+    """nf_ct_frag6_gather lets it on unreassembled; ipv6_frag_rcv then refuses it with the Parameter Problem."""
+    sim = _run([_v6(0, bytes(20), True)[0]], conntrack=True, tmp_path=tmp_path)
+    assert dict(sim.kernel.ledger.dropped) == {"frag-unaligned": 1}
+    assert [p[ICMPv6ParamProblem].ptr for p in _at_a(tmp_path) if ICMPv6ParamProblem in p] == [4]
+
+
+def test_a_first_fragment_without_its_udp_header(tmp_path):
+    sim = _run([_v6(0, bytes(4), True)[0]], tmp_path=tmp_path)
+    assert dict(sim.kernel.ledger.dropped) == {"frag-headers-incomplete": 1}
+    (err,) = [p for p in _at_a(tmp_path) if ICMPv6ParamProblem in p]
+    assert (err[ICMPv6ParamProblem].code, err[ICMPv6ParamProblem].ptr) == (3, 0)
+
+
+@pytest.mark.parametrize("nh, first_byte, answered", [
+    (17, 0, True),      # a later fragment of a UDP datagram
+    (58, 0x01, False),  # of an ICMPv6 datagram: its first data byte, read as a type, is an error's
+    (58, 0x80, True),   # ... an echo request's
+])
+def test_icmpv6_answers_later_fragments(tmp_path, nh, first_byte, answered):
+    """b has no route to another address: a later fragment for it gets Destination Unreachable (is_ineligible)."""
+    frame = _v6(8, bytes([first_byte]) + bytes(15), False, nh=nh, dst="2001:db8:99::1")[0]
+    sim = _run([frame], tmp_path=tmp_path)
+    assert dict(sim.kernel.ledger.dropped) == {"no-route": 1}
+    errors = [p for p in _at_a(tmp_path) if ICMPv6DestUnreach in p]
+    assert len(errors) == answered
+    if answered:
+        quoted = errors[0][ICMPv6DestUnreach].payload
+        assert quoted[IPv6ExtHdrFragment].offset == 1
+
+
+def test_icmp_still_answers_only_a_first_ipv4_fragment(tmp_path):
+    later = bytes(IP(src=A4, dst="10.9.9.9", id=3, frag=1, proto=17) / bytes(16))
+    sim = _run([later], tmp_path=tmp_path)
+    assert dict(sim.kernel.ledger.dropped) == {"no-route": 1}
+    assert not [p for p in _at_a(tmp_path) if p.haslayer(UDP) or p.haslayer("ICMP")]
+
