@@ -475,7 +475,7 @@ def test_results_from_a_pipe_are_read_once(capsys):
     writer.start()
     try:
         status = main(["conform", *SCENARIOS, "--kernel", "debian-6.12", "--kernel", "debian-6.1",
-                       "--results", f"/dev/fd/{r}", "--problems"])
+                       "--results", f"/dev/fd/{r}", "--results", f"/dev/fd/{r}", "--problems"])
     finally:
         writer.join(timeout=10)
         os.close(r)
@@ -524,6 +524,28 @@ def test_cli_replay_json_and_doc(tmp_path, capsys):
     assert rc == 0 and out["status"] == 0 and out["scenarios"][0]["name"] == "conform-fin"
     text = doc.read_text()
     assert "old" not in text and "| conform-fin |" in text and text.endswith("tail\n")
+
+
+def test_cli_replays_one_saved_run_per_kernel(tmp_path, capsys):
+    """Several --kernel, one --results each, in the same order: each kernel's tables come from its own boot, and
+    --update-doc writes them all at once, as make conform's boots do."""
+    doc = tmp_path / "c.md"
+    rc = main(["conform", str(ROOT / "topologies/conform-fin.toml"), "--kernel", "debian-6.12", "--kernel",
+               "debian-6.1", "--results", str(DATA / "results-debian-6.12.log.gz"), "--results",
+               str(DATA / "results-debian-6.1.log.gz"), "--json", "--update-doc", str(doc)])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["kernel"]["release"].split("+")[0][:4] for r in out] == ["6.12", "6.1."]
+    text = doc.read_text()
+    assert text.index("### 6.12.") < text.index("### 6.1.") and text.count("| conform-fin | 26 | 26 | 0 | 0 | agrees |") == 2
+
+
+@pytest.mark.parametrize("kernels, files", [(2, 1), (1, 2)])
+def test_cli_results_count_must_match_the_kernels(kernels, files, capsys):
+    argv = ["conform", str(ROOT / "topologies/conform-fin.toml")]
+    argv += [a for k in ["debian-6.12", "debian-6.1"][:kernels] for a in ("--kernel", k)]
+    argv += [a for _ in range(files) for a in ("--results", str(DATA / "results-debian-6.12.log.gz"))]
+    assert main(argv) == 2
+    assert f"{files} --results for {kernels} kernel(s)" in capsys.readouterr().err
 
 
 def test_cli_unknown_topology_is_exit_2(capsys):

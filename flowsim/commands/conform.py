@@ -43,8 +43,9 @@ def register(subparsers) -> None:
                    help="Debian kernel line to boot (default debian-6.12; repeat for several)")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list with several kernels)")
     p.add_argument("--problems", action="store_true", help="list only the facts that do not agree")
-    p.add_argument("--results", metavar="FILE",
-                   help="compare a saved results channel (results.log of an earlier run) instead of booting")
+    p.add_argument("--results", metavar="FILE", action="append",
+                   help="compare a saved results channel (results.log of an earlier run) instead of booting; "
+                        "repeat with several --kernel, one file each, in the same order")
     p.add_argument("--no-install", action="store_true", help="never apt-get install missing host tools")
     p.add_argument("--update-doc", metavar="MD",
                    help="write the results tables into MD between the conform-results markers")
@@ -106,6 +107,20 @@ def _check_results(path: str) -> str:
     return path
 
 
+def saved_runs(args) -> list[str | None]:
+    """Per kernel (``--kernel``, in order), the saved results channel to replay, or None to boot it; a
+    ConfigError unless there is one ``--results`` per kernel (or none).  Each file is checked first: a typo must
+    not cost a boot."""
+    kernels = args.kernel or ["debian-6.12"]
+    if args.results is None:
+        return [None] * len(kernels)
+    if len(args.results) != len(kernels):
+        raise ConfigError(f"{len(args.results)} --results for {len(kernels)} kernel(s): each kernel replays its own "
+                          "saved run", value=" ".join(args.results),
+                          expected="one --results FILE per --kernel, in the same order")
+    return [_check_results(path) for path in args.results]
+
+
 def run_selftests(args) -> int:
     """``--selftest``: the script's result lines per kernel, each paired with its topology."""
     from flowsim.conform.selftest import run_selftest
@@ -113,8 +128,8 @@ def run_selftests(args) -> int:
     if args.topology:
         raise ConfigError("--selftest takes no topology", value=" ".join(args.topology),
                           expected="flowsim conform --selftest [--kernel K]")
-    runs = [run_selftest(k, install=not args.no_install, results=args.results)
-            for k in args.kernel or ["debian-6.12"]]
+    runs = [run_selftest(k, install=not args.no_install, results=saved)
+            for k, saved in zip(args.kernel or ["debian-6.12"], saved_runs(args))]
     if args.json:
         data = [{"kernel": {"name": r.kernel, "package": r.package, "version": r.version, "release": r.release},
                  "profile": r.profile, "status": r.status, "seconds": r.seconds, "lines": r.rows()} for r in runs]
@@ -165,7 +180,7 @@ def run_snapshot(args, kernels: list[str]) -> int:
                           + ", ".join(others),
                           expected="flowsim conform TOPOLOGY... --snapshot DIR [--kernel K] [--results FILE] [--json]")
     result = run_snapshots(args.topology, args.snapshot, kernels[0], install=not args.no_install,
-                           results=args.results)
+                           results=saved_runs(args)[0])
     if args.json:
         print(json.dumps(result.to_json(), indent=2, default=str))
     else:
@@ -179,8 +194,7 @@ def run(args) -> int:
     if not args.topology:
         raise ConfigError("no topology given", expected="one or more topology files, or --selftest")
     # the files first: a typo must not cost a boot
-    if args.results is not None:
-        _check_results(args.results)
+    saved = saved_runs(args)
     if args.update_doc:
         writable_file("--update-doc", args.update_doc)
     kernels = args.kernel or ["debian-6.12"]
@@ -188,10 +202,10 @@ def run(args) -> int:
         return run_snapshot(args, kernels)
     if args.compare_stock:
         return run_compare_stock(args, kernels)
-    results = [run_conformance(args.topology, k, results=args.results, install=not args.no_install,
+    results = [run_conformance(args.topology, k, results=replayed, install=not args.no_install,
                                frames=args.frames, max_packets=args.max_packets, patches=args.patch,
                                profile_name=args.profile, settings=args.settings)
-               for k in kernels]
+               for k, replayed in zip(kernels, saved)]
     if args.json:
         data = [r.to_json() for r in results]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str))
