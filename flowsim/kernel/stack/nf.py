@@ -116,7 +116,9 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
     if nfc.ct is not None:
         return
     if info.frag and not info.first:
-        return  # IPv6 later fragments: conntrack sees the reassembled packet in the kernel; not modelled
+        # a later IPv6 fragment nf_ct_frag6_gather let on unreassembled: get_l4proto finds no L4 header, and
+        # nf_conntrack_in accepts it without an entry (nft's ct state: invalid)
+        return
     table = st.conntrack
     related_to = None
     if info.is_icmp_error:
