@@ -632,9 +632,10 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
     header checksum, and both checksums must be valid) or an IPv6 header carrying them (directly or behind
     a destination options header, the encapsulation limit: its flow label) — walking from the outermost
     header inwards, the IPv4 header of an ICMP error (type 3, 11, 12) without DF, as a router sends it
-    (its ID and checksum), the IPv6 header of an ICMPv6 error (type < 128: its flow label) and the fragment
-    header right after an IPv6 header (its identification, which a router that cuts a reassembled packet again
-    draws at random); every other
+    (its ID and checksum), the IPv6 header of an ICMPv6 error (type < 128: its flow label; and when it quotes
+    an IPv6 fragment, that fragment's identification and the ICMPv6 checksum, both checksums valid) and the
+    fragment header right after an IPv6 header (its identification, which a router that cuts a reassembled
+    packet again draws at random); every other
     byte, the innermost packet's headers and the quoted packet of an error included, must be equal.  An ESP
     packet of an SA whose key *esp_keys* holds (by SPI) is compared by its header and its decrypted
     plaintext (:func:`_esp_same_plaintext`).
@@ -648,7 +649,7 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
         if k[off] >> 4 == 4:
             ihl = (k[off] & 15) * 4
             icmp_error = (k[off + 9] == s[off + 9] == 1 and off + ihl < len(k) and k[off + ihl] in (3, 11, 12)
-                          and not k[off + 6] & 0x40 and not fields)
+                          and not k[off + 6] & 0x40)  # outermost, or inside the tunnel headers walked so far
             if icmp_error:  # the ICMP message (its quoted packet included) stays exact
                 if not (_ipv4_checksum_ok(bytes(k[off:off + ihl])) and _ipv4_checksum_ok(bytes(s[off:off + ihl]))):
                     return None
@@ -673,12 +674,21 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
             off += ihl
         elif k[off] >> 4 == 6 and off + 40 <= len(k):
             nh, nxt = k[off + 6], off + 40
-            if nh == s[off + 6] == 58 and nxt < len(k) and k[nxt] < 128 and not fields:
-                # an ICMPv6 error the router sent: its own flow label is automatic (the message stays exact)
+            if nh == s[off + 6] == 58 and nxt < len(k) and k[nxt] < 128:
+                # an ICMPv6 error a router sent, outermost or inside the tunnel headers walked so far: its own flow
+                # label is automatic (the message stays exact, but for the identification of a fragment it quotes,
+                # which a router drew cutting a packet again)
                 k[off + 1] &= 0xF0
                 s[off + 1] &= 0xF0
                 k[off + 2:off + 4] = s[off + 2:off + 4] = b"\0\0"
                 fields.append("ICMPv6 error's flow label")
+                ident = _quoted_fragment_ident(k, s, off)
+                if ident is not None:
+                    if not (_icmpv6_checksum_ok(k, off) and _icmpv6_checksum_ok(s, off)):
+                        return None
+                    k[ident:ident + 4] = s[ident:ident + 4] = bytes(4)
+                    k[nxt + 2:nxt + 4] = s[nxt + 2:nxt + 4] = b"\0\0"  # the checksum that covers it
+                    fields.append("IPv6 fragment identification")
                 break
             if nh == 60 and nxt + 8 <= len(k):   # destination options (the tunnel encapsulation limit)
                 nh, nxt = k[nxt], nxt + (k[nxt + 1] + 1) * 8
@@ -704,10 +714,26 @@ def kernel_random_fields(kernel: bytes, sim: bytes, linktype: int,
     return tuple(dict.fromkeys(fields)) if fields and k == s else None
 
 
+def _quoted_fragment_ident(k: bytes | bytearray, s: bytes | bytearray, off: int) -> int | None:
+    """Where the identification of the fragment quoted by the ICMPv6 error at *off* in both frames is: the quoted
+    IPv6 header followed by its fragment header, the same in both but for that field; None otherwise."""
+    q = off + 48  # the error's IPv6 header, then type, code, checksum and the 4-byte MTU / pointer
+    if q + 48 > min(len(k), len(s)) or k[q] >> 4 != 6 or k[q + 6] != NEXTHDR_FRAGMENT:
+        return None
+    return q + 44 if k[q:q + 44] == s[q:q + 44] else None
+
+
+def _icmpv6_checksum_ok(frame: bytes | bytearray, off: int) -> bool:
+    """The ICMPv6 message after the IPv6 header at *off* sums to zero with its pseudo-header (RFC 4443 2.3)."""
+    msg = frame[off + 40:off + 40 + struct.unpack_from("!H", frame, off + 4)[0]]
+    pseudo = bytes(frame[off + 8:off + 40]) + struct.pack("!IxxxB", len(msg), 58)
+    return csum_fold(int.from_bytes(pseudo, "big") + (int.from_bytes(msg, "big") << (8 * (len(msg) & 1)))) == 0xFFFF
+
+
 def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
     """The byte offsets of the tunnel headers' kernel-random fields (:func:`kernel_random_fields`' walk, without
-    its checks): outer IPv4 ID and header checksum, outer IPv6 flow label, an IPv6 fragment's identification,
-    from the outermost header inwards.
+    its checks): outer IPv4 ID and header checksum, outer IPv6 flow label, an IPv6 fragment's identification
+    (also one an ICMPv6 error quotes, with the checksum over it), from the outermost header inwards.
 
     A frame that differs elsewhere too is reported at its first differing byte outside these: a changed
     outer TTL then points at the TTL, not at the random ID before it (and the checksum it changes).
@@ -723,6 +749,11 @@ def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
             off += ihl
         elif kernel[off] >> 4 == 6 and off + 40 <= min(len(kernel), len(sim)):
             nh, nxt = kernel[off + 6], off + 40
+            if nh == 58 and nxt < len(kernel) and kernel[nxt] < 128:  # an ICMPv6 error: the fragment it quotes
+                ident = _quoted_fragment_ident(kernel, sim, off)
+                if ident is not None:
+                    out.update((*range(ident, ident + 4), nxt + 2, nxt + 3))
+                break
             if nh == 60 and nxt + 8 <= len(kernel):
                 nh, nxt = kernel[nxt], nxt + (kernel[nxt + 1] + 1) * 8
             if nh == NEXTHDR_FRAGMENT:
