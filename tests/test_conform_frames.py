@@ -404,6 +404,35 @@ def test_ipv6_fragment_identification_is_kernel_random_and_only_that():
     assert kernel_random_fields(bytes(other), bare, LINKTYPE_RAW) == ("IPv6 fragment identification",)
 
 
+def test_a_fragment_quoted_by_an_icmpv6_error_keeps_only_its_identification_random():
+    """conform-frag6-later on 7.2: remote answers Packet Too Big for fragments the router cut again; the error
+    quotes a fragment whose identification the router drew (ipv6_select_ident), and the ICMPv6 checksum covers
+    it. Known, inside the tunnel too (the error goes back through tun0), when both checksums are right; any other
+    quoted byte still counts."""
+    from scapy.layers.inet6 import ICMPv6PacketTooBig, IPv6, IPv6ExtHdrFragment
+    from scapy.layers.l2 import Ether
+    from flowsim.conform.frames import kernel_random_fields, random_field_offsets
+
+    def error(ident: int, fl: int = 0, outer_fl: int | None = None, dport: int = 2) -> bytes:
+        quoted = IPv6(src="2001:db8:1::1", dst="2001:db8:3::2", hlim=62) / IPv6ExtHdrFragment(id=ident, m=1) \
+            / UDP(sport=1, dport=dport) / bytes(64)
+        ptb = IPv6(src="2002:db8:1::2", dst="2001:db8:1::1", fl=fl) / ICMPv6PacketTooBig(mtu=1400) / quoted
+        if outer_fl is None:
+            return bytes(Ether() / ptb)
+        return bytes(Ether() / IPv6(src="2001:db8:2::2", dst="2001:db8:2::1", fl=outer_fl) / ptb)
+
+    assert kernel_random_fields(error(0x3D701A3F, fl=0x8BC6D), error(1), LINKTYPE_ETHERNET) == (
+        "ICMPv6 error's flow label", "IPv6 fragment identification")
+    assert kernel_random_fields(error(0x3D701A3F, 5, outer_fl=7), error(1, outer_fl=0), LINKTYPE_ETHERNET) == (
+        "ip6tnl outer IPv6 flow label", "ICMPv6 error's flow label", "IPv6 fragment identification")
+    assert kernel_random_fields(error(0x3D701A3F, dport=3), error(1), LINKTYPE_ETHERNET) is None
+    broken = bytearray(error(0x3D701A3F))
+    broken[14 + 42] ^= 0xFF  # the ICMPv6 checksum
+    assert kernel_random_fields(bytes(broken), error(1), LINKTYPE_ETHERNET) is None
+    assert {14 + 48 + 44 + i for i in range(4)} | {14 + 42, 14 + 43} <= random_field_offsets(
+        error(7), error(1), LINKTYPE_ETHERNET)
+
+
 @pytest.mark.parametrize("arphrd, flowsim_linktype", [(512, 101), (778, 101), (823, 101), (769, 101)],
                          ids=["ppp", "gre", "ip6gre", "ip6tnl"])
 def test_every_cooked_capture_is_compared_as_its_packet(arphrd, flowsim_linktype):
