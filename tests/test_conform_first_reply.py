@@ -216,8 +216,25 @@ def _recv_stamped(c: socket.socket, size: int) -> tuple[bytes, float]:
 def test_tcp_client_pauses_after_its_first_write(tmp_path, bindir):
     """The guest's TCP client sends its first segment, then waits FIRST_WRITE_PAUSE_US before the rest, as
     the simulation's writes are a millisecond apart against microseconds of path: a Packet Too Big or the
-    server's quick ACK the first segment brings back arrives before the second, whatever the host's load."""
+    server's quick ACK the first segment brings back arrives before the second, whatever the host's load.
+
+    Measured here on the host, whose load can only narrow the gap seen: a socat that reads the first write late
+    sends it closer to the second.  So the pause is looked for in up to three runs (one run with the gap is
+    proof of the pause; a client without it shows none in any)."""
     from flowsim.conform.guest import FIRST_WRITE_PAUSE_US
+    gaps = []
+    for attempt in range(3):
+        gap = _first_write_gap(tmp_path / str(attempt), bindir)
+        gaps.append(gap)
+        if gap >= 0.9 * FIRST_WRITE_PAUSE_US / 1e6:
+            return
+    pytest.fail(f"no pause of {FIRST_WRITE_PAUSE_US} us after the first write in 3 runs: gaps {gaps} s")
+
+
+def _first_write_gap(tmp_path, bindir) -> float:
+    """One run of the guest's TCP client: the time between the kernel's receipt of its first write and of the
+    first byte of its second (SO_TIMESTAMPNS)."""
+    tmp_path.mkdir()
     port = _free_port()
     plan = _plan(0, port, proto="tcp")
     line = _traffic_start(plan)[2]
@@ -246,6 +263,6 @@ def test_tcp_client_pauses_after_its_first_write(tmp_path, bindir):
                     assert chunk
                     rest += chunk
                 assert len(first) == plan.payload(plan.size)          # the first write alone
-                assert t_second - t_first >= 0.9 * FIRST_WRITE_PAUSE_US / 1e6
+                return t_second - t_first
         finally:
             _stop(proc)
