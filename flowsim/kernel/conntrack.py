@@ -480,7 +480,9 @@ class ConntrackTable:
         """Track one packet whose tuple is *t* (nf_conntrack_in + resolve_normal_ct).
 
         ICMP errors pass the tuple of the packet they quote as *related_to*:
-        they belong to that connection as RELATED, or are invalid.
+        they belong to that connection as RELATED, or are invalid.  A RELATED error is not counted in the
+        connection's accounting: ``nf_conntrack_handle_icmp`` sets the skb's entry and nf_conntrack_in goes to
+        ``out``, before ``nf_conntrack_handle_packet`` and its ``nf_ct_refresh_acct``.
         """
         if related_to is not None:
             hit = self.lookup(related_to, now)
@@ -489,7 +491,6 @@ class ConntrackTable:
             ct, d = hit
             # the quoted packet went the other way: an error about ORIGINAL traffic travels in REPLY
             d = 1 - d
-            nf_ct_acct_update(ct, d, length)
             return CtResult(ct, d, IP_CT_RELATED + (IP_CT_IS_REPLY if d else 0), "related")
         for _ in range(2):  # a TCP reopen kills the old entry and looks up again (-NF_REPEAT)
             hit = self.lookup(t, now)
