@@ -177,9 +177,9 @@ class Profile:
         "the MTU a SYN's or SYN-ACK's MSS option is derived from (ipv4_default_advmss / ip6_default_advmss): "
         "the route's 'path' MTU, a path MTU the host learned for that address included (6.1.192), or its "
         "'configured' MTU, the metric or the device's (ip_dst_mtu_configured / ip6_dst_mtu_configured: "
-        "6.12.117 and 7.2.13 have them)", ("configured", "path"),
+        "6.12.117 and 7.2.13 have them; 6.12.118 dropped them again)", ("configured", "path"),
         kernel="ip_dst_mtu_configured (include/net/ip.h), ip6_dst_mtu_configured: in Debian's 6.12.117 and "
-               "7.2.13 sources, not in 6.1.192 (commit id not found)")
+               "7.2.13 sources, not in 6.1.192 nor 6.12.118 (commit id not found)")
     gc_dst_check: bool = _switch(
         "nf_flow_offload_gc_step also tears down a flow when nf_flow_dst_check fails on either tuple "
         "(7.3); before, a stale route was noticed only by a packet of that direction",
@@ -287,10 +287,13 @@ _LINUX_7_3 = attrs.evolve(
 
 # Debian kernels booted by the conformance harness: pre-CLOSING (< 6.14).
 # flow_offload_fixup_ct as Debian's sources have it (linux-source-6.12 6.12.117, linux-source-6.1 6.1.192).
+# Debian's 6.12.118 (linux-source-6.12 6.12.118-1~deb12u1) drops ip_dst_mtu_configured / ip6_dst_mtu_configured
+# again: ipv4_default_advmss takes ipv4_mtu(dst) and ip6_default_advmss dst6_mtu(dst), a learned path MTU
+# included, as 6.1.192 does (measured: selftest-nat-pmtu's DNAT connection, whose server learned 1500 toward
+# the router in the connection before, advertises MSS 1460 on 6.12.118 and 1960 on 6.12.117 and 7.2.13).
 _LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
-                          flowtable_absent_device="refuse", fixup_ct_timeout="state")
-_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied",
-                         advmss_mtu="path")
+                          flowtable_absent_device="refuse", fixup_ct_timeout="state", advmss_mtu="path")
+_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied")
 
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5,
