@@ -151,44 +151,34 @@ def _v6(offset: int, data: bytes, mf: bool, nh: int = 17, src: str = A6, dst: st
     return pkt, parse_ip(bytearray(pkt), 0)
 
 
-@pytest.mark.parametrize("conntrack", [False, True])
-def test_ipv6_a_second_last_fragment_kills_only_the_local_queue(conntrack):
+def _refused(fragments: list[tuple[int, int, bool]], conntrack: bool) -> FragDiscard:
+    """The refusal of the last of *fragments* (offset, data bytes, MF) by one IPv6 queue."""
     q = Frag6Queue(0.0)
-    q.add(*_v6(0, bytes(16), False), conntrack)
+    *before, (offset, size, mf) = fragments
+    for o, n, m in before:
+        q.add(*_v6(o, bytes(n), m), conntrack)
     with pytest.raises(FragDiscard) as refused:
-        q.add(*_v6(0, bytes(24), False), conntrack)
-    assert (refused.value.rid, refused.value.kill, refused.value.param_prob) == ("frag-invalid", not conntrack, None)
-
-
-@pytest.mark.parametrize("conntrack", [False, True])
-def test_ipv6_an_unaligned_mf_fragment(conntrack):
-    """ip6_frag_queue: Parameter Problem at payload_len (offset 4); nf_ct_frag6_queue: -EPROTO, on unreassembled."""
-    q = Frag6Queue(0.0)
-    with pytest.raises(FragDiscard) as refused:
-        q.add(*_v6(0, bytes(20), True), conntrack)
-    r = refused.value
-    assert (r.rid, r.kill, r.accept) == ("frag-unaligned", True, conntrack)
-    assert r.param_prob == (None if conntrack else (0, 4))
+        q.add(*_v6(offset, bytes(size), mf), conntrack)
+    return refused.value
 
 
 @pytest.mark.parametrize("conntrack", [False, True])
-def test_ipv6_a_fragment_past_the_largest_payload(conntrack):
-    """end > IPV6_MAXPLEN: the local queue points its Parameter Problem at the fragment header's offset field."""
-    q = Frag6Queue(0.0)
-    with pytest.raises(FragDiscard) as refused:
-        q.add(*_v6(65528, bytes(16), True), conntrack)
-    r = refused.value
-    assert (r.rid, r.kill) == ("frag-oversize", not conntrack)
-    assert r.param_prob == (None if conntrack else (0, 42))  # 40-byte header, then nexthdr, reserved, frag_off
-
-
-def test_ipv6_overlap_kills_either_queue():
-    for conntrack in (False, True):
-        q = Frag6Queue(0.0)
-        q.add(*_v6(0, bytes(16), True), conntrack)
-        with pytest.raises(FragDiscard) as refused:
-            q.add(*_v6(8, bytes(16), False), conntrack)
-        assert (refused.value.rid, refused.value.kill) == ("frag-overlap", True)
+@pytest.mark.parametrize("fragments, rid, kill_local, kill_ct, param_prob", [
+    # a second last fragment with another end: ip6_frag_queue's discard_fq, nf_ct_frag6_queue's err (queue kept)
+    ([(0, 16, False), (0, 24, False)], "frag-invalid", True, False, None),
+    # an MF fragment not on 8 bytes: Parameter Problem at payload_len (offset 4); conntrack: -EPROTO, let on
+    ([(0, 20, True)], "frag-unaligned", True, True, (0, 4)),
+    # end > IPV6_MAXPLEN: the pointer is the fragment header's offset field (40-byte header, nexthdr, reserved)
+    ([(65528, 16, True)], "frag-oversize", True, False, (0, 42)),
+    ([(0, 16, True), (8, 16, False)], "frag-overlap", True, True, None),
+])
+def test_ipv6_refusals_local_and_conntrack(fragments, rid, kill_local, kill_ct, param_prob, conntrack):
+    """The same checks in the same order; the local queue is killed by any refusal but a duplicate's and answers
+    a bad length with a Parameter Problem, conntrack's keeps its queue and lets an unaligned fragment on."""
+    r = _refused(fragments, conntrack)
+    assert (r.rid, r.kill) == (rid, kill_ct if conntrack else kill_local)
+    assert r.param_prob == (None if conntrack else param_prob)
+    assert r.accept == (conntrack and rid == "frag-unaligned")
 
 
 def test_ipv6frag_thdr_truncated():
