@@ -1,8 +1,8 @@
 """A path MTU a host learns stays with the route (the IPv4 nexthop exception, ``update_or_create_fnhe``; IPv6's
 RTF_CACHE clone, ``rt6_insert_exception``) for ``mtu_expires`` seconds: a later connection to the same address
 starts with it.  What its SYN advertises is version-dependent (profile switch ``advmss_mtu``):
-``ipv4_default_advmss`` reads the path MTU in Debian's 6.1.192 (``ipv4_mtu``), the configured MTU in 6.12.117
-and 7.2.13 (``ip_dst_mtu_configured``) — and the peer clamps its segments to it (``tcp_sync_mss``)."""
+``ipv4_default_advmss`` reads the path MTU in Debian's 6.1.192 and 6.12.118 (``ipv4_mtu``), the configured MTU
+in 6.12.117 and 7.2.13 (``ip_dst_mtu_configured``) — and the peer clamps its segments to it (``tcp_sync_mss``)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _run(profile: str) -> Simulation:
     return Simulation(load_topology_text(text, file="pmtu.toml"), get_profile(profile)).run()
 
 
-@pytest.mark.parametrize("profile, advertised, reply_len", [("linux-6.1", 1460, 1500), ("linux-6.12", 8960, 2000),
+@pytest.mark.parametrize("profile, advertised, reply_len", [("linux-6.1", 1460, 1500), ("linux-6.12", 1460, 1500),
                                                              ("linux-7.2", 8960, 2000)])
 def test_a_learned_path_mtu_outlives_its_connection(profile, advertised, reply_len):
     sim = _run(profile)

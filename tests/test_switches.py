@@ -348,8 +348,8 @@ def test_teardown_of_an_unreplied_udp_flow(profile, left):
 # announces, as the server parsed it.
 ADVMSS_MTU = {
     "linux-6.1": 1460,   # ipv4_mtu(dst): the learned path MTU
-    "linux-6.12": 8960,  # ip_dst_mtu_configured(dst): the device's 9000
-    "linux-6.18": 8960,
+    "linux-6.12": 1460,  # 6.12.118 dropped ip_dst_mtu_configured again: ipv4_mtu(dst), as 6.1
+    "linux-6.18": 8960,  # ip_dst_mtu_configured(dst): the device's 9000
     "linux-6.19": 8960,
     "linux-7.0": 8960,
     "linux-7.1.5": 8960,
