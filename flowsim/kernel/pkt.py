@@ -33,6 +33,7 @@ reassembles and the router's output cuts again.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import struct
 from typing import ClassVar
@@ -588,8 +589,8 @@ class InetFragQueue:
     end) ends joins the last run, any other starts its own.  Whether a repeated fragment is a duplicate or an
     overlap depends on those runs, hence on the order the fragments came in."""
 
-    __slots__ = ("parts", "len", "meat", "first_in", "last_in", "runs", "tail_end", "last_run", "created", "skbs",
-                 "max_size")
+    __slots__ = ("parts", "len", "meat", "first_in", "last_in", "runs", "heads", "tail_end", "last_run", "created",
+                 "skbs", "max_size")
 
     def __init__(self, created: float):
         self.parts: dict[int, bytes] = {}  # byte offset -> data
@@ -597,6 +598,7 @@ class InetFragQueue:
         self.meat = 0
         self.first_in = self.last_in = False
         self.runs: dict[int, int] = {}
+        self.heads: list[int] = []  # the runs' heads in offset order, as the rb-tree keeps them
         self.tail_end = -1  # the end of fragments_tail; -1: no fragment yet
         self.last_run = 0  # last_run_head's offset
         self.created = created
@@ -608,6 +610,7 @@ class InetFragQueue:
         kept) or IPFRAG_OVERLAP (the datagram is discarded: RFC 5722, errata 3089)."""
         if self.tail_end < 0:  # the first fragment: fragrun_create
             self.runs[offset], self.last_run, self.tail_end = end - offset, offset, end
+            self.heads.append(offset)
         elif self.tail_end < end:  # the common case: the fragment goes to the end
             if offset < self.tail_end:
                 return IPFRAG_OVERLAP
@@ -615,15 +618,20 @@ class InetFragQueue:
                 self.runs[self.last_run] += end - offset
             else:  # fragrun_create
                 self.runs[offset], self.last_run = end - offset, offset
+                self.heads.append(offset)  # past every run: the last head
             self.tail_end = end
         else:
-            # the rb-tree's binary search stops at the first run [offset, end) meets; runs never overlap, so a
-            # fragment inside one run meets no other, and one that meets two is an overlap whichever it finds
-            met = [(head, n) for head, n in self.runs.items() if head < end and offset < head + n]
-            if met:
-                head, n = met[0]
-                return IPFRAG_DUP if len(met) == 1 and head <= offset and end <= head + n else IPFRAG_OVERLAP
+            # the rb-tree's binary search stops at the first run [offset, end) meets.  Runs never overlap, so the
+            # last run starting before *end* is the one to look at: a fragment inside it meets no other, one that
+            # meets it without lying inside is an overlap, and one that misses it misses every run
+            i = bisect.bisect_left(self.heads, end) - 1
+            if i >= 0:
+                head = self.heads[i]
+                n = self.runs[head]
+                if offset < head + n:
+                    return IPFRAG_DUP if head <= offset and end <= head + n else IPFRAG_OVERLAP
             self.runs[offset] = end - offset  # its own run (fragcb_clear), never the tail
+            bisect.insort(self.heads, offset)
         return IPFRAG_OK
 
     def _insert(self, offset: int, end: int, data: bytes) -> None:
