@@ -322,3 +322,36 @@ def test_any_fragments_at_a_host_keep_the_ledger(frags, v6, conntrack):
     sim = _run(frames, conntrack=conntrack)
     t = sim.kernel.ledger.totals()
     assert t["injected"] >= 1 and t["injected"] == t["delivered"] + t["dropped"] + t["in_flight"]
+
+
+def _scan_insert(runs: dict[int, int], tail: list[int], offset: int, end: int) -> int:
+    """inet_frag_queue_insert transcribed with a scan of every run for the rb-tree search (the reference)."""
+    if tail[0] < 0:
+        runs[offset], tail[1], tail[0] = end - offset, offset, end
+    elif tail[0] < end:
+        if offset < tail[0]:
+            return IPFRAG_OVERLAP
+        if offset == tail[0]:
+            runs[tail[1]] += end - offset
+        else:
+            runs[offset], tail[1] = end - offset, offset
+        tail[0] = end
+    else:
+        met = [(head, n) for head, n in runs.items() if head < end and offset < head + n]
+        if met:
+            head, n = met[0]
+            return IPFRAG_DUP if len(met) == 1 and head <= offset and end <= head + n else IPFRAG_OVERLAP
+        runs[offset] = end - offset
+    return IPFRAG_OK
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(0, 40), hs.integers(1, 8)), min_size=1, max_size=16))
+def test_the_bisection_answers_as_a_scan_of_every_run(inserts):
+    """InetFragQueue finds the run a fragment meets by bisection over the run heads; a scan of every run gives
+    the same answer and leaves the same runs, whatever the order."""
+    q, runs, tail = InetFragQueue(0.0), {}, [-1, 0]
+    for at, n in inserts:
+        offset, end = at * 8, (at + n) * 8
+        assert q.inet_frag_queue_insert(offset, end) == _scan_insert(runs, tail, offset, end)
+        assert q.runs == runs and q.heads == sorted(runs)
