@@ -100,8 +100,8 @@ from flowsim.conform.kernel import GUEST_BIN
 from flowsim.conform.parse import Pcap, Section, parse_pcap
 from flowsim.errors import ConfigError
 from flowsim.kernel.gso import SKB_GSO_DODGY, SKB_GSO_TCPV4, SKB_GSO_TCPV6
-from flowsim.kernel.headers import IPPROTO_TCP, NEXTHDR_FRAGMENT, csum_fold
-from flowsim.kernel.pkt import pseudo_sum
+from flowsim.kernel.headers import IPPROTO_ICMPV6, IPPROTO_TCP, NEXTHDR_FRAGMENT, csum_fold
+from flowsim.kernel.pkt import l4_checksum, pseudo_sum
 from flowsim.kernel.capture import (
     _ARPHRD, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, _from_ethernet, device_linktype,
 )
@@ -724,10 +724,11 @@ def _quoted_fragment_ident(k: bytes | bytearray, s: bytes | bytearray, off: int)
 
 
 def _icmpv6_checksum_ok(frame: bytes | bytearray, off: int) -> bool:
-    """The ICMPv6 message after the IPv6 header at *off* sums to zero with its pseudo-header (RFC 4443 2.3)."""
+    """The ICMPv6 message after the IPv6 header at *off* sums to zero with its pseudo-header (RFC 4443 2.3), as
+    the receiving host's ``icmpv6_rcv`` checks it (flowsim.kernel.stack.ip's ``_icmp_rcv``)."""
     msg = frame[off + 40:off + 40 + struct.unpack_from("!H", frame, off + 4)[0]]
-    pseudo = bytes(frame[off + 8:off + 40]) + struct.pack("!IxxxB", len(msg), 58)
-    return csum_fold(int.from_bytes(pseudo, "big") + (int.from_bytes(msg, "big") << (8 * (len(msg) & 1)))) == 0xFFFF
+    src, dst = int.from_bytes(frame[off + 8:off + 24], "big"), int.from_bytes(frame[off + 24:off + 40], "big")
+    return l4_checksum(src, dst, IPPROTO_ICMPV6, msg) == 0
 
 
 def random_field_offsets(kernel: bytes, sim: bytes, linktype: int) -> set[int]:
