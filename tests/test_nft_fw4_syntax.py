@@ -2,7 +2,7 @@
 table, ``ct helper`` objects and ``ct helper set``, ``limit rate``, concatenations (``icmpv6 type . icmpv6
 code { 130 . 0, … }``) and ``tcp option maxseg size set rt mtu`` — every construct from
 openwrt/firewall4 tests/01_configuration/01_ruleset, evaluated as nft_ct_helper_obj_eval, nft_lookup on a
-concatenated key, nft_limit_eval (bucket not modelled) and nft_exthdr_tcp_set_eval (no options to clamp) do."""
+concatenated key, nft_limit_eval (tests/test_nft_limit.py) and nft_exthdr_tcp_set_eval (no options to clamp) do."""
 
 from __future__ import annotations
 
@@ -60,9 +60,9 @@ def test_fw4_constructs_parse_to_their_statements():
     fwd = t.chains["forward"].rules
     concat = fwd[2].exprs[1]
     assert isinstance(concat, ConcatMatch) and concat.values == ((2, 0), (4, 0), (4, 1))
-    assert fwd[2].exprs[2] == LimitStmt(1000, "second")
+    assert fwd[2].exprs[2] == LimitStmt(1000, 1, 5)  # nft sends its default burst, 5
     assert isinstance(fwd[3].exprs[-1], TcpOptStmt)
-    assert t.chains["syn_flood"].rules[0].exprs[0] == LimitStmt(25, "second", 50)
+    assert t.chains["syn_flood"].rules[0].exprs[0] == LimitStmt(25, 1, 50)
     set_stmt = t.chains["helper_lan"].rules[0].exprs[-1]
     assert isinstance(set_stmt, SetStmt) and set_stmt.value == "ftp"
 
@@ -106,7 +106,7 @@ def test_concatenation_looks_up_the_pair(icmp_type, code, counted):
     ('table inet t { chain c { ct helper set "ftp" } }', "no ct helper object 'ftp'"),
     ('table inet t { ct helper h { type "x" protocol icmp; } }', "ct helper protocol 'icmp'"),
     ('table inet t { chain c { limit rate 5/fortnight } }', "unknown limit unit 'fortnight'"),
-    ('table inet t { chain c { limit rate 5/second burst 10 kbytes } }', "byte limits are not supported"),
+    ('table inet t { chain c { limit rate 5/second burst 10 kbytes } }', "a packet rate's burst is counted in packets"),
     ('table inet t { chain c { tcp option window size set rt mtu } }', "tcp option window size cannot be set"),
     ('table inet t { chain c { icmpv6 type . icmpv6 code { 1, 2 } accept } }', "a set element of 1 values"),
 ])

@@ -19,7 +19,8 @@ import lark
 
 from flowsim.errors import RulesetError
 from flowsim.nft.model import (
-    CT_DIR_KEYS, FAMILIES, NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
+    CT_DIR_KEYS, FAMILIES, LIMIT_DATA_UNITS, LIMIT_TIME_UNITS, NFPROTO_IPV4, NFT_LIMIT_PKT_BURST_DEFAULT, U32_MAX,
+    U64_MAX, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
     Flowtable, LimitStmt, Loc, LogStmt, TcpOptStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
     Verdict, VerdictMap,
 )
@@ -267,16 +268,54 @@ class RuleCompiler(Generic[_Table]):
         return ConcatMatch(sels, op, tuple(values), self.loc(node))
 
     def x_limit_stmt(self, tb, node, defines) -> LimitStmt:
-        nums = self.tokens(node, "NUMBER")
-        units = self.tokens(node, "IDENT")
-        unit = units[0].value
-        if unit not in ("second", "minute", "hour", "day", "week"):
-            raise self.err(f"unknown limit unit {unit!r}", units[0], unit, "second, minute, hour, day or week")
-        if len(units) > 1 and units[1].value != "packets":
-            raise self.err(f"byte limits are not supported ({units[1].value!r})", units[1], units[1].value,
-                           "packets")
-        return LimitStmt(int(nums[0].value, 0), unit, int(nums[1].value, 0) if len(nums) > 1 else None,
-                         bool(self.tokens(node, "LIMIT_OVER")), self.loc(node))
+        """nft's ``limit_stmt`` (src/parser_bison.y: ``limit_rate_pkts`` / ``limit_rate_bytes``, their burst),
+        then the refusals of the kernel's ``nft_limit_init``."""
+        (rate_node,) = self.trees(node, "limit_pkts", "limit_bytes")
+        is_bytes = rate_node.data == "limit_bytes"
+        (number,), words = self.tokens(rate_node, "NUMBER"), self.tokens(rate_node, "IDENT")
+        rate = self._limit_number(number, U64_MAX, "rate")
+        if is_bytes:
+            rate *= self._limit_data_unit(words.pop(0))
+        unit = LIMIT_TIME_UNITS.get(words[0].value)
+        if unit is None:
+            raise self.err(f"unknown limit unit {words[0].value!r}", words[0], words[0].value,
+                           "second, minute, hour, day or week")
+        burst = 0 if is_bytes else NFT_LIMIT_PKT_BURST_DEFAULT  # limit_burst_bytes / limit_burst_pkts when empty
+        for b in self.trees(node, "limit_burst"):
+            (amount,), (word,) = self.tokens(b, "NUMBER"), self.tokens(b, "IDENT")
+            burst = self._limit_number(amount, U32_MAX, "burst")
+            if is_bytes:
+                burst *= self._limit_data_unit(word)
+            elif word.value != "packets":
+                raise self.err(f"a packet rate's burst is counted in packets, not {word.value!r}", word, word.value,
+                               "packets")
+            elif burst == 0:
+                raise self.err("packet limit burst must be > 0", amount, 0, "a burst of 1 or more packets")
+        if burst > U32_MAX:  # struct limit_stmt's burst, NFTA_LIMIT_BURST: 32 bits
+            raise self.err(f"limit burst {burst} does not fit in 32 bits", node, burst, f"at most {U32_MAX} bytes")
+        stmt = LimitStmt(rate, unit, burst, bool(self.tokens(node, "LIMIT_OVER")), is_bytes, self.loc(node))
+        # nft_limit_init: -EINVAL for a zero rate, -EOVERFLOW when the bucket does not fit in 64 bits
+        if rate == 0:
+            raise self.err("Could not process rule: Invalid argument (nft_limit_init: a zero rate)", number, 0,
+                           "a rate of 1 or more")
+        if rate + burst > U64_MAX or (stmt.nsecs * (rate + burst) if is_bytes else stmt.tokens_max) > U64_MAX:
+            raise self.err("Could not process rule: Value too large for defined data type (nft_limit_init: the "
+                           "token bucket in nanoseconds overflows 64 bits)", node, f"{rate}/{words[0].value}",
+                           "a shorter time unit or a smaller burst")
+        return stmt
+
+    def _limit_number(self, token, most: int, what: str) -> int:
+        value = int(token.value, 0)
+        if value > most:
+            raise self.err(f"limit {what} {value} is too large", token, value, f"at most {most}")
+        return value
+
+    def _limit_data_unit(self, word) -> int:
+        """nft's ``data_unit_parse``: bytes, kbytes, mbytes."""
+        scale = LIMIT_DATA_UNITS.get(word.value)
+        if scale is None:
+            raise self.err(f"unknown byte unit {word.value!r}", word, word.value, "bytes, kbytes or mbytes")
+        return scale
 
     def x_tcpopt_stmt(self, tb, node, defines) -> TcpOptStmt:
         option, field = (t.value for t in self.tokens(node, "IDENT"))

@@ -48,13 +48,13 @@ from flowsim.nft.hooks import (
     nf_hook_entries,
 )
 from flowsim.nft.model import (
-    NFPROTO_IPV4, NFPROTO_IPV6, Chain, ConcatMatch, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match, NatStmt, Range,
-    LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
+    NFPROTO_IPV4, NFPROTO_IPV6, NSEC_PER_SEC, Chain, ConcatMatch, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match,
+    NatStmt, Range, LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
 
 __all__ = [
-    "NftPacket", "NftCounter", "RuleRef", "TraceStep", "MarkSet", "DscpSet", "NftraceSet",
+    "NftPacket", "NftCounter", "NftLimit", "RuleRef", "TraceStep", "MarkSet", "DscpSet", "NftraceSet",
     "FlowAddRequest", "NatRequest", "HookResult", "HookEntry", "Nftables", "L3_HOOKS",
     "NF_IP_PRI_CONNTRACK", "NF_IP_PRI_NAT_DST", "NF_IP_PRI_NAT_SRC", "NAT_MANIP",
 ]
@@ -113,6 +113,27 @@ class NftCounter:
 
     packets: int = 0
     bytes: int = 0
+
+
+@attrs.define(slots=True)
+class NftLimit:
+    """The token bucket of one ``limit`` expression (``struct nft_limit``): tokens and the time of the last
+    packet, in nanoseconds of the namespace's clock."""
+
+    tokens: int
+    last: int
+
+    def nft_limit_eval(self, stmt: LimitStmt, cost: int, now: int) -> bool:
+        """``nft_limit_eval``: refill by the time since the last packet (up to the bucket's size), take *cost*;
+        True when the packet is over the limit (with ``over``: when it is within), NFT_BREAK for the rule."""
+        tokens = min(self.tokens + now - self.last, stmt.tokens_max)
+        self.last = now
+        delta = tokens - cost
+        if delta >= 0:
+            self.tokens = delta
+            return stmt.over
+        self.tokens = tokens
+        return not stmt.over
 
 
 @attrs.frozen
@@ -379,8 +400,13 @@ class Nftables:
     'accept'
     """
 
-    def __init__(self, ruleset: Ruleset):
+    def __init__(self, ruleset: Ruleset, clock: Callable[[], float] | None = None):
         self.ruleset = ruleset
+        #: the namespace's time in seconds (the simulation's clock): what ``ktime_get_ns`` reads for a limit
+        self.clock = clock if clock is not None else _NO_CLOCK
+        #: (family, table, chain, rule index, expression index) -> the bucket of a `limit`, made at its first
+        #: packet: nft_limit_init fills it when the rule is loaded, and a full bucket stays full until then
+        self.limits: dict[tuple, NftLimit] = {}
         self.named_counters: dict[tuple[str, str, str], NftCounter] = {
             (t.family, t.name, c.name): NftCounter(c.packets, c.bytes)
             for t in ruleset.tables for c in t.counters.values()}
@@ -549,8 +575,15 @@ class Nftables:
         return None if hit == (e.op != "!=") else _BREAK
 
     def _h_limit(self, table, chain, rule, n, e: LimitStmt, ctx):
-        # nft_limit_eval's token bucket is not modelled (LimitStmt): within the rate, never over it
-        return _BREAK if e.over else None
+        # nft_limit_pkts_eval / nft_limit_bytes_eval: the cost of this packet against the rule's bucket
+        now = round(self.clock() * NSEC_PER_SEC)
+        key = (chain.family, chain.table, chain.name, rule.index, n)
+        bucket = self.limits.get(key)
+        if bucket is None:
+            bucket = self.limits[key] = NftLimit(e.tokens_max, now)
+        if bucket.nft_limit_eval(e, e.cost(ctx.pkt.length), now):
+            return (_BREAK, "limit: within the rate" if e.over else "limit: over the rate")
+        return None
 
     def _h_tcpopt(self, table, chain, rule, n, e: TcpOptStmt, ctx):
         return None  # the simulator's TCP segments carry no MSS option to clamp (TcpOptStmt)
@@ -633,6 +666,11 @@ class Nftables:
 
 
 _BREAK = object()
+
+
+def _NO_CLOCK() -> float:
+    """The clock of an :class:`Nftables` given none: time stands at 0 (a limit's bucket never refills)."""
+    return 0.0
 
 _HANDLERS: dict[type, Callable[..., object]] = {
     Match: Nftables._h_match, VerdictMap: Nftables._h_vmap, Verdict: Nftables._h_verdict,

@@ -36,7 +36,8 @@ __all__ = [
     "Selector", "Range", "Match", "VerdictMap", "Verdict", "CounterStmt", "FlowAdd",
     "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "LimitStmt", "TcpOptStmt", "ConcatMatch", "Rule", "BaseHook", "Chain",
     "Flowtable", "CounterDef", "NamedSet", "Table", "Ruleset", "Statement",
-    "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER",
+    "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NSEC_PER_SEC", "NFT_LIMIT_PKT_BURST_DEFAULT",
+    "LIMIT_TIME_UNITS", "LIMIT_DATA_UNITS", "U32_MAX", "U64_MAX",
 ]
 
 NFPROTO_INET = 1
@@ -305,18 +306,51 @@ class RejectStmt:
     loc: Loc | None = attrs.field(default=None, eq=False)
 
 
+NSEC_PER_SEC = 1_000_000_000
+#: net/netfilter/nft_limit.c: "Use same default as in iptables."
+NFT_LIMIT_PKT_BURST_DEFAULT = 5
+#: nft's time_unit_parse (src/datatype.c): a limit's unit in seconds
+LIMIT_TIME_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+#: nft's data_unit_parse (src/datatype.c): a byte limit's rate and burst
+LIMIT_DATA_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 * 1024}
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+
+
 @attrs.frozen
 class LimitStmt:
-    """``limit rate [over] N/UNIT [burst B packets]`` (nft_limit): parsed and checked, but the token
-    bucket ``nft_limit_eval`` keeps is not modelled: every packet counts as within the rate (``over``:
-    as not over it), so the rule goes on (or, with ``over``, stops).  Simulated traffic is a handful of
-    connections; a flood that would exceed firewall4's ``syn_flood`` 25/second is not simulated."""
+    """``limit rate [over] N/UNIT [burst B packets]`` or ``limit rate [over] N BYTES/UNIT [burst B BYTES]``
+    (net/netfilter/nft_limit.c), as ``nft_limit_init`` keeps it: the token bucket in nanoseconds.
+
+    *rate* is per *unit* seconds, in packets or (*bytes*) in bytes; *burst* as the kernel has it (a packet
+    limit's 0 is ``NFT_LIMIT_PKT_BURST_DEFAULT``, 5; nft itself sends 5 when none is written).  *over* is
+    ``NFT_LIMIT_F_INV``.  The bucket's state lives with the ruleset's other runtime state
+    (:class:`flowsim.nft.eval.NftLimit`)."""
 
     rate: int
-    unit: str
-    burst: int | None = None
+    unit: int  # seconds: second 1, minute 60, hour 3600, day 86400, week 604800 (nft's time_unit_parse)
+    burst: int = 0
     over: bool = False
+    bytes: bool = False  # NFT_LIMIT_PKT_BYTES, else NFT_LIMIT_PKTS
     loc: Loc | None = attrs.field(default=None, eq=False)
+
+    @property
+    def nsecs(self) -> int:
+        return self.unit * NSEC_PER_SEC
+
+    @property
+    def tokens_max(self) -> int:
+        """``nft_limit_init``'s bucket size: a packet limit's cost times its burst, a byte limit's
+        ``unit * (rate + burst) / rate``, both in nanoseconds."""
+        burst = self.burst or (0 if self.bytes else NFT_LIMIT_PKT_BURST_DEFAULT)
+        if self.bytes:
+            return self.nsecs * (self.rate + burst) // self.rate
+        return self.nsecs // self.rate * burst
+
+    def cost(self, length: int) -> int:
+        """What one packet of *length* bytes (``skb->len``) takes from the bucket: ``nft_limit_pkts_init``'s
+        ``priv->cost``, or ``nft_limit_bytes_eval``'s ``nsecs * len / rate``."""
+        return self.nsecs * length // self.rate if self.bytes else self.nsecs // self.rate
 
 
 @attrs.frozen

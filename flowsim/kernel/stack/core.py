@@ -445,7 +445,7 @@ class Kernel:
         # nf_tables_newflowtable hooks each listed device at commit (after the namespace's ip commands): a
         # missing one refuses the ruleset before 6.16 and stays unbound after (nft_netdev_hook_alloc)
         st.unbound = nft_flowtable_hook_devices(ruleset, ns.devices, self.profile.flowtable_absent_device, ns.name)
-        st.nft = Nftables(ruleset)
+        st.nft = Nftables(ruleset, clock=self._clock)  # a `limit`'s bucket refills on the run's time
         st.ct_active = any(c.hook is not None and c.hook.hook not in ("ingress", "egress")
                            for c in ruleset.base_chains) or bool(ruleset.flowtables)
         for ft in ruleset.flowtables:  # nf_flow_table_init of each ``flowtable`` object
@@ -453,6 +453,10 @@ class Kernel:
             st.flowtables.setdefault(ft.name, obj)
             st.ft_by_key[(ft.family, ft.table, ft.name)] = obj
         return st
+
+    def _clock(self) -> float:
+        """The run's time (``ktime_get_ns`` for the nft expressions that read it)."""
+        return self.now
 
     def state(self, netns: str) -> NetnsState:
         return self.netns[netns]
