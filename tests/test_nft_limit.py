@@ -132,7 +132,10 @@ def test_what_passes_never_costs_more_than_the_bucket_and_the_time(steps, rate, 
     ("limit rate 5/fortnight", "unknown limit unit 'fortnight'"),  # time_unit_parse
     # nft_limit_init: unit * NSEC_PER_SEC * (rate + burst) past 64 bits
     ("limit rate 1 bytes/week burst 4000000000 bytes", "Value too large for defined data type"),
-    ("limit rate 1/second burst 4294967296 packets", "limit burst 4294967296 is too large"),
+    # NFTA_LIMIT_BURST is 32 bits: nft 1.0.6 would send 705032704 for 5000000000 without a word
+    ("limit rate 1/second burst 5000000000 packets", "does not fit in NFTA_LIMIT_BURST's 32 bits (nft would send "
+                                                     "705032704)"),
+    ("limit rate 1/week burst 4294967295 packets", "Value too large for defined data type"),
     ("limit rate 18446744073709551616/second", "limit rate 18446744073709551616 is too large"),
 ])
 def test_limits_the_kernel_or_nft_refuse_are_located_errors(text, message):
@@ -146,7 +149,9 @@ def test_conform_limit_counts_every_limit_through_the_stack():
     fast path bypasses the forward chain (udp-offloaded's second datagram is the only one its limit drops)."""
     sim = Simulation(load_topology(TOPOLOGIES / "conform-limit.toml"))
     sim.run()
-    assert delivered(sim) == {"udp-pkts": 3, "udp-bytes": 5, "udp-ingress": 2, "udp-offloaded": 9}
+    got = delivered(sim)
+    assert {k: got[k] for k in ("udp-pkts", "udp-bytes", "udp-ingress", "udp-offloaded")} == \
+        {"udp-pkts": 3, "udp-bytes": 5, "udp-ingress": 2, "udp-offloaded": 9}
     ft = sim.kernel.netns["r"].flowtables["ft"]
     assert ft.fastpath == 8
 

@@ -335,7 +335,7 @@ def test_devices_referenced():
 
 
 @pytest.mark.parametrize("name, line, column, fragment", [
-    ("bad-unknown-keyword.nft", 4, 16, "'quota' is nft syntax flowsim does not support"),
+    ("bad-unknown-keyword.nft", 4, 16, "'synproxy' is nft syntax flowsim does not support"),
     ("bad-missing-brace.nft", 6, 2, "missing '}' before 'chain' (the '{' at line 2 is not closed)"),
     ("bad-jump-missing-chain.nft", 4, 22, "jump to undefined chain 'forward_lan'"),
     ("bad-flow-add-undefined.nft", 7, 20, "flow add to undefined flowtable 'f2'"),

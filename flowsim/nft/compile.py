@@ -19,9 +19,10 @@ import lark
 
 from flowsim.errors import RulesetError
 from flowsim.nft.model import (
-    CT_DIR_KEYS, FAMILIES, LIMIT_DATA_UNITS, LIMIT_TIME_UNITS, NFPROTO_IPV4, NFT_LIMIT_PKT_BURST_DEFAULT, U32_MAX,
-    U64_MAX, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
-    Flowtable, LimitStmt, Loc, LogStmt, TcpOptStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
+    CT_DIR_KEYS, FAMILIES, DATA_UNITS, LIMIT_TIME_UNITS, NFPROTO_IPV4, NFT_LIMIT_PKT_BURST_DEFAULT, S64_MAX,
+    U32_MAX, U64_MAX, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
+    Flowtable, LimitStmt, Loc, LogStmt, QuotaStmt,
+    TcpOptStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
     Verdict, VerdictMap,
 )
 from flowsim.nft.types import (
@@ -273,9 +274,9 @@ class RuleCompiler(Generic[_Table]):
         (rate_node,) = self.trees(node, "limit_pkts", "limit_bytes")
         is_bytes = rate_node.data == "limit_bytes"
         (number,), words = self.tokens(rate_node, "NUMBER"), self.tokens(rate_node, "IDENT")
-        rate = self._limit_number(number, U64_MAX, "rate")
+        rate = self._bounded(number, U64_MAX, "limit rate")
         if is_bytes:
-            rate *= self._limit_data_unit(words.pop(0))
+            rate *= self._data_unit(words.pop(0))
         unit = LIMIT_TIME_UNITS.get(words[0].value)
         if unit is None:
             raise self.err(f"unknown limit unit {words[0].value!r}", words[0], words[0].value,
@@ -283,16 +284,17 @@ class RuleCompiler(Generic[_Table]):
         burst = 0 if is_bytes else NFT_LIMIT_PKT_BURST_DEFAULT  # limit_burst_bytes / limit_burst_pkts when empty
         for b in self.trees(node, "limit_burst"):
             (amount,), (word,) = self.tokens(b, "NUMBER"), self.tokens(b, "IDENT")
-            burst = self._limit_number(amount, U32_MAX, "burst")
+            burst = self._bounded(amount, U64_MAX, "limit burst")
             if is_bytes:
-                burst *= self._limit_data_unit(word)
+                burst *= self._data_unit(word)
             elif word.value != "packets":
                 raise self.err(f"a packet rate's burst is counted in packets, not {word.value!r}", word, word.value,
                                "packets")
             elif burst == 0:
                 raise self.err("packet limit burst must be > 0", amount, 0, "a burst of 1 or more packets")
-        if burst > U32_MAX:  # struct limit_stmt's burst, NFTA_LIMIT_BURST: 32 bits
-            raise self.err(f"limit burst {burst} does not fit in 32 bits", node, burst, f"at most {U32_MAX} bytes")
+        if burst > U32_MAX:  # NFTA_LIMIT_BURST: 32 bits, which nft (1.0.6) fills with the low bits, silently
+            raise self.err(f"limit burst {burst} does not fit in NFTA_LIMIT_BURST's 32 bits (nft would send "
+                           f"{burst & U32_MAX})", node, burst, f"at most {U32_MAX}")
         stmt = LimitStmt(rate, unit, burst, bool(self.tokens(node, "LIMIT_OVER")), is_bytes, self.loc(node))
         # nft_limit_init: -EINVAL for a zero rate, -EOVERFLOW when the bucket does not fit in 64 bits
         if rate == 0:
@@ -304,18 +306,43 @@ class RuleCompiler(Generic[_Table]):
                            "a shorter time unit or a smaller burst")
         return stmt
 
-    def _limit_number(self, token, most: int, what: str) -> int:
+    def _bounded(self, token, most: int, what: str) -> int:
         value = int(token.value, 0)
         if value > most:
-            raise self.err(f"limit {what} {value} is too large", token, value, f"at most {most}")
+            raise self.err(f"{what} {value} is too large", token, value, f"at most {most}")
         return value
 
-    def _limit_data_unit(self, word) -> int:
-        """nft's ``data_unit_parse``: bytes, kbytes, mbytes."""
-        scale = LIMIT_DATA_UNITS.get(word.value)
+    def _data_unit(self, word) -> int:
+        """nft's ``data_unit_parse`` (a limit's or a quota's bytes): bytes, kbytes, mbytes."""
+        scale = DATA_UNITS.get(word.value)
         if scale is None:
             raise self.err(f"unknown byte unit {word.value!r}", word, word.value, "bytes, kbytes or mbytes")
         return scale
+
+    def quota_spec(self, node, loc: Loc) -> QuotaStmt:
+        """nft's quota: ``[over|until] N UNIT [used M UNIT]`` (data_unit_parse), then ``nft_quota_do_init``'s
+        refusals: a quota past S64_MAX (-EOVERFLOW), more used than the quota (-EINVAL)."""
+        mode = self.tokens(node, "QUOTA_MODE")
+        numbers, units = self.tokens(node, "NUMBER"), self.tokens(node, "IDENT")
+        quota = self._bounded(numbers[0], U64_MAX, "quota") * self._data_unit(units[0])
+        used = self._bounded(numbers[1], U64_MAX, "quota used") * self._data_unit(units[1]) if len(numbers) > 1 else 0
+        if quota > S64_MAX:
+            raise self.err("Could not process rule: Value too large for defined data type (nft_quota_do_init: "
+                           "a quota past S64_MAX)", numbers[0], quota, f"at most {S64_MAX} bytes")
+        if used > quota:
+            raise self.err("Could not process rule: Invalid argument (nft_quota_do_init: more used than the "
+                           "quota)", numbers[1], used, f"at most the quota, {quota} bytes")
+        return QuotaStmt(quota, bool(mode) and mode[0].value == "over", used, loc=loc)
+
+    def x_quota_anon(self, tb, node, defines) -> QuotaStmt:
+        return self.quota_spec(self.trees(node, "quota_spec")[0], self.loc(node))
+
+    def x_quota_named(self, tb, node, defines) -> QuotaStmt:
+        tok = self.tokens(node)[-1]
+        name = tok.value[1:-1] if tok.type == "STRING" else tok.value
+        if name not in tb.quotas:
+            raise self.err(f"no quota {name!r} in table {tb.family} {tb.name}", tok, name, "a named quota")
+        return QuotaStmt(name=name, loc=self.loc(node))
 
     def x_tcpopt_stmt(self, tb, node, defines) -> TcpOptStmt:
         option, field = (t.value for t in self.tokens(node, "IDENT"))

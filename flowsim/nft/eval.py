@@ -49,7 +49,7 @@ from flowsim.nft.hooks import (
 )
 from flowsim.nft.model import (
     NFPROTO_IPV4, NFPROTO_IPV6, NSEC_PER_SEC, Chain, ConcatMatch, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match,
-    NatStmt, Range, LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
+    NatStmt, QuotaDef, QuotaStmt, Range, LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
 
@@ -407,6 +407,9 @@ class Nftables:
         #: (family, table, chain, rule index, expression index) -> the bucket of a `limit`, made at its first
         #: packet: nft_limit_init fills it when the rule is loaded, and a full bucket stays full until then
         self.limits: dict[tuple, NftLimit] = {}
+        #: bytes consumed per quota: a named one by (family, table, name), an anonymous one by its expression's
+        #: (family, table, chain, rule index, expression index); from NFTA_QUOTA_CONSUMED (``used``) at load
+        self.quotas_consumed: dict[tuple, int] = {}
         self.named_counters: dict[tuple[str, str, str], NftCounter] = {
             (t.family, t.name, c.name): NftCounter(c.packets, c.bytes)
             for t in ruleset.tables for c in t.counters.values()}
@@ -585,6 +588,18 @@ class Nftables:
             return (_BREAK, "limit: within the rate" if e.over else "limit: over the rate")
         return None
 
+    def _h_quota(self, table, chain, rule, n, e: QuotaStmt, ctx):
+        # nft_quota_do_eval / nft_quota_obj_eval: every packet adds skb->len to the consumed bytes, within the
+        # quota or not; over it (consumed > quota: Debian's 6.1.192 to 7.3 all compare so, nft_overquota) the
+        # rule breaks, or with `over` (NFT_QUOTA_F_INV) it breaks while within
+        q: QuotaStmt | QuotaDef = e if e.name is None else table.quotas[e.name]
+        key = (chain.family, chain.table, chain.name, rule.index, n) if e.name is None else \
+            (chain.family, chain.table, e.name)
+        consumed = self.quotas_consumed[key] = self.quotas_consumed.get(key, q.used) + ctx.pkt.length
+        if (consumed > q.quota) != q.over:
+            return (_BREAK, "quota: within it" if q.over else "quota: over it")
+        return None
+
     def _h_tcpopt(self, table, chain, rule, n, e: TcpOptStmt, ctx):
         return None  # the simulator's TCP segments carry no MSS option to clamp (TcpOptStmt)
 
@@ -676,5 +691,6 @@ _HANDLERS: dict[type, Callable[..., object]] = {
     Match: Nftables._h_match, VerdictMap: Nftables._h_vmap, Verdict: Nftables._h_verdict,
     CounterStmt: Nftables._h_counter, FlowAdd: Nftables._h_flow_add, SetStmt: Nftables._h_set,
     NatStmt: Nftables._h_nat, LogStmt: Nftables._h_log, RejectStmt: Nftables._h_reject,
-    ConcatMatch: Nftables._h_concat, LimitStmt: Nftables._h_limit, TcpOptStmt: Nftables._h_tcpopt,
+    ConcatMatch: Nftables._h_concat, LimitStmt: Nftables._h_limit, QuotaStmt: Nftables._h_quota,
+    TcpOptStmt: Nftables._h_tcpopt,
 }

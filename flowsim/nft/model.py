@@ -34,10 +34,11 @@ __all__ = [
     "Loc", "NFPROTO_IPV4", "NFPROTO_IPV6", "NFPROTO_INET", "NFPROTO_NETDEV",
     "FAMILIES", "HOOKS_BY_FAMILY", "CHAIN_PRIORITIES", "SelectorSpec", "SELECTORS",
     "Selector", "Range", "Match", "VerdictMap", "Verdict", "CounterStmt", "FlowAdd",
-    "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "LimitStmt", "TcpOptStmt", "ConcatMatch", "Rule", "BaseHook", "Chain",
+    "SetStmt", "NatStmt", "LogStmt", "RejectStmt", "LimitStmt", "QuotaStmt", "QuotaDef", "TcpOptStmt", "ConcatMatch",
+    "Rule", "BaseHook", "Chain",
     "Flowtable", "CounterDef", "NamedSet", "Table", "Ruleset", "Statement",
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NSEC_PER_SEC", "NFT_LIMIT_PKT_BURST_DEFAULT",
-    "LIMIT_TIME_UNITS", "LIMIT_DATA_UNITS", "U32_MAX", "U64_MAX",
+    "LIMIT_TIME_UNITS", "DATA_UNITS", "U32_MAX", "U64_MAX", "S64_MAX",
 ]
 
 NFPROTO_INET = 1
@@ -311,10 +312,11 @@ NSEC_PER_SEC = 1_000_000_000
 NFT_LIMIT_PKT_BURST_DEFAULT = 5
 #: nft's time_unit_parse (src/datatype.c): a limit's unit in seconds
 LIMIT_TIME_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
-#: nft's data_unit_parse (src/datatype.c): a byte limit's rate and burst
-LIMIT_DATA_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 * 1024}
+#: nft's data_unit_parse (src/datatype.c): a byte limit's rate and burst, a quota's bytes
+DATA_UNITS = {"bytes": 1, "kbytes": 1024, "mbytes": 1024 * 1024}
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
+S64_MAX = (1 << 63) - 1
 
 
 @attrs.frozen
@@ -354,6 +356,31 @@ class LimitStmt:
 
 
 @attrs.frozen
+class QuotaStmt:
+    """``quota [over|until] N BYTES [used M BYTES]`` or ``quota name "NAME"`` (net/netfilter/nft_quota.c):
+    *quota* bytes, of which *used* are consumed when the rule is loaded (NFTA_QUOTA_CONSUMED); ``over`` is
+    ``NFT_QUOTA_F_INV``.  A named quota (*name*) is the table's object (:class:`QuotaDef`), which every rule
+    naming it shares; the consumed bytes live with the ruleset's runtime state (``Nftables.quotas``)."""
+
+    quota: int = 0
+    over: bool = False
+    used: int = 0
+    name: str | None = None
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class QuotaDef:
+    """A named quota object: ``quota NAME { [over|until] N BYTES [used M BYTES] }``."""
+
+    name: str
+    quota: int
+    over: bool = False
+    used: int = 0
+    loc: Loc | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
 class TcpOptStmt:
     """``tcp option maxseg size set rt mtu`` (nft_exthdr_tcp_set_eval with nft_rt's NFT_RT_TCPMSS): clamps
     the MSS option of SYNs.  The simulator's TCP segments carry no options, so there is nothing to clamp:
@@ -364,7 +391,8 @@ class TcpOptStmt:
     loc: Loc | None = attrs.field(default=None, eq=False)
 
 
-Statement = Verdict | CounterStmt | FlowAdd | SetStmt | NatStmt | LogStmt | RejectStmt | LimitStmt | TcpOptStmt
+Statement = (Verdict | CounterStmt | FlowAdd | SetStmt | NatStmt | LogStmt | RejectStmt | LimitStmt | QuotaStmt
+             | TcpOptStmt)
 
 
 @attrs.frozen
@@ -468,6 +496,8 @@ class Table:
     loc: Loc | None = attrs.field(default=None, eq=False)
     #: ``ct helper NAME { type "T" protocol P; }`` objects: name -> (type, l4 protocol number)
     helpers: Mapping[str, tuple[str, int]] = attrs.field(factory=dict, eq=False)
+    #: ``quota NAME { … }`` objects
+    quotas: Mapping[str, QuotaDef] = attrs.field(factory=dict, eq=False)
 
     @property
     def nfproto(self) -> int:

@@ -48,7 +48,7 @@ from lark.lark import PostLex
 from flowsim.errors import RulesetError
 from flowsim.nft.compile import RuleCompiler
 from flowsim.nft.model import (
-    CHAIN_PRIORITIES, FAMILIES, HOOKS_BY_FAMILY, BaseHook, Chain, CounterDef, Flowtable, Loc, NamedSet,
+    CHAIN_PRIORITIES, FAMILIES, HOOKS_BY_FAMILY, BaseHook, Chain, CounterDef, Flowtable, Loc, NamedSet, QuotaDef,
     Ruleset, Table, Verdict,
 )
 from flowsim.nft.types import BITMASK_DTYPES, DTYPES, SET_TYPES, SYMBOLS, coerce
@@ -221,7 +221,7 @@ def _unclosed_brace(text: str):
 _BLOCK_TOKENS = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "SET", "MAP"})
 #: nft keywords a reader may expect to work: named in the error rather than "unexpected"
 _UNSUPPORTED = frozenset({
-    "limit", "quota", "queue", "notrack", "meter", "fib", "ether", "vlan", "arp", "sctp", "dccp", "dup",
+    "limit", "queue", "notrack", "meter", "fib", "ether", "vlan", "arp", "sctp", "dccp", "dup",
     "fwd", "synproxy", "tproxy", "osf", "socket", "numgen", "jhash", "symhash", "rt", "exthdr", "ipsec",
     "connlimit", "ah", "esp", "comp", "gre", "igmp", "update", "secmark", "tunnel", "xfrm", "hbh",
     "frag", "dst", "mh", "srh", "inner", "last",
@@ -301,6 +301,7 @@ class _TableB:
     counters: dict = attrs.Factory(dict)
     sets: dict = attrs.Factory(dict)
     helpers: dict = attrs.Factory(dict)
+    quotas: dict = attrs.Factory(dict)
     anon: int = 0
 
 
@@ -432,6 +433,10 @@ class _Builder(RuleCompiler[_TableB]):
                 self.flowtable(tb, item)
             elif item.data == "counter_obj":
                 self.counter_obj(tb, item)
+            elif item.data == "quota_obj":
+                name = self.tokens(item, "IDENT")[0]
+                q = self.quota_spec(self.trees(item, "quota_spec")[0], self.loc(name))
+                tb.quotas[name.value] = QuotaDef(name.value, q.quota, q.over, q.used, self.loc(name))
             elif item.data in ("set_obj", "map_obj"):
                 self.set_obj(tb, item, is_map=item.data == "map_obj")
             elif item.data == "define":  # a define inside the table (firewall4 writes them there)
@@ -656,5 +661,5 @@ class _Builder(RuleCompiler[_TableB]):
         chains = {n: frozen[n] for n in tb.chains}
         ro = MappingProxyType  # the ruleset is a value: its tables cannot be changed behind the evaluator's back
         return Table(tb.family, tb.name, ro(chains), ro(dict(tb.flowtables)), ro(dict(tb.counters)),
-                     ro(dict(tb.sets)), tb.loc, ro(dict(tb.helpers)))
+                     ro(dict(tb.sets)), tb.loc, ro(dict(tb.helpers)), ro(dict(tb.quotas)))
 
