@@ -43,6 +43,7 @@ from collections.abc import Callable
 from flowsim.config.ipcontext import IpContext
 from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
 from flowsim.config.network import LinkRequest, Topology, ipv6_off
+from flowsim.config.sysctls import sysctl_problem
 from flowsim.config.raw import shell_split
 from flowsim.kernel.devices import KIND_MODULES
 from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_mac
@@ -753,4 +754,7 @@ def _sysctl(topo: Topology, cmd: Command, tokens: list[str]) -> None:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise cmd.error(f"bad sysctl {item!r}", value=item, expected="KEY=VALUE")
+        problem = sysctl_problem(key, value)
+        if problem is not None:
+            raise cmd.error(f"sysctl {key} = {value!r}: {problem[0]}", value=value, expected=problem[1])
         topo.netns(cmd.netns).sysctls[key] = value

@@ -78,6 +78,7 @@ from flowsim.config.limits import read_bounded
 from flowsim.config.names import NETNS_NAME_EXPECTED, netns_invalid_name
 from flowsim.config.network import UPPER_EDGES, LinkRequest, Namespace, NftText, Topology
 from flowsim.config.raw import RawToml, short
+from flowsim.config.sysctls import sysctl_problem
 from flowsim.config.traffic import Traffic, read_traffic
 from flowsim.errors import TopologyError
 from flowsim.kernel.devices.base import Command
@@ -305,6 +306,11 @@ def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
                 flat[prefix] = str(int(v))  # bool is an int: true/false are 1/0
             else:
                 raise bad(f"bad sysctl {prefix or '(empty key)'} = {short(v)}", v)
+        for key, val in flat.items():
+            problem = sysctl_problem(key, val)
+            if problem is not None:
+                raise TopologyError(f"sysctl {key} = {short(val)}: {problem[0]}", file=file, line=line, value=val,
+                                    expected=problem[1])
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line, value=type(value).__name__,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')

@@ -33,20 +33,25 @@ The flowtable side: :func:`nf_conntrack_tcp_established`, IPS_OFFLOAD,
 :meth:`ConntrackTable.flow_offload_fixup_ct` and the GC's
 :meth:`ConntrackTable.nf_flow_table_extend_ct_timeout` (``nf_flow_table_core.c``).
 
+The timeouts are the namespace's (:meth:`CtTimeouts.from_sysctls`: its
+``net.netfilter.nf_conntrack_*_timeout*`` sysctls over the kernel's defaults).
+
 Not modelled: TCP window tracking (``tcp_in_window``: every segment is in
 window), helpers and expectations (``helper`` is a plain attribute), zones,
-the inner packet of ICMP errors under NAT, clash resolution at confirm.
+clash resolution at confirm.  (ICMP errors about a NATed connection are
+translated by the stack: ``nf_nat_icmp_reply_translation`` in
+flowsim.kernel.stack.nf.)
 """
 
 from __future__ import annotations
 
 import enum
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import attrs
 
-from flowsim.kernel.headers import shared_u16
+from flowsim.kernel.headers import IPPROTO_ICMP, IPPROTO_ICMPV6, shared_u16
 from flowsim.kernel.nat import (
     _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
 )
@@ -58,7 +63,7 @@ __all__ = [
     "IPS_HW_OFFLOAD", "IP_CT_TCP_FLAG_CLOSE_INIT", "IP_CT_TCP_FLAG_BE_LIBERAL", "IP_CT_TCP_FLAG_MAXACK_SET",
     "IP_CT_ESTABLISHED", "IP_CT_RELATED", "IP_CT_NEW", "IP_CT_IS_REPLY", "IP_CT_ESTABLISHED_REPLY",
     "IP_CT_RELATED_REPLY", "IP_CT_UNTRACKED", "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
-    "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
+    "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
     "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established",
     "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
     "csum_replace2", "csum_replace4", "nf_nat_manip_pkt",
@@ -173,9 +178,42 @@ class CtTimeouts:
     udp_stream_delay: float = 2.0  # replied traffic still alive this long after creation → stream
     icmp: float = 30.0
     generic: float = 600.0
+    icmpv6: float = 30.0
+
+    @classmethod
+    def from_sysctls(cls, sysctls: Mapping[str, str]) -> CtTimeouts:
+        """A namespace's timeouts: its ``net.netfilter.nf_conntrack_*_timeout*`` sysctls (per namespace,
+        nf_conntrack_standalone.c's ``nf_ct_sysctl_table``; the values checked when the topology set them,
+        flowsim.config.sysctls) over the defaults."""
+        given = {key: float(str(sysctls[key]).strip()) for key in CT_TIMEOUT_SYSCTLS if key in sysctls}
+        if not given:
+            return DEFAULT_TIMEOUTS
+        tcp = _tcp_default_timeouts()
+        fields: dict[str, float] = {}
+        for key, seconds in given.items():
+            name = CT_TIMEOUT_SYSCTLS[key]
+            if name.startswith("tcp."):
+                tcp[TcpConntrack[name[4:]]] = seconds
+            else:
+                fields[name] = seconds
+        return cls(tcp=tcp, **fields)
 
 
 DEFAULT_TIMEOUTS = CtTimeouts()
+
+#: conntrack's timeout sysctls (nf_conntrack_standalone.c, ``nf_ct_sysctl_table``) -> the :class:`CtTimeouts`
+#: field, ``tcp.STATE`` for a TCP state's (SYN_SENT2 has none: it keeps SYN_SENT's default, two minutes)
+CT_TIMEOUT_SYSCTLS: dict[str, str] = {
+    "net.netfilter.nf_conntrack_generic_timeout": "generic",
+    "net.netfilter.nf_conntrack_udp_timeout": "udp_unreplied",
+    "net.netfilter.nf_conntrack_udp_timeout_stream": "udp_replied",
+    "net.netfilter.nf_conntrack_icmp_timeout": "icmp",
+    "net.netfilter.nf_conntrack_icmpv6_timeout": "icmpv6",
+    "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged": "tcp_unacknowledged",
+    **{f"net.netfilter.nf_conntrack_tcp_timeout_{state}": f"tcp.{state.upper()}"
+       for state in ("syn_sent", "syn_recv", "established", "fin_wait", "close_wait", "last_ack", "time_wait",
+                     "close")},
+}
 
 
 @attrs.frozen
@@ -537,7 +575,8 @@ class ConntrackTable:
             if not ct.confirmed:  # replies within the first 2 s do not make a stream yet
                 ct.udp_stream_ts = now + self.timeouts.udp_stream_delay
             return nf_conntrack_udp_packet(ct, d, length, now, self.timeouts)
-        extra = self.timeouts.icmp if t.l4proto in _ICMP_ECHO else self.timeouts.generic
+        extra = self.timeouts.icmp if t.l4proto == IPPROTO_ICMP else \
+            self.timeouts.icmpv6 if t.l4proto == IPPROTO_ICMPV6 else self.timeouts.generic
         _refresh_acct(ct, d, length, now, extra)
         return "accept"
 

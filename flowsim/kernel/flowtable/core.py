@@ -53,7 +53,7 @@ from flowsim.reasons import ACCEPT, STOLEN, reason
 
 __all__ = [
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NF_FLOW_SNAT", "NF_FLOW_DNAT", "NF_FLOW_CLOSING",
-    "NF_FLOW_TEARDOWN", "NF_FLOW_TIMEOUT", "FlowXmit", "FlowOffloadTuple", "FlowOffload", "Flowtable",
+    "NF_FLOW_TEARDOWN", "NF_FLOW_TIMEOUT", "FLOW_TIMEOUT_SYSCTLS", "FlowXmit", "FlowOffloadTuple", "FlowOffload", "Flowtable",
     "flow_offload_alloc", "flow_offload_route_init", "nft_flow_offload_eval", "offload_timeout",
 ]
 
@@ -67,13 +67,14 @@ NF_FLOW_CLOSING = 2
 NF_FLOW_TEARDOWN = 3
 
 NF_FLOW_TIMEOUT = 30.0  # seconds (30 * HZ)
-_SYSCTL_TIMEOUT = {IPPROTO_TCP: "net.netfilter.nf_flowtable_tcp_timeout",
-                   IPPROTO_UDP: "net.netfilter.nf_flowtable_udp_timeout"}
+#: flow_offload_get_timeout's per-protocol sysctls (net/netfilter/nf_flow_table_core.c)
+FLOW_TIMEOUT_SYSCTLS = {IPPROTO_TCP: "net.netfilter.nf_flowtable_tcp_timeout",
+                        IPPROTO_UDP: "net.netfilter.nf_flowtable_udp_timeout"}
 
 
 def offload_timeout(ns, l4proto: int) -> float:
     """``flow_offload_get_timeout``: the per-protocol sysctl (30 s by default), else NF_FLOW_TIMEOUT."""
-    key = _SYSCTL_TIMEOUT.get(l4proto)
+    key = FLOW_TIMEOUT_SYSCTLS.get(l4proto)
     if key is None:
         return NF_FLOW_TIMEOUT
     value = ns.sysctl(key) if hasattr(ns, "sysctl") else None

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from flowsim.kernel import api as kernel_api
-from flowsim.kernel.conntrack import ConntrackTable
+from flowsim.kernel.conntrack import ConntrackTable, CtTimeouts
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.core import Flowtable
 from flowsim.kernel.pkt import new_skb
@@ -435,7 +435,7 @@ class Kernel:
 
     # ------------------------------------------------------------------ setup
     def _netns_state(self, ns) -> NetnsState:
-        st = NetnsState(ns.name, ns, ConntrackTable(), {})
+        st = NetnsState(ns.name, ns, ConntrackTable(CtTimeouts.from_sysctls(ns.sysctls)), {})
         ns.fib.sync()  # the address-derived routes the run starts with (later events are compared with them)
         if ns.nft is None or not ns.nft.text.strip():
             return st

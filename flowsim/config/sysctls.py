@@ -1,0 +1,53 @@
+"""The sysctls flowsim reads as numbers: one table of them with what each may hold, checked where a topology sets
+them (``sysctls = {…}``, ``sysctl -w`` lines), so that a bad value is one located error, not a crash mid-run.
+
+Theory of operation
+-------------------
+Every other sysctl is kept as the text it was given (a switch reads ``0`` / empty as off, anything else as on,
+as the topology's ``forwarding`` keys do; a key flowsim does not model is inert).  The keys below are turned into
+numbers by the simulator: the flowtable's and conntrack's timeouts (``proc_dointvec_jiffies``: whole seconds in
+the kernel, any non-negative number of seconds here, within a run's virtual time), the PMTU exceptions' life, and
+the neighbour table's hard limit (``proc_dointvec``).  :func:`sysctl_problem` says what is wrong with one value.
+
+The keys come from the kernel modules that read them; the bounds from :mod:`flowsim.config.limits`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flowsim.config.limits import MAX_VIRTUAL_TIME
+from flowsim.kernel.conntrack import CT_TIMEOUT_SYSCTLS
+from flowsim.kernel.flowtable.core import FLOW_TIMEOUT_SYSCTLS
+
+__all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "sysctl_problem"]
+
+#: sysctls read as seconds
+SECONDS_SYSCTLS = frozenset({
+    *FLOW_TIMEOUT_SYSCTLS.values(),  # flow_offload_get_timeout
+    "net.ipv4.route.mtu_expires", "net.ipv6.route.mtu_expires",  # ip_rt_mtu_expires / ip6_rt_mtu_expires
+    *CT_TIMEOUT_SYSCTLS,  # conntrack's, per namespace (CtTimeouts.from_sysctls)
+})
+#: sysctls read as integers (proc_dointvec: an int)
+INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neigh.default.gc_thresh3"})
+_INT_MAX = (1 << 31) - 1
+
+
+def sysctl_problem(key: str, value: str) -> tuple[str, str] | None:
+    """None if *value* is one *key* may hold, else (what is wrong, what was expected)."""
+    text = str(value).strip()
+    if key in SECONDS_SYSCTLS:
+        try:
+            seconds = float(text)
+        except ValueError:
+            return "not a number", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}"
+        if not math.isfinite(seconds) or not 0 <= seconds <= MAX_VIRTUAL_TIME:
+            return "out of range", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f} (a run's virtual time)"
+    elif key in INTEGER_SYSCTLS:
+        try:
+            number = int(text, 10)
+        except ValueError:
+            return "not an integer", f"an integer, 0 to {_INT_MAX}"
+        if not 0 <= number <= _INT_MAX:
+            return "out of range", f"an integer, 0 to {_INT_MAX}"
+    return None

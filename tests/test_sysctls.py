@@ -1,0 +1,89 @@
+"""Numeric sysctls: checked where the topology sets them, and conntrack's timeouts read from them per namespace.
+
+A value flowsim reads as a number (flowsim.config.sysctls: the flowtable's and conntrack's timeouts, PMTU
+exceptions' life, the neighbour table's gc_thresh3) is one located error when it is not one; before, a
+``nf_flowtable_udp_timeout = "abc"`` crashed the run at its first flow.  Conntrack's timeouts are per namespace
+(net/netfilter/nf_conntrack_standalone.c, ``nf_ct_sysctl_table``): ``CtTimeouts.from_sysctls``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from flowsim.config.sysctls import sysctl_problem
+from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.errors import TopologyError
+from flowsim.kernel.conntrack import DEFAULT_TIMEOUTS, ConntrackTable, CtTimeouts, CtTuple, TcpConntrack
+from flowsim.sim.simulation import Simulation
+
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+BASE = """
+[netns.a]
+commands = '''
+ip link set lo up
+{command}
+'''
+sysctls = {{ {sysctls} }}
+"""
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("net.netfilter.nf_flowtable_udp_timeout", "abc", "not a number"),
+    ("net.netfilter.nf_conntrack_udp_timeout", "-1", "out of range"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_established", "inf", "out of range"),
+    ("net.netfilter.nf_conntrack_icmp_timeout", "nan", "out of range"),
+    ("net.ipv6.route.mtu_expires", "1e9", "out of range"),
+    ("net.ipv4.neigh.default.gc_thresh3", "1.5", "not an integer"),
+    ("net.ipv6.neigh.default.gc_thresh3", "2147483648", "out of range"),
+])
+def test_a_bad_numeric_sysctl_is_one_located_error(key, value, problem):
+    assert sysctl_problem(key, value)[0] == problem
+    with pytest.raises(TopologyError, match=f"sysctl {key} = .*: {problem}") as err:
+        load_topology_text(BASE.format(command="", sysctls=f'"{key}" = "{value}"'), "bad.toml")
+    assert (err.value.file, err.value.line) == ("bad.toml", 7)
+    # the same value in a `sysctl -w` line: the error names that line
+    with pytest.raises(TopologyError, match=f"sysctl {key} = .*: {problem}") as err:
+        load_topology_text(BASE.format(command=f"sysctl -w {key}={value}", sysctls=""), "bad.toml")
+    assert (err.value.file, err.value.line) == ("bad.toml", 5)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("net.netfilter.nf_flowtable_tcp_timeout", "0.5"), ("net.netfilter.nf_conntrack_udp_timeout", " 60 "),
+    ("net.ipv4.neigh.default.gc_thresh3", "0"), ("net.ipv4.conf.all.forwarding", "anything"),  # a switch: text
+    ("net.core.somaxconn", "not modelled"),  # a key flowsim does not read stays inert
+])
+def test_good_and_unread_sysctls_load(key, value):
+    assert sysctl_problem(key, value) is None
+    topo = load_topology_text(BASE.format(command="", sysctls=f'"{key}" = "{value}"'), "ok.toml")
+    assert topo.namespaces["a"].sysctls[key] == value
+
+
+def test_conntrack_timeouts_come_from_the_namespace_sysctls():
+    # OpenWrt's /etc/sysctl.d/11-nf-conntrack.conf
+    t = CtTimeouts.from_sysctls({"net.netfilter.nf_conntrack_udp_timeout": "60",
+                                 "net.netfilter.nf_conntrack_udp_timeout_stream": "180",
+                                 "net.netfilter.nf_conntrack_tcp_timeout_established": "7440",
+                                 "net.netfilter.nf_conntrack_icmpv6_timeout": "10"})
+    assert (t.udp_unreplied, t.udp_replied, t.tcp[TcpConntrack.ESTABLISHED], t.icmpv6, t.icmp) == \
+        (60.0, 180.0, 7440.0, 10.0, DEFAULT_TIMEOUTS.icmp)
+    # the other TCP states keep the kernel's defaults; no conntrack sysctl at all: the defaults themselves
+    assert t.tcp[TcpConntrack.TIME_WAIT] == DEFAULT_TIMEOUTS.tcp[TcpConntrack.TIME_WAIT] == 120.0
+    assert CtTimeouts.from_sysctls({"net.ipv4.ip_forward": "1"}) is DEFAULT_TIMEOUTS
+
+
+def test_an_unreplied_udp_entry_expires_after_the_namespace_udp_timeout():
+    a, b = ipaddress.ip_address("192.0.2.1"), ipaddress.ip_address("198.51.100.1")
+    for sysctls, life in (({}, 30.0), ({"net.netfilter.nf_conntrack_udp_timeout": "300"}, 300.0)):
+        table = ConntrackTable(CtTimeouts.from_sysctls(sysctls))
+        ct = table.nf_conntrack_in(CtTuple(a, b, 40000, 53, 2, 17), 10.0, length=60).entry
+        table.nf_conntrack_confirm(ct, 10.0)
+        assert ct.expires(10.0) == pytest.approx(life)  # nf_ct_expires: the seconds left
+
+
+def test_the_stack_gives_each_namespace_its_own_timeouts():
+    sim = Simulation(load_topology(TOPOLOGIES / "conform-limit.toml"))
+    assert sim.kernel.netns["r"].conntrack.timeouts.udp_unreplied == 300.0
+    assert sim.kernel.netns["ns1"].conntrack.timeouts is DEFAULT_TIMEOUTS
