@@ -52,7 +52,7 @@ def test_a_bad_numeric_sysctl_is_one_located_error(key, value, problem):
 
 @pytest.mark.parametrize("key, value", [
     ("net.netfilter.nf_flowtable_tcp_timeout", "0.5"), ("net.netfilter.nf_conntrack_udp_timeout", " 60 "),
-    ("net.ipv4.neigh.default.gc_thresh3", "0"), ("net.ipv4.conf.all.forwarding", "anything"),  # a switch: text
+    ("net.ipv4.neigh.default.gc_thresh3", "0"), ("net.ipv4.conf.all.forwarding", "2"),  # a switch: on
     ("net.core.somaxconn", "not modelled"),  # a key flowsim does not read stays inert
 ])
 def test_good_and_unread_sysctls_load(key, value):
@@ -87,3 +87,13 @@ def test_the_stack_gives_each_namespace_its_own_timeouts():
     sim = Simulation(load_topology(TOPOLOGIES / "conform-limit.toml"))
     assert sim.kernel.netns["r"].conntrack.timeouts.udp_unreplied == 300.0
     assert sim.kernel.netns["ns1"].conntrack.timeouts is DEFAULT_TIMEOUTS
+
+
+@pytest.mark.parametrize("key, value", [
+    ("net.ipv4.ip_forward", "yes"), ("net.ipv4.conf.eth0/10.forwarding", "on"), ("net.ipv6.conf.all.forwarding", ""),
+    ("net.ipv4.conf.all.promote_secondaries", "1.0"),
+])
+def test_a_switch_flowsim_reads_must_be_an_integer(key, value):
+    # proc_dointvec refuses it; flowsim took any text but "0" for on
+    assert sysctl_problem(key, value) == ("not an integer", "0 (off) or 1 (on)")
+    assert sysctl_problem(key, "2") is None and sysctl_problem(key, "-1") is None

@@ -3,11 +3,12 @@ them (``sysctls = {…}``, ``sysctl -w`` lines), so that a bad value is one loca
 
 Theory of operation
 -------------------
-Every other sysctl is kept as the text it was given (a switch reads ``0`` / empty as off, anything else as on,
-as the topology's ``forwarding`` keys do; a key flowsim does not model is inert).  The keys below are turned into
-numbers by the simulator: the flowtable's and conntrack's timeouts (``proc_dointvec_jiffies``: whole seconds in
-the kernel, any non-negative number of seconds here, within a run's virtual time), the PMTU exceptions' life, and
-the neighbour table's hard limit (``proc_dointvec``).  :func:`sysctl_problem` says what is wrong with one value.
+Some keys are turned into numbers by the simulator: the flowtable's and conntrack's timeouts
+(``proc_dointvec_jiffies``: whole seconds in the kernel, any non-negative number of seconds here, within a
+run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).  The
+switches it reads (forwarding, ``promote_secondaries``) must be integers, as ``proc_dointvec`` wants: 0 is off,
+any other on.  Every other sysctl is kept as the text it was given (a key flowsim does not model is inert).
+:func:`sysctl_problem` says what is wrong with one value.
 
 The keys come from the kernel modules that read them; the bounds from :mod:`flowsim.config.limits`.
 """
@@ -15,12 +16,13 @@ The keys come from the kernel modules that read them; the bounds from :mod:`flow
 from __future__ import annotations
 
 import math
+import re
 
 from flowsim.config.limits import MAX_VIRTUAL_TIME
 from flowsim.kernel.conntrack import CT_TIMEOUT_SYSCTLS
 from flowsim.kernel.flowtable.core import FLOW_TIMEOUT_SYSCTLS
 
-__all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "sysctl_problem"]
+__all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "SWITCH_SYSCTLS", "sysctl_problem"]
 
 #: sysctls read as seconds
 SECONDS_SYSCTLS = frozenset({
@@ -30,7 +32,11 @@ SECONDS_SYSCTLS = frozenset({
 })
 #: sysctls read as integers (proc_dointvec: an int)
 INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neigh.default.gc_thresh3"})
+#: switches flowsim reads (0 off, another integer on; proc_dointvec refuses anything but an integer)
+SWITCH_SYSCTLS = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding"
+                            r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries")
 _INT_MAX = (1 << 31) - 1
+_INT_MIN = -(1 << 31)
 
 
 def sysctl_problem(key: str, value: str) -> tuple[str, str] | None:
@@ -50,4 +56,11 @@ def sysctl_problem(key: str, value: str) -> tuple[str, str] | None:
             return "not an integer", f"an integer, 0 to {_INT_MAX}"
         if not 0 <= number <= _INT_MAX:
             return "out of range", f"an integer, 0 to {_INT_MAX}"
+    elif SWITCH_SYSCTLS.fullmatch(key):
+        try:
+            number = int(text, 10)
+        except ValueError:
+            return "not an integer", "0 (off) or 1 (on)"
+        if not _INT_MIN <= number <= _INT_MAX:
+            return "out of range", "0 (off) or 1 (on)"
     return None
