@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.config.sysctls import sysctl_problem
+from flowsim.config.sysctls import SysctlProblem, sysctl_problem
 from flowsim.config.topology import load_topology, load_topology_text
 from flowsim.errors import TopologyError
 from flowsim.kernel.conntrack import DEFAULT_TIMEOUTS, ConntrackTable, CtTimeouts, CtTuple, TcpConntrack
@@ -40,7 +40,7 @@ sysctls = {{ {sysctls} }}
     ("net.ipv6.neigh.default.gc_thresh3", "2147483648", "out of range"),
 ])
 def test_a_bad_numeric_sysctl_is_one_located_error(key, value, problem):
-    assert sysctl_problem(key, value)[0] == problem
+    assert sysctl_problem(key, value).what == problem
     with pytest.raises(TopologyError, match=f"sysctl {key} = .*: {problem}") as err:
         load_topology_text(BASE.format(command="", sysctls=f'"{key}" = "{value}"'), "bad.toml")
     assert (err.value.file, err.value.line) == ("bad.toml", 7)
@@ -95,5 +95,5 @@ def test_the_stack_gives_each_namespace_its_own_timeouts():
 ])
 def test_a_switch_flowsim_reads_must_be_an_integer(key, value):
     # proc_dointvec refuses it; flowsim took any text but "0" for on
-    assert sysctl_problem(key, value) == ("not an integer", "0 (off) or 1 (on)")
+    assert sysctl_problem(key, value) == SysctlProblem("not an integer", "0 (off) or 1 (on)")
     assert sysctl_problem(key, "2") is None and sysctl_problem(key, "-1") is None

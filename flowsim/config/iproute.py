@@ -756,5 +756,5 @@ def _sysctl(topo: Topology, cmd: Command, tokens: list[str]) -> None:
             raise cmd.error(f"bad sysctl {item!r}", value=item, expected="KEY=VALUE")
         problem = sysctl_problem(key, value)
         if problem is not None:
-            raise cmd.error(f"sysctl {key} = {value!r}: {problem[0]}", value=value, expected=problem[1])
+            raise cmd.error(f"sysctl {key} = {value!r}: {problem.what}", value=value, expected=problem.expected)
         topo.netns(cmd.netns).sysctls[key] = value

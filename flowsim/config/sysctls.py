@@ -18,11 +18,13 @@ from __future__ import annotations
 import math
 import re
 
+import attrs
+
 from flowsim.config.limits import MAX_VIRTUAL_TIME
 from flowsim.kernel.conntrack import CT_TIMEOUT_SYSCTLS
 from flowsim.kernel.flowtable.core import FLOW_TIMEOUT_SYSCTLS
 
-__all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "SWITCH_SYSCTLS", "sysctl_problem"]
+__all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "SWITCH_SYSCTLS", "SysctlProblem", "sysctl_problem"]
 
 #: sysctls read as seconds
 SECONDS_SYSCTLS = frozenset({
@@ -39,28 +41,36 @@ _INT_MAX = (1 << 31) - 1
 _INT_MIN = -(1 << 31)
 
 
-def sysctl_problem(key: str, value: str) -> tuple[str, str] | None:
-    """None if *value* is one *key* may hold, else (what is wrong, what was expected)."""
+@attrs.frozen
+class SysctlProblem:
+    """What is wrong with a sysctl's value, and what was expected."""
+
+    what: str
+    expected: str
+
+
+def sysctl_problem(key: str, value: str) -> SysctlProblem | None:
+    """None if *value* is one *key* may hold, else what is wrong with it."""
     text = str(value).strip()
     if key in SECONDS_SYSCTLS:
         try:
             seconds = float(text)
         except ValueError:
-            return "not a number", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}"
+            return SysctlProblem("not a number", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}")
         if not math.isfinite(seconds) or not 0 <= seconds <= MAX_VIRTUAL_TIME:
-            return "out of range", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f} (a run's virtual time)"
+            return SysctlProblem("out of range", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f} (a run's virtual time)")
     elif key in INTEGER_SYSCTLS:
         try:
             number = int(text, 10)
         except ValueError:
-            return "not an integer", f"an integer, 0 to {_INT_MAX}"
+            return SysctlProblem("not an integer", f"an integer, 0 to {_INT_MAX}")
         if not 0 <= number <= _INT_MAX:
-            return "out of range", f"an integer, 0 to {_INT_MAX}"
+            return SysctlProblem("out of range", f"an integer, 0 to {_INT_MAX}")
     elif SWITCH_SYSCTLS.fullmatch(key):
         try:
             number = int(text, 10)
         except ValueError:
-            return "not an integer", "0 (off) or 1 (on)"
+            return SysctlProblem("not an integer", "0 (off) or 1 (on)")
         if not _INT_MIN <= number <= _INT_MAX:
-            return "out of range", "0 (off) or 1 (on)"
+            return SysctlProblem("out of range", "0 (off) or 1 (on)")
     return None

@@ -309,8 +309,8 @@ def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
         for key, val in flat.items():
             problem = sysctl_problem(key, val)
             if problem is not None:
-                raise TopologyError(f"sysctl {key} = {short(val)}: {problem[0]}", file=file, line=line, value=val,
-                                    expected=problem[1])
+                raise TopologyError(f"sysctl {key} = {short(val)}: {problem.what}", file=file, line=line, value=val,
+                                    expected=problem.expected)
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line, value=type(value).__name__,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')
