@@ -454,3 +454,17 @@ def test_jump_depth_is_nft_chain_validate(text, error):
     with pytest.raises(RulesetError, match="Too many links") as exc:
         parse_ruleset(text, file="x.nft")
     assert str(exc.value).startswith(error[0]) and error[1] in str(exc.value)
+
+
+@pytest.mark.parametrize("text, value", [
+    # what nft 1.0.6 lists back for `tcp dport TEXT` (src/scanner.l: hex, then octal for 0 and octal digits, else
+    # decimal): these crashed the parser (int(text, 0) refuses a leading zero)
+    ("022", 18), ("017", 15), ("0777", 511), ("00", 0), ("007", 7), ("08", 8), ("09", 9), ("018", 18),
+    ("0x1f", 31), ("0X1F", 31), ("443", 443),
+])
+def test_numbers_are_read_as_nft_reads_them(text, value):
+    from flowsim.nft.types import nft_number
+    assert nft_number(text) == value
+    rs = parse_ruleset(f"table inet t {{ chain c {{ tcp dport {text} counter packets {text} bytes 0 }} }}")
+    match, counter = rs.tables[0].chains["c"].rules[0].exprs
+    assert match.values == (value,) and counter.packets == value

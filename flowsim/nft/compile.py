@@ -26,7 +26,7 @@ from flowsim.nft.model import (
     Verdict, VerdictMap,
 )
 from flowsim.nft.types import (
-    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom,
+    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom, nft_number,
 )
 
 __all__ = ["RuleCompiler"]
@@ -307,7 +307,7 @@ class RuleCompiler(Generic[_Table]):
         return stmt
 
     def _bounded(self, token, most: int, what: str) -> int:
-        value = int(token.value, 0)
+        value = nft_number(token.value)
         if value > most:
             raise self.err(f"{what} {value} is too large", token, value, f"at most {most}")
         return value
@@ -386,7 +386,7 @@ class RuleCompiler(Generic[_Table]):
         return CounterStmt(loc=self.loc(node))
 
     def x_counter_anon_init(self, tb, node, defines):
-        p, b = (int(t.value, 0) for t in self.tokens(node, "NUMBER"))
+        p, b = (nft_number(t.value) for t in self.tokens(node, "NUMBER"))
         return CounterStmt(packets=p, bytes=b, loc=self.loc(node))
 
     def x_counter_named(self, tb, node, defines):
@@ -488,7 +488,7 @@ class RuleCompiler(Generic[_Table]):
         if not nodes:
             return None, None
         toks = self.tokens(nodes[0], "NUMBER")
-        lo, hi = int(toks[0].value, 0), int(toks[-1].value, 0)
+        lo, hi = nft_number(toks[0].value), nft_number(toks[-1].value)
         if not 0 < lo <= hi <= 65535:
             raise self.err("bad port range", toks[0], toks[0].value, "ports 1..65535, LOW <= HIGH")
         return lo, hi

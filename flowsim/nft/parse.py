@@ -51,7 +51,7 @@ from flowsim.nft.model import (
     CHAIN_PRIORITIES, FAMILIES, HOOKS_BY_FAMILY, BaseHook, Chain, CounterDef, Flowtable, Loc, NamedSet, QuotaDef,
     Ruleset, Table, Verdict,
 )
-from flowsim.nft.types import BITMASK_DTYPES, DTYPES, SET_TYPES, SYMBOLS, coerce
+from flowsim.nft.types import BITMASK_DTYPES, DTYPES, SET_TYPES, SYMBOLS, coerce, nft_number
 
 __all__ = ["parse_ruleset", "DTYPES", "SYMBOLS", "BITMASK_DTYPES"]
 
@@ -495,9 +495,9 @@ class _Builder(RuleCompiler[_TableB]):
     def prio(self, node) -> tuple[int, str]:
         toks = self.tokens(node)
         if node.data == "prio_num":
-            return int(toks[0].value, 0), toks[0].value
+            return nft_number(toks[0].value), toks[0].value
         if node.data == "prio_neg":
-            return -int(toks[0].value, 0), "-" + toks[0].value
+            return -nft_number(toks[0].value), "-" + toks[0].value
         name = toks[0]
         m = re.fullmatch(r"([a-z]+)(?:-(\d+))?", name.value)  # `filter-10` lexes as one name
         if not m or m.group(1) not in CHAIN_PRIORITIES:
@@ -505,9 +505,9 @@ class _Builder(RuleCompiler[_TableB]):
                            "a number or one of " + ", ".join(CHAIN_PRIORITIES))
         base = CHAIN_PRIORITIES[m.group(1)] - int(m.group(2) or 0)
         if node.data == "prio_plus":
-            return base + int(toks[1].value, 0), f"{name.value} + {toks[1].value}"
+            return base + nft_number(toks[1].value), f"{name.value} + {toks[1].value}"
         if node.data == "prio_minus":
-            return base - int(toks[1].value, 0), f"{name.value} - {toks[1].value}"
+            return base - nft_number(toks[1].value), f"{name.value} - {toks[1].value}"
         return base, name.value
 
     def devset(self, node, defines, locs: list[Loc] | None = None) -> list[str]:
@@ -591,7 +591,7 @@ class _Builder(RuleCompiler[_TableB]):
         packets = nbytes = 0
         for body in self.trees(node, "counter_body"):
             for item in body.children:
-                nums = [int(t.value, 0) for t in self.tokens(item, "NUMBER")]
+                nums = [nft_number(t.value) for t in self.tokens(item, "NUMBER")]
                 if item.data == "counter_packets":
                     packets = nums[0]
                     nbytes = nums[1] if len(nums) > 1 else nbytes

@@ -11,12 +11,13 @@ kernel's values.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import attrs
 
 from flowsim.nft.model import NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, Loc, Range
 
-__all__ = ["SYMBOLS", "BITMASK_DTYPES", "DTYPES", "SET_TYPES", "coerce", "coerce_atom",
+__all__ = ["SYMBOLS", "BITMASK_DTYPES", "DTYPES", "SET_TYPES", "coerce", "coerce_atom", "nft_number",
            "RawAtom", "RawRange", "RawSlash", "RawSet", "TOKEN_KIND"]
 
 #: symbolic constants per data type (nft's datatype symbol tables).
@@ -105,6 +106,19 @@ class RawSet:
 TOKEN_KIND = {"NUMBER": "num", "IPV4_ADDR": "ip4", "IPV6_ADDR": "ip6", "IDENT": "name", "STRING": "str"}
 
 
+def nft_number(text: str) -> int:
+    """A NUMBER token's value as nft's scanner reads it (src/scanner.l, checked with nft 1.0.6): ``0x``/``0X`` and
+    hex digits, ``0`` and octal digits (``022`` is 18), else decimal (``018`` is 18, ``09`` is 9)."""
+    if text[:2] in ("0x", "0X"):
+        return int(text[2:], 16)
+    if len(text) > 1 and text[0] == "0" and _OCTAL.fullmatch(text):
+        return int(text, 8)
+    return int(text, 10)
+
+
+_OCTAL = re.compile(r"0[0-7]+")
+
+
 def coerce_atom(dtype: str, a: RawAtom, err):
     """One raw atom as a typed scalar of *dtype* (int, address, str)."""
     if dtype == "ct_helper":  # `ct helper set "ftp"`: the name of a `ct helper` object
@@ -115,7 +129,7 @@ def coerce_atom(dtype: str, a: RawAtom, err):
         if a.kind in ("str", "name"):
             return a.text
         if a.kind == "num" and dtype == "iface_index":
-            return int(a.text, 0)
+            return nft_number(a.text)
         raise err(f"{a.text!r} is not an interface", a.loc, a.text, _EXPECTED[dtype])
     if dtype in ("ipv4_addr", "ipv6_addr", "ct_addr"):
         want = {"ipv4_addr": ("ip4",), "ipv6_addr": ("ip6",), "ct_addr": ("ip4", "ip6")}[dtype]
@@ -126,7 +140,7 @@ def coerce_atom(dtype: str, a: RawAtom, err):
         except ValueError:
             raise err(f"bad address {a.text!r}", a.loc, a.text, _EXPECTED[dtype]) from None
     if a.kind == "num":
-        v = int(a.text, 0)
+        v = nft_number(a.text)
     elif a.kind == "name" and a.text in SYMBOLS.get(dtype, {}):
         v = SYMBOLS[dtype][a.text]
     else:
