@@ -221,3 +221,15 @@ def test_a_link_local_gateway_needs_its_device_only():
 def test_a_link_local_gateway_without_a_usable_device_is_refused(command, message):
     with pytest.raises(TopologyError, match=message):
         _main(command)
+
+
+@pytest.mark.parametrize("mtu, value", [("1500", 1500), ("01500", 832), ("0x5dc", 1500), ("0", None), ("09", None)])
+def test_numbers_are_read_as_iproute2_reads_them(mtu, value):
+    """iproute2's get_integer / get_unsigned: strtol(arg, &end, 0), so a leading 0 is octal (01500 is 832) and a
+    0 followed by 8 or 9 is no number; int(text, 0) refused every leading zero."""
+    text = f"[netns.a]\ncommands = '''\nip link add eth0 type veth peer name eth1\nip link set eth0 mtu {mtu}\n'''\n"
+    if value is None:
+        with pytest.raises(TopologyError, match="mtu"):
+            load_topology_text(text, "mtu.toml")
+    else:
+        assert load_topology_text(text, "mtu.toml").namespaces["a"].devices["eth0"].mtu == value

@@ -28,6 +28,7 @@ import enum
 import errno as _errno
 import hashlib
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -46,6 +47,9 @@ from flowsim.kernel.headers import (  # re-exported: the device modules and thei
     mac_aton,
     mac_ntoa,
 )
+
+#: what strtoul reads as octal with base 0: a 0 and octal digits
+_STRTOUL_OCTAL = re.compile(r"0[0-7]+")
 
 __all__ = [
     "ETH_P_IP", "ETH_P_IPV6", "ETH_P_8021Q", "ETH_P_8021AD", "ETH_P_PPP_SES",
@@ -196,7 +200,8 @@ class Args:
     def int(self, keyword: str, lo: int, hi: int, *, base: int = 0) -> int:
         text = self.next(f"an integer {lo}..{hi} after {keyword!r}")
         try:
-            value = int(text, base)
+            # iproute2's get_unsigned: strtoul(arg, &end, 0), where a leading 0 means octal (mtu 01500 is 832)
+            value = int(text, 8) if base == 0 and _STRTOUL_OCTAL.fullmatch(text) else int(text, base)
         except ValueError:
             raise self.cmd.error(f"bad value {text!r} for {keyword!r}", value=text,
                                  expected=f"an integer {lo}..{hi}") from None
