@@ -55,9 +55,15 @@ ATTACKS = [
 ]
 
 
+#: a sysctl flowsim keeps as text (it reads no number from it), so that any value reaches the guest's script
+TEXT_SYSCTL = "net.core.somaxconn"
+
+
 def attacked(name: str, value: str):
+    """The scenario with *name* for r and *value* for :data:`TEXT_SYSCTL`.  (The sysctls flowsim reads, such as
+    ``net.ipv4.ip_forward``, refuse such a value at load: tests/test_sysctls.py.)"""
     text = UDP_IDLE.replace("[netns.r]", f"[netns.{toml_string(name)}]").replace(
-        '"net.ipv4.ip_forward" = 1', f'"net.ipv4.ip_forward" = {toml_string(value)}')
+        '"net.ipv4.ip_forward" = 1', f'"net.ipv4.ip_forward" = 1, "{TEXT_SYSCTL}" = {toml_string(value)}')
     return load_topology_text(text, "attack.toml")
 
 
@@ -93,7 +99,7 @@ def test_injection_attempts_run_nothing(tmp_path, what, name, value):
     assert ["netns", "add", name] in argvs
     assert ["-n", name, "link", "set", "lo", "up"] in argvs
     assert f"harness {name}" in helpers and f"NS {name}" in helpers and f"snapshot {name}" in helpers
-    assert (tmp_path / "out" / "_proc_sys_net_ipv4_ip_forward").read_text() == value + "\n"
+    assert (tmp_path / "out" / "_proc_sys_net_core_somaxconn").read_text() == value + "\n"
 
 
 def test_the_harness_would_see_an_injection(tmp_path):
