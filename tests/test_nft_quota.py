@@ -113,3 +113,16 @@ def test_conform_limit_quotas_through_the_stack():
     got = {t["name"]: t["directions"]["original"]["delivered"] for t in build_report(sim)["traffic"]}
     assert (got["udp-quota"], got["udp-quota-over"]) == (3, 1)
     assert sim.kernel.netns["r"].nft.quotas_consumed[("inet", "filter", "q5205")] == 6000
+
+
+def test_a_quota_object_as_nft_lists_it():
+    # `nft list ruleset` (1.0.6) writes an object's comment first, each on its own line
+    rs = parse_ruleset('table inet t {\n\tquota q1 {\n\t\tover 10 kbytes used 3 kbytes\n\t}\n\n'
+                       '\tquota q2 {\n\t\tcomment "cap"\n\t\t5 mbytes\n\t}\n}\n')
+    assert dict(rs.tables[0].quotas) == {"q1": QuotaDef("q1", 10240, True, 3072), "q2": QuotaDef("q2", 5 << 20)}
+
+
+@pytest.mark.parametrize("body", ["", "1 kbytes; 2 kbytes", 'comment "x"'])
+def test_a_quota_object_has_exactly_one_amount(body):
+    with pytest.raises(RulesetError, match="quota q has [02] amounts"):
+        parse_ruleset(f"table inet t {{ quota q {{ {body} }} }}", file="quota.nft")

@@ -62,12 +62,13 @@ class _BracePostLex(PostLex):
     """Drop newlines inside set braces; keep them as separators elsewhere.
 
     A ``{`` opens a *block* when it follows a block keyword (``table``,
-    ``chain``, ``flowtable``, ``counter``, ``set``, ``map``) and the object's
+    ``chain``, ``flowtable``, ``counter``, ``quota``, ``set``, ``map``) and the object's
     name, or ``jump``/``goto`` (anonymous chain); any other ``{`` is a set.
     """
 
     always_accept = ("_NL",)
-    _BLOCK_KW = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "COUNTER", "SET", "MAP", "JUMP", "GOTO", "HELPER"})
+    _BLOCK_KW = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "COUNTER", "QUOTA", "SET", "MAP", "JUMP", "GOTO",
+                           "HELPER"})
     _NAMEISH = frozenset({"IDENT", "STRING", "VAR", "IP", "IP6", "INET", "NETDEV", "BRIDGE", "ARP"})
 
     def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
@@ -434,9 +435,7 @@ class _Builder(RuleCompiler[_TableB]):
             elif item.data == "counter_obj":
                 self.counter_obj(tb, item)
             elif item.data == "quota_obj":
-                name = self.tokens(item, "IDENT")[0]
-                q = self.quota_spec(self.trees(item, "quota_spec")[0], self.loc(name))
-                tb.quotas[name.value] = QuotaDef(name.value, q.quota, q.over, q.used, self.loc(name))
+                self.quota_obj(tb, item)
             elif item.data in ("set_obj", "map_obj"):
                 self.set_obj(tb, item, is_map=item.data == "map_obj")
             elif item.data == "define":  # a define inside the table (firewall4 writes them there)
@@ -585,6 +584,16 @@ class _Builder(RuleCompiler[_TableB]):
             family=tb.family, table=tb.name, name=name.value, hook="ingress", priority=prio,
             devices=tuple(devices), flags=frozenset(flags), counter=counter, loc=self.loc(name),
             order=self._next_order(), device_locs=tuple(device_locs))
+
+    def quota_obj(self, tb: _TableB, node):
+        """``quota NAME { [over|until] N UNIT [used M UNIT] }``, a comment before or after (as nft lists it)."""
+        name = self.tokens(node, "IDENT")[0]
+        specs = self.trees(node, "quota_spec")
+        if len(specs) != 1:
+            raise self.err(f"quota {name.value} has {len(specs)} amounts", specs[1] if specs else name,
+                           name.value, "one [over|until] N BYTES [used M BYTES]")
+        q = self.quota_spec(specs[0], self.loc(name))
+        tb.quotas[name.value] = QuotaDef(name.value, q.quota, q.over, q.used, self.loc(name))
 
     def counter_obj(self, tb: _TableB, node):
         name = self.tokens(node, "IDENT")[0]
