@@ -3,7 +3,8 @@
 ``nft.lark`` (the grammar), ``parse`` (text → statements, with file and
 line), ``compile`` and ``types`` (typed expressions and sets), ``model``
 (tables, chains, rules, flowtables), ``eval`` (``nft_do_chain``: rule
-evaluation with the packet's metadata), ``hooks`` (base chains and
+evaluation with the packet's metadata, and the stateful expressions' state: counters,
+``limit`` token buckets on the namespace's clock, ``quota`` bytes), ``hooks`` (base chains and
 flowtables in hook priority order, ``nf_hook_entries_grow``) and
 ``ruleset`` (:class:`~flowsim.nft.ruleset.Nftables`, the front).
 

@@ -6,7 +6,7 @@ Theory of operation
    :class:`_BracePostLex` sits between lexer and parser: a newline separates
    statements like ``;`` except inside a *set* brace (``{ tcp, udp }``,
    ``devices = { … }``), where it is dropped.  Whether a ``{`` opens a block
-   (table, chain, flowtable, counter, set, anonymous chain) or a set is read
+   (table, chain, flowtable, counter, quota, set, anonymous chain) or a set is read
    off the tokens before it, the way nft's own scanner keeps a scope stack.
 2. **Commands in order** (:class:`_Builder`): tables, ``add``/``insert``
    rule, ``flush``, ``delete`` and ``define`` are applied to mutable
@@ -20,7 +20,8 @@ Theory of operation
    and are regular chains, no loops, ``flow add`` only in chains reachable
    from a ``forward`` hook (nft_flow_offload_validate), NAT only in ``type
    nat`` chains at the right hooks (nft_nat_validate), named counters and
-   flowtables defined.
+   flowtables defined, and what ``nft_limit_init`` and ``nft_quota_do_init`` refuse
+   (a zero rate, a token bucket or a quota past 64 bits, more used than the quota).
 
 Every error is a :class:`~flowsim.errors.RulesetError` naming file, line,
 column and what was expected; nothing unsupported is skipped silently.
