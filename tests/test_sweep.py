@@ -14,6 +14,7 @@ import pytest
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
+from flowsim.kernel.conntrack import TcpConntrack
 from flowsim.sim.sweep import METRICS, SweepError, flow_table_size, parse_grid, plan, point_simulation, sweep
 
 TOPO = str(Path(__file__).resolve().parent.parent / "topologies" / "ip6ip6-rx.toml")
@@ -113,6 +114,10 @@ def _spec(sim, name):
     ({"ipip_rx": "off"}, {}, lambda sim, d: sim.profile.ipip_rx, False),
     ({"udp_timeout": 5}, {}, lambda sim, d: _sysctl(sim, "udp_timeout"), {"5.0"}),
     ({"tcp_timeout": "7"}, {}, lambda sim, d: _sysctl(sim, "tcp_timeout"), {"7.0"}),
+    # conntrack's timeouts: each namespace's table takes them (CtTimeouts.from_sysctls)
+    ({"ct_udp_timeout": 45, "ct_tcp_timeout_established": "7440"}, {},
+     lambda sim, d: {(st.conntrack.timeouts.udp_unreplied, st.conntrack.timeouts.tcp[TcpConntrack.ESTABLISHED])
+                     for st in sim.kernel.netns.values()}, {(45.0, 7440.0)}),
     ({"traffic.*.packets": 3}, {}, lambda sim, d: [s.packets for s in sim.specs], [3, 3]),
     ({f"traffic.{UDP}.flows": 4}, {"traffic.*.flows": 2},
      lambda sim, d: [s.flows for s in sim.specs], [2, 4]),

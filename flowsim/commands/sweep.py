@@ -3,7 +3,9 @@
 Each ``--grid KEY=V1,V2,…`` adds a dimension; the runs are the cartesian
 product of them (the first key varies slowest).  KEY is ``profile``, a
 profile switch, ``tcp_timeout`` / ``udp_timeout`` (the flowtable
-sysctls of every namespace, in seconds), ``traffic.NAME.FIELD`` (NAME a
+sysctls of every namespace, in seconds), ``ct_udp_timeout``,
+``ct_tcp_timeout_established`` … (conntrack's, likewise),
+``traffic.NAME.FIELD`` (NAME a
 traffic table or ``*``; FIELD packets, size, reply_packets, reply_size,
 rate, start, flows, sport, dport, ttl, handshake, close, df), ``duration``,
 ``headlen`` or ``flowtables``.  ``--set KEY=V`` fixes any of them for

@@ -20,6 +20,10 @@ Keys (:func:`resolve_key`):
     seconds: the sysctls ``net.netfilter.nf_flowtable_tcp_timeout`` /
     ``nf_flowtable_udp_timeout`` of every namespace (the flow timeout,
     30 s by default; ``flow_offload_get_timeout``);
+``ct_udp_timeout``, ``ct_udp_timeout_stream``, ``ct_tcp_timeout_established`` …
+    seconds: conntrack's ``net.netfilter.nf_conntrack_*`` timeout of every
+    namespace (``CtTimeouts.from_sysctls``; what an entry has left when its
+    flow ends, ``flow_offload_fixup_ct``);
 ``traffic.NAME.FIELD``
     a field of the traffic table NAME, or of every table with ``*``:
     :data:`TRAFFIC_FIELDS` (``packets``, ``rate``, ``flows`` …); a named
@@ -89,6 +93,9 @@ import attrs
 from flowsim.config.limits import read_bounded
 from flowsim.config.topology import Topology, load_topology_text
 from flowsim.errors import ConfigError, FlowsimError, ProfileError
+from flowsim.kernel.conntrack import CT_TIMEOUT_SYSCTLS
+from flowsim.kernel.flowtable.core import FLOW_TIMEOUT_SYSCTLS
+from flowsim.kernel.headers import IPPROTO_TCP, IPPROTO_UDP
 from flowsim.profiles import DEFAULT_PROFILE, SWITCHES, get_profile
 from flowsim.sim.progress import count_bar
 from flowsim.sim.report import build_report
@@ -203,10 +210,11 @@ RUN_KEYS: dict[str, Callable] = {
     "flowtables": _boolean(),
 }
 
-#: timeout keys -> the flowtable sysctl they set in every namespace
+#: timeout keys -> the sysctl they set in every namespace: the flowtable's, and conntrack's
 TIMEOUT_KEYS: dict[str, str] = {
-    "tcp_timeout": "net.netfilter.nf_flowtable_tcp_timeout",
-    "udp_timeout": "net.netfilter.nf_flowtable_udp_timeout",
+    "tcp_timeout": FLOW_TIMEOUT_SYSCTLS[IPPROTO_TCP],
+    "udp_timeout": FLOW_TIMEOUT_SYSCTLS[IPPROTO_UDP],
+    **{"ct_" + key.removeprefix("net.netfilter.nf_conntrack_"): key for key in CT_TIMEOUT_SYSCTLS},
 }
 
 #: ``traffic.NAME.FIELD``: the TrafficSpec fields a sweep may vary -> converter
