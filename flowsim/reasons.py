@@ -135,6 +135,8 @@ _ROWS = [
     ("frag-overlap", DROP, "inet_frag_queue_insert",
      "a fragment overlaps one already queued: the whole datagram is discarded (RFC 5722)"),
     ("frag-duplicate", DROP, "inet_frag_queue_insert", "a fragment whose bytes are already queued (DUP_FRAG)"),
+    ("frag-too-far", DROP, "ip_frag_too_far / ip_frag_reinit",
+     "an IPv4 queue's fragments, after more than ipfrag_max_dist (64) other fragments from the same source"),
     ("frag-invalid", DROP, "ip_frag_queue / ip6_frag_queue / nf_ct_frag6_queue",
      "a fragment without data, a second last fragment with another end, or bytes past the last one's end"),
     ("frag-oversize", DROP, "ip_frag_reasm / ip6_frag_queue / nf_ct_frag6_queue",

@@ -15,6 +15,8 @@ net/ipv6/icmp.c) answers later fragments too, where IPv4's ``icmp_send`` answers
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -355,3 +357,55 @@ def test_the_bisection_answers_as_a_scan_of_every_run(inserts):
         offset, end = at * 8, (at + n) * 8
         assert q.inet_frag_queue_insert(offset, end) == _scan_insert(runs, tail, offset, end)
         assert q.runs == runs and q.heads == sorted(runs)
+
+
+# ---------------------------------------------------------------- ip_frag_too_far
+
+def _interleaved(others: int, sysctl: str = "") -> Simulation:
+    """Datagram 1's first fragment, then *others* whole two-fragment datagrams from the same source, then datagram
+    1's last fragment, at b (each datagram one packet of the ledger)."""
+    text = TOPOLOGY.replace("[netns.b]\n", f"[netns.b]\n{sysctl}\n") if sysctl else TOPOLOGY
+    sim = Simulation(load_topology_text(text))
+    k = sim.kernel
+    dev, peer = sim.topo.device("b", "eth0"), sim.topo.device("a", "eth0")
+    eth = bytes(Ether(src=peer.mac, dst=dev.mac, type=0x0800))
+    frames = []
+    late = k.new_tag("x", "original", "udp")
+    k.ledger.add_pieces(late, 1)
+    frames.append((late, _v4(0, bytes(16), True, ident=1)[0]))
+    for ident in range(100, 100 + others):
+        tag = k.new_tag("x", "original", "udp")
+        k.ledger.add_pieces(tag, 1)
+        frames += [(tag, _v4(0, bytes(16), True, ident=ident)[0]), (tag, _v4(16, bytes(8), False, ident=ident)[0])]
+    frames.append((late, _v4(16, bytes(8), False, ident=1)[0]))
+    for i, (tag, f) in enumerate(frames):
+        sim.at(i * 1e-4, k.receive_frame, dev, eth + f, tag)
+    sim.run(duration=40.0)  # past ipfrag_time (30 s): a queue still waiting then expires
+    return sim
+
+
+@pytest.mark.parametrize("others, sysctl, too_far", [
+    (31, "", False),  # 62 fragments of others in between: the last fragment is 63 behind the first
+    (32, "", True),  # 64 in between, 65 behind: past ipfrag_max_dist (64)
+    (65, "", True),
+    (65, 'sysctls = { "net.ipv4.ipfrag_max_dist" = 0 }', False),  # 0: no inet_peer, never too far
+    (40, 'sysctls = { "net.ipv4.ipfrag_max_dist" = 100 }', False),
+])
+def test_a_queue_too_far_behind_its_source_starts_afresh(others, sysctl, too_far):
+    """ip_frag_too_far (net/ipv4/ip_fragment.c): each fragment from a source advances its inet_peer rid; a queue
+    holding fragments whose last one is more than ipfrag_max_dist behind is re-initialised (ip_frag_reinit): its
+    fragments are dropped and the late fragment starts a new queue, which waits for the rest."""
+    sim = _interleaved(others, sysctl)
+    ledger = sim.kernel.ledger
+    totals = ledger.totals()
+    # a reassembled datagram finds no socket at b (no-socket): one per datagram that completed.  Datagram 1, too
+    # far behind, loses its first fragment (frag-too-far, the reason it is counted under) and its last fragment
+    # waits in the new queue until ip_expire
+    assert totals["injected"] == others + 1 == totals["dropped"] and totals["in_flight"] == 0
+    if too_far:
+        assert dict(ledger.dropped) == {"frag-too-far": 1, "no-socket": others}
+    else:
+        assert dict(ledger.dropped) == {"no-socket": others + 1}
+    assert not sim.kernel.netns["b"].frags
+    rids = {} if "= 0" in sysctl else {ipaddress.ip_address(A4): 2 * others + 2}
+    assert sim.kernel.netns["b"].inet_peer_rid == rids

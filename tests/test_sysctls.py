@@ -38,6 +38,7 @@ sysctls = {{ {sysctls} }}
     ("net.ipv6.route.mtu_expires", "1e9", "out of range"),
     ("net.ipv4.neigh.default.gc_thresh3", "1.5", "not an integer"),
     ("net.ipv6.neigh.default.gc_thresh3", "2147483648", "out of range"),
+    ("net.ipv4.ipfrag_max_dist", "-1", "out of range"),
 ])
 def test_a_bad_numeric_sysctl_is_one_located_error(key, value, problem):
     assert sysctl_problem(key, value).what == problem

@@ -33,7 +33,8 @@ SECONDS_SYSCTLS = frozenset({
     *CT_TIMEOUT_SYSCTLS,  # conntrack's, per namespace (CtTimeouts.from_sysctls)
 })
 #: sysctls read as integers (proc_dointvec: an int)
-INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neigh.default.gc_thresh3"})
+INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neigh.default.gc_thresh3",
+                             "net.ipv4.ipfrag_max_dist"})
 #: switches flowsim reads (0 off, another integer on; proc_dointvec refuses anything but an integer)
 SWITCH_SYSCTLS = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding"
                             r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries")

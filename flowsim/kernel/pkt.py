@@ -680,12 +680,13 @@ class FragQueue(InetFragQueue):
     ``frag_list``: the data bytes of each fragment in offset order.
     """
 
-    __slots__ = ("header", "max_df_size")
+    __slots__ = ("header", "max_df_size", "rid")
 
     def __init__(self, created: float):
         super().__init__(created)
         self.header: bytes | None = None
         self.max_df_size = 0  # the largest fragment with DF
+        self.rid = 0  # qp->rid: the source's inet_peer rid at this queue's last fragment (ip_frag_too_far)
 
     @property
     def frag_max_size(self) -> int:

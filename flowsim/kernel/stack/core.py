@@ -271,6 +271,8 @@ class NetnsState:
     conf_cache: dict = attrs.Factory(dict)
     # the reassembly queues: (src, dst, id, proto) -> FragQueue; ("ipv6" | "ipv6-ct", src, dst, id, iif) -> Frag6Queue
     frags: dict = attrs.Factory(dict)
+    # inet_peer's rid per IPv4 source (net->ipv4.peers): how many fragments from it reached a queue (ip_frag_too_far)
+    inet_peer_rid: dict = attrs.Factory(dict)
     sockets: dict = attrs.Factory(dict)  # (l4proto, laddr, lport, raddr, rport) -> endpoint
     ip_ident: int = 0
     ip6_ident: int = 0

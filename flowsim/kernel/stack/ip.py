@@ -86,9 +86,10 @@ from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ipv6_defrag",
            "ip_expire_frags",
-           "IPFRAG_TIME"]
+           "IPFRAG_TIME", "IPFRAG_MAX_DIST", "ip_frag_too_far", "ip_frag_reinit"]
 
 IPFRAG_TIME = 30.0  # net.ipv4.ipfrag_time
+IPFRAG_MAX_DIST = 64  # net.ipv4.ipfrag_max_dist (the fqdir's max_dist)
 _OPPOSITE: dict[str | None, str] = {"original": "reply", "reply": "original"}
 _TUNNEL_KINDS = {IPPROTO_IPIP: ETH_P_IP, IPPROTO_IPV6: ETH_P_IPV6}
 
@@ -725,12 +726,46 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
     head's ``frag_list``; for conntrack (*conntrack*: ``nf_ct_ipv4_gather_frags``) the whole packet also gets
     ``skb->ignore_df``.  Output then re-fragments it (:func:`_fragment_and_send`).
     """
-    q, out = _frag_gather(kernel, st, skb, info, (info.src, info.dst, info.ident, info.l4proto), FragQueue)
+    key = (info.src, info.dst, info.ident, info.l4proto)
+    q = st.frags.get(key)
+    if q is None:  # inet_frag_find → ip4_frag_init
+        q = st.frags[key] = FragQueue(kernel.now)
+    if ip_frag_too_far(st, q, info.src):
+        ip_frag_reinit(kernel, st, key, q)
+    q, out = _frag_gather(kernel, st, skb, info, key, FragQueue)
     if out is None:
         return None, None
     out.frag_max_size, out.frag_pmtu, out.frag_list = q.frag_max_size, q.frag_pmtu, q.sizes
     out.ignore_df = conntrack
     return out, parse_ip(out.buf, out.data)
+
+
+def ip_frag_too_far(st, q: FragQueue, src) -> bool:
+    """``ip_frag_too_far``: every fragment from *src* that reaches a queue advances the source's ``inet_peer`` rid
+    (one per namespace, ``net->ipv4.peers``); a queue that holds fragments and has seen more than
+    ``net.ipv4.ipfrag_max_dist`` (64; 0: never) of the source's fragments since its own last one is too far
+    behind: the source has moved on, and what it holds is likely from an earlier datagram with the same id."""
+    max_dist = _ipfrag_max_dist(st)
+    if not max_dist:  # ip4_frag_init gives the queue no peer
+        return False
+    start = q.rid
+    end = q.rid = st.inet_peer_rid[src] = st.inet_peer_rid.get(src, 0) + 1
+    return bool(q.skbs) and end - start > max_dist
+
+
+def _ipfrag_max_dist(st) -> int:
+    """The namespace's ``net.ipv4.ipfrag_max_dist`` (checked when the topology set it)."""
+    return int(str(st.ns.sysctls.get("net.ipv4.ipfrag_max_dist", IPFRAG_MAX_DIST)).strip())
+
+
+def ip_frag_reinit(kernel, st, key: tuple, q: FragQueue) -> None:
+    """``ip_frag_reinit``: the queue's fragments are dropped and it starts afresh (its timer too) from the
+    fragment at hand; its rid stays."""
+    for queued in q.skbs:
+        kernel.drop(queued, "frag-too-far", f"{st.name} defrag",
+                    detail=f"more than ipfrag_max_dist ({_ipfrag_max_dist(st)}) fragments from its source since")
+    fresh = st.frags[key] = FragQueue(kernel.now)
+    fresh.rid = q.rid
 
 
 def ipv6_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
