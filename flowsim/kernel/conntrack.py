@@ -63,6 +63,7 @@ __all__ = [
     "IPS_HW_OFFLOAD", "IP_CT_TCP_FLAG_CLOSE_INIT", "IP_CT_TCP_FLAG_BE_LIBERAL", "IP_CT_TCP_FLAG_MAXACK_SET",
     "IP_CT_ESTABLISHED", "IP_CT_RELATED", "IP_CT_NEW", "IP_CT_IS_REPLY", "IP_CT_ESTABLISHED_REPLY",
     "IP_CT_RELATED_REPLY", "IP_CT_UNTRACKED", "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
+    "tcp_error", "udp_error", "TCP_VALID_FLAGS",
     "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
     "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established",
     "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
@@ -100,6 +101,7 @@ IP_CT_ESTABLISHED, IP_CT_RELATED, IP_CT_NEW, IP_CT_IS_REPLY = 0, 1, 2, 3
 IP_CT_ESTABLISHED_REPLY, IP_CT_RELATED_REPLY, IP_CT_UNTRACKED = 3, 4, 7
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+TCP_URG, TCP_ECE, TCP_CWR = 0x20, 0x40, 0x80
 
 NF_CT_DAY = 86400.0
 
@@ -332,6 +334,38 @@ def nft_ct_state(ctinfo: int | None, has_ct: bool = True) -> str:
     if not has_ct or ctinfo is None:
         return "invalid"
     return ("established", "related", "new")[ctinfo % IP_CT_IS_REPLY]
+
+
+#: nf_conntrack_proto_tcp.c's tcp_valid_flags: the combinations of FIN, SYN, RST, ACK and URG it tracks (PSH, ECE
+#: and CWR are always valid)
+TCP_VALID_FLAGS = frozenset({TCP_SYN, TCP_SYN | TCP_URG, TCP_SYN | TCP_ACK, TCP_RST, TCP_RST | TCP_ACK, TCP_FIN | TCP_ACK,
+                             TCP_FIN | TCP_ACK | TCP_URG, TCP_ACK, TCP_ACK | TCP_URG})
+TCPH_LEN, UDPH_LEN = 20, 8  # sizeof(struct tcphdr), sizeof(struct udphdr)
+
+
+def tcp_error(buf, l4off: int, l4len: int) -> str | None:
+    """``nf_conntrack_tcp_packet``'s first checks (``skb_header_pointer`` of the header, ``tcp_error``): what makes
+    the segment invalid (no entry, nothing counted), or None.  *l4len* is ``skb->len - dataoff``.  The checksum
+    check (``nf_conntrack_checksum``, at PREROUTING) is not modelled: flowsim's frames carry valid checksums."""
+    if l4len < TCPH_LEN:
+        return "short packet"  # th == NULL
+    doff = (buf[l4off + 12] >> 4) * 4
+    if doff < TCPH_LEN or l4len < doff:
+        return "truncated packet"
+    if buf[l4off + 13] & ~(TCP_ECE | TCP_CWR | TCP_PSH) not in TCP_VALID_FLAGS:
+        return "invalid tcp flag combination"
+    return None
+
+
+def udp_error(buf, l4off: int, l4len: int) -> str | None:
+    """``udp_error`` (``nf_conntrack_udp_packet``): a header cut short, or a length field past the packet or below
+    the header's own; None when the datagram is tracked.  The checksum is not checked here (see :func:`tcp_error`)."""
+    if l4len < UDPH_LEN:
+        return "short packet"
+    length = (buf[l4off + 4] << 8) | buf[l4off + 5]
+    if length > l4len or length < UDPH_LEN:
+        return "truncated/malformed packet"
+    return None
 
 
 def nf_conntrack_tcp_established(ct: CtEntry) -> bool:

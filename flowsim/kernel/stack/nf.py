@@ -45,10 +45,10 @@ import attrs
 from flowsim.kernel.conntrack import (
     IP_CT_DIR_ORIGINAL, IP_CT_RELATED, IP_CT_RELATED_REPLY, IPS_DST_NAT, IPS_DST_NAT_DONE, IPS_NAT_MASK, IPS_SRC_NAT,
     IPS_SRC_NAT_DONE, CtEntry,
-    CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet,
+    CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet, tcp_error, udp_error,
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
-from flowsim.kernel.headers import IPPROTO_ICMPV6, internet_checksum
+from flowsim.kernel.headers import IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, internet_checksum
 from flowsim.kernel.pkt import (
     PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip, reparse_ip,
 )
@@ -111,6 +111,10 @@ def quoted_info(buf, info: PktInfo) -> PktInfo | None:
     return parse_ip(buf, at, end, quoted=True)
 
 
+#: the protocols whose packet handler checks the header first: l4proto -> tcp_error / udp_error
+_L4_ERROR = {IPPROTO_TCP: tcp_error, IPPROTO_UDP: udp_error}
+
+
 def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
     """``nf_conntrack_in``: attach the entry (creating an unconfirmed one) and its direction."""
     if nfc.ct is not None:
@@ -133,6 +137,14 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
             return
         ct, d = hit
         related_to = ct.tuplehash[1 - d]  # what nf_conntrack_in inverts back to direction d
+    elif info.l4proto in _L4_ERROR:
+        # nf_conntrack_tcp_packet / nf_conntrack_udp_packet refuse a malformed header first (-NF_ACCEPT): the
+        # packet goes on without an entry and nothing is counted (nor created: its unconfirmed entry is freed)
+        problem = _L4_ERROR[info.l4proto](skb.buf, info.l4off, info.l3off + info.tot_len - info.l4off)
+        if problem is not None:
+            nfc.state = "invalid"
+            kernel.trace(skb, f"{st.name} conntrack", f"invalid: {problem}")
+            return
     res = table.nf_conntrack_in(ct_tuple(info), kernel.now, tcp_flags=info.tcp_flags or 0, length=info.tot_len,
                                 icmp_type=info.icmp_type, related_to=related_to)
     nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
