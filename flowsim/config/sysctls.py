@@ -54,24 +54,24 @@ def sysctl_problem(key: str, value: str) -> SysctlProblem | None:
     """None if *value* is one *key* may hold, else what is wrong with it."""
     text = str(value).strip()
     if key in SECONDS_SYSCTLS:
+        expected = f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}"
         try:
             seconds = float(text)
         except ValueError:
-            return SysctlProblem("not a number", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}")
+            return SysctlProblem("not a number", expected)
         if not math.isfinite(seconds) or not 0 <= seconds <= MAX_VIRTUAL_TIME:
-            return SysctlProblem("out of range", f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f} (a run's virtual time)")
+            return SysctlProblem("out of range", f"{expected} (a run's virtual time)")
     elif key in INTEGER_SYSCTLS:
-        try:
-            number = int(text, 10)
-        except ValueError:
-            return SysctlProblem("not an integer", f"an integer, 0 to {_INT_MAX}")
-        if not 0 <= number <= _INT_MAX:
-            return SysctlProblem("out of range", f"an integer, 0 to {_INT_MAX}")
+        return _integer_problem(text, 0, f"an integer, 0 to {_INT_MAX}")
     elif SWITCH_SYSCTLS.fullmatch(key):
-        try:
-            number = int(text, 10)
-        except ValueError:
-            return SysctlProblem("not an integer", "0 (off) or 1 (on)")
-        if not _INT_MIN <= number <= _INT_MAX:
-            return SysctlProblem("out of range", "0 (off) or 1 (on)")
+        return _integer_problem(text, _INT_MIN, "0 (off) or 1 (on)")
     return None
+
+
+def _integer_problem(text: str, lowest: int, expected: str) -> SysctlProblem | None:
+    """``proc_dointvec``: a decimal int from *lowest* to INT_MAX."""
+    try:
+        number = int(text, 10)
+    except ValueError:
+        return SysctlProblem("not an integer", expected)
+    return None if lowest <= number <= _INT_MAX else SysctlProblem("out of range", expected)
