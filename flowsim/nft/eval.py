@@ -403,7 +403,7 @@ class Nftables:
     def __init__(self, ruleset: Ruleset, clock: Callable[[], float] | None = None):
         self.ruleset = ruleset
         #: the namespace's time in seconds (the simulation's clock): what ``ktime_get_ns`` reads for a limit
-        self.clock = clock if clock is not None else _NO_CLOCK
+        self.clock = clock if clock is not None else _clock_at_zero
         #: (family, table, chain, rule index, expression index) -> the bucket of a `limit`, made at its first
         #: packet: nft_limit_init fills it when the rule is loaded, and a full bucket stays full until then
         self.limits: dict[tuple, NftLimit] = {}
@@ -683,7 +683,7 @@ class Nftables:
 _BREAK = object()
 
 
-def _NO_CLOCK() -> float:
+def _clock_at_zero() -> float:
     """The clock of an :class:`Nftables` given none: time stands at 0 (a limit's bucket never refills)."""
     return 0.0
 

@@ -360,7 +360,7 @@ class QuotaStmt:
     """``quota [over|until] N BYTES [used M BYTES]`` or ``quota name "NAME"`` (net/netfilter/nft_quota.c):
     *quota* bytes, of which *used* are consumed when the rule is loaded (NFTA_QUOTA_CONSUMED); ``over`` is
     ``NFT_QUOTA_F_INV``.  A named quota (*name*) is the table's object (:class:`QuotaDef`), which every rule
-    naming it shares; the consumed bytes live with the ruleset's runtime state (``Nftables.quotas``)."""
+    naming it shares; the consumed bytes live with the ruleset's runtime state (``Nftables.quotas_consumed``)."""
 
     quota: int = 0
     over: bool = False

@@ -727,9 +727,7 @@ def ip_defrag(kernel, st, skb: SkBuff, info: PktInfo, conntrack: bool = False):
     ``skb->ignore_df``.  Output then re-fragments it (:func:`_fragment_and_send`).
     """
     key = (info.src, info.dst, info.ident, info.l4proto)
-    q = st.frags.get(key)
-    if q is None:  # inet_frag_find → ip4_frag_init
-        q = st.frags[key] = FragQueue(kernel.now)
+    q = inet_frag_find(kernel, st, key, FragQueue)
     if ip_frag_too_far(st, q, info.src):
         ip_frag_reinit(kernel, st, key, q)
     q, out = _frag_gather(kernel, st, skb, info, key, FragQueue)
@@ -806,9 +804,7 @@ def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type
     queue's own arguments); (the queue, the whole datagram's skb) once it is complete, its fragments' pieces
     merged back into one packet; (the queue, None) while it waits, or when it refused *skb* and *skb* was
     dropped; (the queue, *skb*) when it lets *skb* on unreassembled (:class:`~flowsim.kernel.pkt.FragDiscard`)."""
-    q = st.frags.get(key)
-    if q is None:
-        q = st.frags[key] = queue(kernel.now)
+    q = inet_frag_find(kernel, st, key, queue)
     where = f"{st.name} defrag"
     try:
         whole = q.add(bytes(skb.buf[info.l3off:info.l3off + info.tot_len]), info, *how)
@@ -834,6 +830,14 @@ def _frag_gather(kernel, st, skb: SkBuff, info: PktInfo, key: tuple, queue: type
     out.iif = skb.iif
     kernel.trace(out, where, f"reassembled from {len(q.skbs)} fragments")
     return q, out
+
+
+def inet_frag_find(kernel, st, key: tuple, queue: type):
+    """``inet_frag_find``: the namespace's queue under *key*, a new *queue* (started now) when there is none."""
+    q = st.frags.get(key)
+    if q is None:
+        q = st.frags[key] = queue(kernel.now)
+    return q
 
 
 def ip_expire_frags(kernel, st) -> None:
