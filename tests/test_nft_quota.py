@@ -126,3 +126,15 @@ def test_a_quota_object_as_nft_lists_it():
 def test_a_quota_object_has_exactly_one_amount(body):
     with pytest.raises(RulesetError, match="quota q has [02] amounts"):
         parse_ruleset(f"table inet t {{ quota q {{ {body} }} }}", file="quota.nft")
+
+
+def test_the_run_report_shows_named_quotas_only_where_there_are_some():
+    sim = Simulation(load_topology(TOPOLOGIES / "conform-limit.toml"))
+    sim.run()
+    report = build_report(sim)
+    # six 1000-byte packets reached the rule naming q5205: all are consumed, three of them past the quota
+    assert report["quotas"] == {"r": {"inet filter q5205": {"quota": 3000, "consumed": 6000, "over": False,
+                                                            "exceeded": True}}}
+    plain = Simulation(load_topology(TOPOLOGIES / "conform-forward.toml"))
+    plain.run()
+    assert "quotas" not in build_report(plain)

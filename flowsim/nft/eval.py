@@ -435,6 +435,11 @@ class Nftables:
             raise KeyError(f"counter {name!r}: {len(found)} matches")
         return found[0]
 
+    def named_quotas(self) -> dict[tuple[str, str, str], tuple[QuotaDef, int]]:
+        """Every named quota (``family, table, name``) with the bytes it consumed (its ``used`` before a packet)."""
+        return {(t.family, t.name, q.name): (q, self.quotas_consumed.get((t.family, t.name, q.name), q.used))
+                for t in self.ruleset.tables for q in t.quotas.values()}
+
     def rule_counter(self, family: str, table: str, chain: str, index: int) -> NftCounter:
         """The (first) anonymous counter of rule *index* of a chain."""
         for key, c in self.rule_counters.items():

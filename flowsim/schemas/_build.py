@@ -127,9 +127,11 @@ def run_schema() -> dict:
                             "flows": arr(obj({"flow": I, "client": endpoint, "server": endpoint}))})),
         "conntrack": {"type": "object", "additionalProperties": arr(ct)},
         "counters": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": pk}},
+        "quotas": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": obj(
+            {"quota": I, "consumed": I, "over": B, "exceeded": B})}},
         "events": arr(obj({"at": NUM, "netns": S, "command": S})),
         "replay": arr(replay_frame), "replay_sources": arr(replay_source),
-    }, optional=("replay", "replay_sources"))
+    }, optional=("quotas", "replay", "replay_sources"))
 
 
 def explain_schema() -> dict:

@@ -28,6 +28,9 @@ returns plain data (``json.dumps`` works on it as is):
     packet/byte counters, seconds left;
 ``counters``
     netns → nft named counters (``family table name`` → packets, bytes);
+``quotas`` (only when a namespace has named quotas)
+    netns → nft named quotas (``family table name`` → ``quota`` bytes, ``consumed`` bytes, ``over`` (the
+    ``over`` flag), ``exceeded``: consumed past the quota, ``nft_overquota``);
 ``replay``, ``replay_sources`` (only in a run with ``--replay``)
     one entry per frame of the replayed captures: file, index, time, device,
     the verdict at each flowtable hook it met (``hook`` NETNS/DEV,
@@ -126,7 +129,7 @@ def build_report(sim) -> dict:
             "icmp_errors": {"sent": icmp["sent"], "delivered": icmp["delivered"], "dropped": icmp["dropped"]},
             "flows": [c.report() for c in sim.conversations if c.spec is spec],
         })
-    flowtables, conntrack, counters = [], {}, {}
+    flowtables, conntrack, counters, quotas = [], {}, {}, {}
     for st in k.netns.values():
         for ft in st.flowtables.values():
             flowtables.append(ft.report(st.ns))
@@ -135,6 +138,9 @@ def build_report(sim) -> dict:
         if st.nft is not None and st.nft.named_counters:
             counters[st.name] = {f"{f} {t} {n}": {"packets": c.packets, "bytes": c.bytes}
                                  for (f, t, n), c in st.nft.named_counters.items()}
+        if st.nft is not None and (named := st.nft.named_quotas()):
+            quotas[st.name] = {f"{f} {t} {n}": {"quota": q.quota, "consumed": used, "over": q.over,
+                                                "exceeded": used > q.quota} for (f, t, n), (q, used) in named.items()}
     report = {
         "schema": schema_id("run"), "topology": sim.topo.file, "description": sim.topo.description,
         "profile": k.profile.name, "kernel": k.profile.kernel, "flowtables_enabled": k.flowtables_enabled,
@@ -146,6 +152,8 @@ def build_report(sim) -> dict:
         "flowtables": flowtables, "traffic": traffic, "conntrack": conntrack, "counters": counters,
         "events": [{"at": e.at, "netns": e.netns, "command": e.command.text} for e in sim.events_run],
     }
+    if quotas:  # only then: a run without named quotas keeps its keys
+        report["quotas"] = quotas
     if getattr(sim, "replay", None) is not None:  # only then: the report of a run without --replay keeps its keys
         report["replay"], report["replay_sources"] = sim.replay.report()
     return report
@@ -176,6 +184,8 @@ _LEGEND = {
     "conntrack": "  connections at the end; pkts orig/reply: packets conntrack counted per direction (fast-path "
                  "packets bypass it unless the flowtable has the `counter` flag)",
     "counters": "  nft named counters at the end: packets and bytes that matched their rule",
+    "quotas": "  nft named quotas at the end: bytes consumed (every packet that reached a rule naming the quota); "
+              "exceeded: past the quota, where `quota` breaks the rule and `quota over` lets it go on",
     "replay": "  frames of each --replay capture: injected at the device's receive path, skipped when the device "
               "sent them; verdicts: one per flowtable hook met; forwarded: left through a replayed port (absorbed "
               "on its wire, counted delivered)",
@@ -237,6 +247,12 @@ def format_report(r: dict) -> str:
         lines += ["", f"nft counters ({netns})"]
         lines += _table(["counter", "packets", "bytes"], [[k, v["packets"], v["bytes"]] for k, v in cs.items()])
         lines.append(_LEGEND["counters"])
+    for netns, qs in r.get("quotas", {}).items():
+        lines += ["", f"nft quotas ({netns})"]
+        lines += _table(["quota", "bytes", "consumed", "mode", "state"],
+                        [[k, v["quota"], v["consumed"], "over" if v["over"] else "until",
+                          "exceeded" if v["exceeded"] else "within"] for k, v in qs.items()])
+        lines.append(_LEGEND["quotas"])
     if r.get("replay_sources"):
         lines += ["", "replay"]
         rows = []
