@@ -98,3 +98,15 @@ def test_a_switch_flowsim_reads_must_be_an_integer(key, value):
     # proc_dointvec refuses it; flowsim took any text but "0" for on
     assert sysctl_problem(key, value) == SysctlProblem("not an integer", "0 (off) or 1 (on)")
     assert sysctl_problem(key, "2") is None and sysctl_problem(key, "-1") is None
+
+
+@pytest.mark.parametrize("value, picked_up", [(None, True), ("1", True), ("0", False)])
+def test_nf_conntrack_tcp_loose_decides_a_mid_stream_pickup(value, picked_up):
+    """nf_conntrack_tcp_loose (per namespace, 1 by default): an ACK of a connection conntrack never saw starts an
+    entry (tcp_new's mid-stream pickup) only while it is on; off, only a SYN may."""
+    text = BASE.format(command="", sysctls="" if value is None else f'"net.netfilter.nf_conntrack_tcp_loose" = {value}')
+    table = Simulation(load_topology_text(text, "loose.toml")).kernel.netns["a"].conntrack
+    a, b = ipaddress.ip_address("192.0.2.1"), ipaddress.ip_address("198.51.100.1")
+    res = table.nf_conntrack_in(CtTuple(a, b, 40000, 80, 2, 6), 0.0, tcp_flags=0x10, length=52)  # a bare ACK
+    assert (res.entry is not None) == picked_up
+    assert res.state == ("new" if picked_up else "invalid")

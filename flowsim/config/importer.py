@@ -59,7 +59,8 @@ __all__ = ["ImportResult", "import_snapshot", "toml_string", "toml_key", "traffi
 # the sysctls an import keeps (the script saves whole subtrees)
 SYSCTL_KEEP = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.(forwarding|rp_filter)"
                          r"|net\.netfilter\.nf_flowtable_\w+"
-                         r"|net\.netfilter\.nf_conntrack_(tcp|udp|icmp|icmpv6|generic)_timeout\w*")
+                         r"|net\.netfilter\.nf_conntrack_(tcp|udp|icmp|icmpv6|generic)_timeout\w*"
+                         r"|net\.netfilter\.nf_conntrack_tcp_loose")
 _SYSCTL_KEY = re.compile(r"[A-Za-z0-9_./@+-]+")
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 _STACKED = ("vlan", "macvlan", "ipip", "ip6tnl", "gre", "gretap", "vxlan")

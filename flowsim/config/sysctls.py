@@ -5,9 +5,10 @@ Theory of operation
 -------------------
 Some keys are turned into numbers by the simulator: the flowtable's and conntrack's timeouts
 (``proc_dointvec_jiffies``: whole seconds in the kernel, any non-negative number of seconds here, within a
-run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).  The
-switches it reads (forwarding, ``promote_secondaries``) must be integers, as ``proc_dointvec`` wants: 0 is off,
-any other on.  Every other sysctl is kept as the text it was given (a key flowsim does not model is inert).
+run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).
+The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``) must be integers, as
+``proc_dointvec`` wants: 0 is off, any other on.  Every other sysctl is kept as the text it was given (a key
+flowsim does not model is inert).
 :func:`sysctl_problem` says what is wrong with one value.
 
 The keys come from the kernel modules that read them; the bounds from :mod:`flowsim.config.limits`.
@@ -21,7 +22,7 @@ import re
 import attrs
 
 from flowsim.config.limits import MAX_VIRTUAL_TIME
-from flowsim.kernel.conntrack import CT_TIMEOUT_SYSCTLS
+from flowsim.kernel.conntrack import CT_TCP_LOOSE_SYSCTL, CT_TIMEOUT_SYSCTLS
 from flowsim.kernel.flowtable.core import FLOW_TIMEOUT_SYSCTLS
 
 __all__ = ["SECONDS_SYSCTLS", "INTEGER_SYSCTLS", "SWITCH_SYSCTLS", "SysctlProblem", "sysctl_problem"]
@@ -37,7 +38,7 @@ INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neig
                              "net.ipv4.ipfrag_max_dist"})
 #: switches flowsim reads (0 off, another integer on; proc_dointvec refuses anything but an integer)
 SWITCH_SYSCTLS = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding"
-                            r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries")
+                            r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries|" + re.escape(CT_TCP_LOOSE_SYSCTL))
 _INT_MAX = (1 << 31) - 1
 _INT_MIN = -(1 << 31)
 

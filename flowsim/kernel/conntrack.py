@@ -64,7 +64,8 @@ __all__ = [
     "IP_CT_ESTABLISHED", "IP_CT_RELATED", "IP_CT_NEW", "IP_CT_IS_REPLY", "IP_CT_ESTABLISHED_REPLY",
     "IP_CT_RELATED_REPLY", "IP_CT_UNTRACKED", "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
     "tcp_error", "udp_error", "TCP_VALID_FLAGS",
-    "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
+    "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "CT_TCP_LOOSE_SYSCTL",
+    "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
     "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established",
     "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
     "csum_replace2", "csum_replace4", "nf_nat_manip_pkt",
@@ -202,6 +203,9 @@ class CtTimeouts:
 
 
 DEFAULT_TIMEOUTS = CtTimeouts()
+
+#: nf_conntrack_proto_tcp.c's tcp_loose (per namespace): 0 lets only a SYN start a connection (no mid-stream pickup)
+CT_TCP_LOOSE_SYSCTL = "net.netfilter.nf_conntrack_tcp_loose"
 
 #: conntrack's timeout sysctls (nf_conntrack_standalone.c, ``nf_ct_sysctl_table``) -> the :class:`CtTimeouts`
 #: field, ``tcp.STATE`` for a TCP state's (SYN_SENT2 has none: it keeps SYN_SENT's default, two minutes)

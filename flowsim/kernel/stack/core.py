@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from flowsim.kernel import api as kernel_api
-from flowsim.kernel.conntrack import ConntrackTable, CtTimeouts
+from flowsim.kernel.conntrack import CT_TCP_LOOSE_SYSCTL, ConntrackTable, CtTimeouts
 from flowsim.kernel.fib import Route
 from flowsim.kernel.flowtable.core import Flowtable
 from flowsim.kernel.pkt import new_skb
@@ -437,7 +437,10 @@ class Kernel:
 
     # ------------------------------------------------------------------ setup
     def _netns_state(self, ns) -> NetnsState:
-        st = NetnsState(ns.name, ns, ConntrackTable(CtTimeouts.from_sysctls(ns.sysctls)), {})
+        # the namespace's conntrack sysctls: its timeouts, and nf_conntrack_tcp_loose (mid-stream pickup, on by default)
+        table = ConntrackTable(CtTimeouts.from_sysctls(ns.sysctls),
+                               tcp_loose=str(ns.sysctls.get(CT_TCP_LOOSE_SYSCTL, "1")).strip() != "0")
+        st = NetnsState(ns.name, ns, table, {})
         ns.fib.sync()  # the address-derived routes the run starts with (later events are compared with them)
         if ns.nft is None or not ns.nft.text.strip():
             return st
