@@ -19,7 +19,8 @@ import lark
 
 from flowsim.errors import RulesetError
 from flowsim.nft.model import (
-    CT_DIR_KEYS, FAMILIES, DATA_UNITS, LIMIT_TIME_UNITS, NFPROTO_IPV4, NFT_LIMIT_PKT_BURST_DEFAULT, S64_MAX,
+    CT_DIR_KEYS, FAMILIES, DATA_UNITS, FIB_DEVICE_FLAGS, FIB_KEYS, FIB_RESULT_DTYPE, fib_key, LIMIT_TIME_UNITS,
+    NFPROTO_IPV4, NFT_LIMIT_PKT_BURST_DEFAULT, S64_MAX,
     U32_MAX, U64_MAX, NFPROTO_IPV6, SELECTORS, BaseHook, Chain, ConcatMatch, CounterStmt, FlowAdd,
     Flowtable, LimitStmt, Loc, LogStmt, QuotaStmt,
     TcpOptStmt, Match, NamedSet, NatStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, Table,
@@ -128,6 +129,8 @@ class RuleCompiler(Generic[_Table]):
 
     # --- selectors and rules
     def selector(self, node) -> Selector:
+        if node.data == "sel_fib":
+            return self.fib_selector(node.children[0])
         if node.data == "sel_meta_short":
             tok = node.children[0].children[0]
             return Selector("meta", tok.value)
@@ -149,6 +152,28 @@ class RuleCompiler(Generic[_Table]):
         if kind == "ct" and key.value in CT_DIR_KEYS:
             raise self.err(f"ct {key.value} needs a direction", key, key.value, "ct original|reply " + key.value)
         return Selector(kind, key.value)
+
+    def fib_selector(self, tok) -> Selector:
+        """``fib ADDR [. FLAG]… RESULT`` as nft sends it, with ``nft_fib_init``'s refusals (-EINVAL): one of saddr and
+        daddr, not both iif and oif, no oif flag with an oif or oifname result."""
+        words = tok.value.replace(".", " . ").split()[1:]
+        result, parts = words[-1], [w for w in words[:-1] if w != "."]
+        addr, flags = parts[0], parts[1:]
+        bad = [w for w in parts if w not in ("saddr", "daddr", *FIB_DEVICE_FLAGS, "mark")] + \
+            ([result] if result not in FIB_RESULT_DTYPE else [])
+        if bad:
+            raise self.err(f"unknown fib word {bad[0]!r}", tok, bad[0],
+                           "fib saddr|daddr [. iif|oif] [. mark] oif|oifname|type")
+        device = [f for f in flags if f in FIB_DEVICE_FLAGS]
+        if addr not in ("saddr", "daddr") or any(f in ("saddr", "daddr") for f in flags) or len(device) > 1 \
+                or len(flags) != len(set(flags)):
+            raise self.err(f"Could not process rule: Invalid argument (nft_fib_init: {tok.value!r})", tok, tok.value,
+                           "one of saddr or daddr first, then at most one of iif or oif, and mark")
+        key = fib_key(addr, device[0] if device else None, "mark" in flags, result)
+        if key not in FIB_KEYS:  # an oif flag with an oif or oifname result
+            raise self.err(f"Could not process rule: Invalid argument (nft_fib_init: {tok.value!r}: the oif flag "
+                           f"with result {result})", tok, tok.value, "fib … . iif oif, or fib … . oif type")
+        return Selector("fib", key)
 
     def compile_rule(self, tb, entry) -> Rule:
         node, text, loc, defines = entry
@@ -585,6 +610,13 @@ class RuleCompiler(Generic[_Table]):
                     raise self.err(f"flow {e.spelling} is only valid in chains hooked at forward "
                                    f"(reached from {base.name}, hook {hook.hook})", e.loc, e.flowtable,
                                    "a chain of hook forward")
+                for sel in _fib_selectors(e):
+                    allowed = nft_fib_hooks(sel.key)
+                    if t.family not in ("ip", "ip6", "inet") or hook.hook not in allowed:
+                        raise self.err(f"fib {sel.key} is not valid at hook {hook.hook} of table {t.family} {t.name} "
+                                       f"(reached from {base.name}; nft_fib_validate: Operation not supported)",
+                                       getattr(e, "loc", None) or rule.loc, sel.key,
+                                       f"a chain of an ip, ip6 or inet table at {', '.join(allowed)}")
                 if isinstance(e, NatStmt) and (hook.type != "nat" or hook.hook not in _NAT_HOOKS[e.kind]):
                     raise self.err(f"{e.kind} is only valid in nat chains at "
                                    f"{' or '.join(_NAT_HOOKS[e.kind])} (reached from {base.name}: "
@@ -596,6 +628,26 @@ class RuleCompiler(Generic[_Table]):
                     if v.chain is not None:
                         self.walk(t, base, hook, t.chains[v.chain], path + [ch.name], done, v)
         done[ch.name] = level
+
+
+def _fib_selectors(e) -> list[Selector]:
+    """The fib selectors an expression reads (a match, a concatenation, a verdict map's key)."""
+    sels = [e.selector] if isinstance(e, (Match, VerdictMap)) else list(e.selectors) if isinstance(e, ConcatMatch) \
+        else []
+    return [s for s in sels if s.kind == "fib"]
+
+
+def nft_fib_hooks(key: str) -> tuple[str, ...]:
+    """``nft_fib_validate``: the hooks a fib expression may run at.  An oif or oifname result, or an address type
+    with the iif flag: prerouting, input, forward; an address type with the oif flag: output, postrouting,
+    forward; a bare address type: all five."""
+    words = key.split()
+    result, flags = words[-1], set(words[:-1])
+    if result != "type" or "iif" in flags:
+        return ("prerouting", "input", "forward")
+    if "oif" in flags:
+        return ("output", "postrouting", "forward")
+    return ("prerouting", "input", "forward", "output", "postrouting")
 
 
 def _has_l4_match(exprs) -> bool:

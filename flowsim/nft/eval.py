@@ -49,12 +49,14 @@ from flowsim.nft.hooks import (
 )
 from flowsim.nft.model import (
     NFPROTO_IPV4, NFPROTO_IPV6, NSEC_PER_SEC, Chain, ConcatMatch, CounterStmt, FlowAdd, Flowtable, Loc, LogStmt, Match,
-    NatStmt, QuotaDef, QuotaStmt, Range, LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt, TcpOptStmt, Verdict, VerdictMap,
+    FIB_KEYS, NatStmt, QuotaDef, QuotaStmt, Range, LimitStmt, RejectStmt, Rule, Ruleset, Selector, SetStmt,
+    TcpOptStmt, Verdict, VerdictMap,
 )
 from flowsim.nft.parse import SYMBOLS
+from flowsim.nft.types import FIB_EXISTS
 
 __all__ = [
-    "NftPacket", "NftCounter", "NftLimit", "RuleRef", "TraceStep", "MarkSet", "DscpSet", "NftraceSet",
+    "NftPacket", "NftCounter", "NftLimit", "NftFib", "RuleRef", "TraceStep", "MarkSet", "DscpSet", "NftraceSet",
     "FlowAddRequest", "NatRequest", "HookResult", "HookEntry", "Nftables", "L3_HOOKS",
     "NF_IP_PRI_CONNTRACK", "NF_IP_PRI_NAT_DST", "NF_IP_PRI_NAT_SRC", "NAT_MANIP",
 ]
@@ -245,6 +247,14 @@ class HookResult:
         return "\n".join(str(s) for s in self.trace)
 
 
+class NftFib(Protocol):
+    """What a namespace answers a ``fib`` expression (``nft_fib4_eval`` / ``nft_fib6_eval`` and their ``_type``
+    variants, provided by the stack): *key* is the selector's (:data:`flowsim.nft.model.FIB_KEYS`); the answer is
+    the device found as ``(name, ifindex)`` or None, or the route type's number (RTN_*)."""
+
+    def __call__(self, key: str, pkt: NftPacket, hook: str) -> tuple[str, int] | int | None: ...
+
+
 @attrs.define(slots=True)
 class _Ctx:
     """Per-evaluation state (nft_pktinfo + nft_regs of the kernel)."""
@@ -261,6 +271,7 @@ class _Ctx:
     nat: NatRequest | None = None
     reject: str | None = None
     trace: list = attrs.Factory(list)
+    fib: NftFib | None = None
 
 
 class _Ifref:
@@ -275,6 +286,24 @@ class _Ifref:
         return other == (self.index if isinstance(other, int) else self.name)
 
     __hash__ = None  # type: ignore[assignment]  # equal to an int and to a str: unhashable, as a list is
+
+
+def _fib_getter(key: str) -> Callable:
+    """The value a ``fib`` selector loads (``nft_fib_store_result``): an oif result is the device found (0 when none:
+    ``missing``), an oifname its name ("" when none), a type the RTN_* number; NFT_BREAK without a namespace."""
+    result = key.split()[-1]
+
+    def load(p: NftPacket, c: _Ctx, s: Selector):
+        if c.fib is None:
+            return None
+        found = c.fib(key, p, c.hook)
+        if result == "type":
+            return found
+        dev = found if isinstance(found, tuple) else None
+        if result == "oifname":
+            return dev[0] if dev else ""
+        return _Ifref(*dev) if dev else 0
+    return load
 
 
 def _ct_state_bit(pkt: NftPacket) -> int:
@@ -340,6 +369,7 @@ _GETTERS: dict[tuple[str, str], Callable] = {
     ("ct", "daddr"): _ct_tuple("dst"),
     ("ct", "proto-src"): _ct_tuple("sport"),
     ("ct", "proto-dst"): _ct_tuple("dport"),
+    **{("fib", key): _fib_getter(key) for key in FIB_KEYS},
 }
 
 
@@ -355,6 +385,8 @@ def _load(sel: Selector, ctx: _Ctx):
 
 
 def _elem_match(elem, x) -> bool:
+    if elem is FIB_EXISTS:  # `fib … oif exists`: NFTA_FIB_F_PRESENT, a device was found
+        return not (isinstance(x, int) and x == 0)
     if isinstance(elem, Range):
         return x in elem
     if isinstance(elem, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
@@ -400,8 +432,10 @@ class Nftables:
     'accept'
     """
 
-    def __init__(self, ruleset: Ruleset, clock: Callable[[], float] | None = None):
+    def __init__(self, ruleset: Ruleset, clock: Callable[[], float] | None = None, fib: NftFib | None = None):
         self.ruleset = ruleset
+        #: the namespace's answer to a ``fib`` expression (the stack's nft_fib_eval); None: a fib rule breaks
+        self.fib = fib
         #: the namespace's time in seconds (the simulation's clock): what ``ktime_get_ns`` reads for a limit
         self.clock = clock if clock is not None else _clock_at_zero
         #: (family, table, chain, rule index, expression index) -> the bucket of a `limit`, made at its first
@@ -483,7 +517,7 @@ class Nftables:
             lo, hi = priority_range
             entries = tuple(e for e in entries if (lo is None or e.priority > lo) and (hi is None or e.priority <= hi))
         ctx = _Ctx(hook=hook, pkt=pkt, on_flow_add=on_flow_add, meta_mark=pkt.mark, dscp=pkt.dscp,
-                   nftrace=pkt.nftrace)
+                   nftrace=pkt.nftrace, fib=self.fib)
         manip = NAT_MANIP.get(hook)
         nat_open = (manip is not None and pkt.ct is not None and pkt.ct_state in ("new", "related")
                     and not pkt.ct.status & _NAT_DONE_BIT[manip])

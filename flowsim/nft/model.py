@@ -38,7 +38,8 @@ __all__ = [
     "Rule", "BaseHook", "Chain",
     "Flowtable", "CounterDef", "NamedSet", "Table", "Ruleset", "Statement",
     "NF_FLOWTABLE_HW_OFFLOAD", "NF_FLOWTABLE_COUNTER", "NSEC_PER_SEC", "NFT_LIMIT_PKT_BURST_DEFAULT",
-    "LIMIT_TIME_UNITS", "DATA_UNITS", "U32_MAX", "U64_MAX", "S64_MAX",
+    "LIMIT_TIME_UNITS", "DATA_UNITS", "U32_MAX", "U64_MAX", "S64_MAX", "FIB_DEVICE_FLAGS", "FIB_RESULT_DTYPE",
+    "FIB_KEYS", "fib_key",
 ]
 
 NFPROTO_INET = 1
@@ -142,6 +143,23 @@ SELECTORS: Mapping[tuple[str, str], SelectorSpec] = MappingProxyType({
     ("ct", "proto-src"): SelectorSpec("inet_service"),
     ("ct", "proto-dst"): SelectorSpec("inet_service"),
 })
+
+#: ``fib ADDR [. FLAG]… RESULT`` (net/netfilter/nft_fib.c): the canonical key of a fib selector, its address
+#: (saddr | daddr), its flags in this order (iif | oif, mark) and its result (oif | oifname | type)
+FIB_DEVICE_FLAGS = ("iif", "oif")
+FIB_RESULT_DTYPE = {"oif": "fib_oif", "oifname": "ifname", "type": "fib_addrtype"}
+
+
+def fib_key(addr: str, device: str | None, mark: bool, result: str) -> str:
+    """The selector key of ``fib`` *addr* with its flags and *result*: ``saddr . iif . mark oif``."""
+    return " . ".join([addr, *([device] if device else []), *(["mark"] if mark else [])]) + " " + result
+
+
+#: the combinations nft_fib_init takes: not both iif and oif, no oif flag with an oif or oifname result
+FIB_KEYS = {fib_key(a, d, m, r): r for a in ("saddr", "daddr") for d in (None, *FIB_DEVICE_FLAGS)
+            for m in (False, True) for r in FIB_RESULT_DTYPE if not (d == "oif" and r != "type")}
+SELECTORS = MappingProxyType({**SELECTORS,
+                              **{("fib", k): SelectorSpec(FIB_RESULT_DTYPE[r]) for k, r in FIB_KEYS.items()}})
 
 #: ct keys that need a direction (`ct original saddr`), and those that refuse one.
 CT_DIR_KEYS = frozenset({"saddr", "daddr", "proto-src", "proto-dst"})

@@ -223,7 +223,7 @@ def _unclosed_brace(text: str):
 _BLOCK_TOKENS = frozenset({"TABLE", "CHAIN", "FLOWTABLE", "SET", "MAP"})
 #: nft keywords a reader may expect to work: named in the error rather than "unexpected"
 _UNSUPPORTED = frozenset({
-    "limit", "queue", "notrack", "meter", "fib", "ether", "vlan", "arp", "sctp", "dccp", "dup",
+    "limit", "queue", "notrack", "meter", "ether", "vlan", "arp", "sctp", "dccp", "dup",
     "fwd", "synproxy", "tproxy", "osf", "socket", "numgen", "jhash", "symhash", "rt", "exthdr", "ipsec",
     "connlimit", "ah", "esp", "comp", "gre", "igmp", "update", "secmark", "tunnel", "xfrm", "hbh",
     "frag", "dst", "mh", "srh", "inner", "last",

@@ -17,7 +17,7 @@ import attrs
 
 from flowsim.nft.model import NFPROTO_IPV4, NFPROTO_IPV6, SELECTORS, Loc, Range
 
-__all__ = ["SYMBOLS", "BITMASK_DTYPES", "DTYPES", "SET_TYPES", "coerce", "coerce_atom", "nft_number",
+__all__ = ["FIB_EXISTS", "SYMBOLS", "BITMASK_DTYPES", "DTYPES", "SET_TYPES", "coerce", "coerce_atom", "nft_number",
            "RawAtom", "RawRange", "RawSlash", "RawSet", "TOKEN_KIND"]
 
 #: symbolic constants per data type (nft's datatype symbol tables).
@@ -56,14 +56,22 @@ SYMBOLS: dict[str, dict[str, int]] = {
                   "frag-needed": 4, "net-prohibited": 9, "host-prohibited": 10, "admin-prohibited": 13},
     "icmpv6_code": {"no-route": 0, "admin-prohibited": 1, "addr-unreachable": 3, "port-unreachable": 4,
                     "policy-fail": 5, "reject-route": 6},
+    # nftables src/fib.c's fib_addr_type: the RTN_* route types (include/uapi/linux/rtnetlink.h)
+    "fib_addrtype": {"unspec": 0, "unicast": 1, "local": 2, "broadcast": 3, "anycast": 4, "multicast": 5,
+                     "blackhole": 6, "unreachable": 7, "prohibit": 8},
 }
 
 BITMASK_DTYPES = frozenset({"ct_state", "ct_status", "tcp_flag"})
 
+#: ``fib … oif missing`` / ``exists`` (nft sets NFTA_FIB_F_PRESENT and compares the found flag with 0 or 1): the
+#: value an ``exists`` compares equal to — any device found
+FIB_EXISTS = "<exists>"
+
 #: the largest value of each integer data type (bits of the kernel register)
 _MAXVAL = {"inet_proto": 255, "inet_service": 65535, "nf_proto": 255, "ether_type": 0xFFFF,
            "dscp": 63, "ct_state": 0xFF, "ct_status": 0xFFFFFFFF, "ct_dir": 1, "tcp_flag": 0xFF,
-           "icmp_type": 255, "icmpv6_type": 255, "icmp_code": 255, "icmpv6_code": 255, "mark": 0xFFFFFFFF, "integer": 0xFFFFFFFF}
+           "icmp_type": 255, "icmpv6_type": 255, "icmp_code": 255, "icmpv6_code": 255, "mark": 0xFFFFFFFF, "integer": 0xFFFFFFFF,
+           "fib_addrtype": 255}
 
 #: named-set ``type`` keywords -> data type
 SET_TYPES = {"ipv4_addr": "ipv4_addr", "ipv6_addr": "ipv6_addr", "inet_service": "inet_service",
@@ -125,6 +133,10 @@ def coerce_atom(dtype: str, a: RawAtom, err):
         if a.kind in ("str", "name"):
             return a.text
         raise err(f"{a.text!r} is not a ct helper name", a.loc, a.text, "a quoted ct helper object name")
+    if dtype == "fib_oif":  # `fib … oif`: missing, exists, or an interface as for `meta oif`
+        if a.kind == "name" and a.text in ("missing", "exists"):
+            return 0 if a.text == "missing" else FIB_EXISTS
+        dtype = "iface_index"
     if dtype in ("ifname", "iface_index"):
         if a.kind in ("str", "name"):
             return a.text

@@ -67,6 +67,7 @@ from flowsim.kernel.pkt import new_skb
 from flowsim.kernel.skb import SkBuff
 from flowsim.kernel.stack import ip as stack_ip
 from flowsim.kernel.stack import l2 as stack_l2
+from flowsim.kernel.stack import nf as stack_nf
 from flowsim.kernel.stack import xfrm as stack_xfrm
 from flowsim.nft.ruleset import Nftables, nft_flowtable_hook_devices, parse_ruleset
 from flowsim.profiles import Profile, get_profile
@@ -450,7 +451,8 @@ class Kernel:
         # nf_tables_newflowtable hooks each listed device at commit (after the namespace's ip commands): a
         # missing one refuses the ruleset before 6.16 and stays unbound after (nft_netdev_hook_alloc)
         st.unbound = nft_flowtable_hook_devices(ruleset, ns.devices, self.profile.flowtable_absent_device, ns.name)
-        st.nft = Nftables(ruleset, clock=self._clock)  # a `limit`'s bucket refills on the run's time
+        # a `limit`'s bucket refills on the run's time; a `fib` expression asks the namespace's routes
+        st.nft = Nftables(ruleset, clock=self._clock, fib=functools.partial(stack_nf.nft_fib_eval, st))
         st.ct_active = any(c.hook is not None and c.hook.hook not in ("ingress", "egress")
                            for c in ruleset.base_chains) or bool(ruleset.flowtables)
         for ft in ruleset.flowtables:  # nf_flow_table_init of each ``flowtable`` object

@@ -40,6 +40,8 @@ Statements' side effects are applied here: ``meta mark set`` to
 
 from __future__ import annotations
 
+import ipaddress
+
 import attrs
 
 from flowsim.kernel.conntrack import (
@@ -335,3 +337,87 @@ def _endpoints(t) -> str:
     def ep(addr, port):
         return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
     return f"{ep(t.src, t.sport)}->{ep(t.dst, t.dport)}"
+
+
+# ----------------------------------------------------------------- nft fib (net/ipv4/netfilter/nft_fib_ipv4.c,
+# net/ipv6/netfilter/nft_fib_ipv6.c): the namespace's answer to a `fib` expression
+
+#: include/uapi/linux/rtnetlink.h's route types, as a fib `type` result; a route type flowsim names -> its number
+RTN_UNSPEC, RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST, RTN_ANYCAST, RTN_MULTICAST = 0, 1, 2, 3, 4, 5
+RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT = 6, 7, 8
+_RTN = {"unicast": RTN_UNICAST, "local": RTN_LOCAL, "blackhole": RTN_BLACKHOLE, "unreachable": RTN_UNREACHABLE,
+        "prohibit": RTN_PROHIBIT, "none": RTN_UNREACHABLE}
+_LIMITED_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+_LOCAL_MULTICAST = ipaddress.IPv4Network("224.0.0.0/24")  # ipv4_is_local_multicast
+
+
+def nft_fib_eval(st, key: str, pkt, hook: str):
+    """The namespace's answer to ``fib`` *key* for *pkt* at *hook*: ``nft_fib4_eval`` / ``nft_fib6_eval`` (the
+    device found, ``(name, ifindex)``, or None) or their ``_type`` variants (an RTN_* number).  Not modelled:
+    l3mdev (VRF) tables, policy routing (``mark`` is read by no rule of a single-table FIB), multipath."""
+    words = key.split()
+    flags = set(words[:-1])
+    addr = pkt.daddr if "daddr" in flags else pkt.saddr
+    dev = _dev(st, pkt.iif) if "iif" in flags else _dev(st, pkt.oif) if "oif" in flags else None
+    if words[-1] == "type":
+        return _fib_type4(st, addr, dev) if pkt.nfproto == 2 else _fib_type6(st, addr, dev)
+    return _fib_oif(st, flags, pkt, hook, addr, dev)
+
+
+def _dev(st, name: str | None):
+    return st.ns.devices.get(name) if name is not None else None
+
+
+def _fib_oif(st, flags: set, pkt, hook: str, addr, oif):
+    """``nft_fib4_eval`` / ``nft_fib6_eval``: the device the route to *addr* leaves by; with the iif or oif flag, that
+    device only if the route uses it.  No route, a local one or a reject route: none."""
+    in_dev = _dev(st, pkt.iif)
+    # nft_fib_can_skip: at prerouting or input, a packet that came in on loopback answers with its device
+    if hook in ("prerouting", "input") and in_dev is not None and in_dev.link_type == "loopback":
+        return (in_dev.name, in_dev.ifindex)
+    if pkt.nfproto == 2:
+        # a source 0.0.0.0 to a broadcast or link-local multicast address (DHCP): the receiving device
+        if int(pkt.saddr) == 0 and (pkt.daddr == _LIMITED_BROADCAST or pkt.daddr in _LOCAL_MULTICAST):
+            return (in_dev.name, in_dev.ifindex) if in_dev is not None else None
+    elif pkt.l4proto == IPPROTO_ICMPV6 and pkt.saddr.is_unspecified and pkt.daddr.is_link_local:
+        return (in_dev.name, in_dev.ifindex) if in_dev is not None else None  # nft_fib_v6_skip_icmpv6 (DAD)
+    route = st.ns.fib.lookup(addr)
+    if route.type != "unicast":  # RTN_LOCAL ("should not see"), RTF_LOCAL, a reject route, or no route: none
+        return None
+    if oif is None:
+        found = _dev(st, route.dev)
+        return (found.name, found.ifindex) if found is not None else None
+    return (oif.name, oif.ifindex) if route.dev == oif.name else None  # fib_info_nh_uses_dev
+
+
+def _fib_type4(st, addr, dev) -> int:
+    """``nft_fib4_eval_type``: ``inet_dev_addr_type`` (with the iif or oif flag) or ``inet_addr_type_dev_table``."""
+    if int(addr) == 0 or addr == _LIMITED_BROADCAST:
+        return RTN_BROADCAST
+    if addr.is_multicast:
+        return RTN_MULTICAST
+    for rt in st.ns.fib.local(4):  # the local table: a host route per address (lo owns 127.0.0.0/8)
+        if addr in rt.prefix:
+            return RTN_LOCAL if dev is None or dev.name == rt.dev else RTN_UNICAST
+    return RTN_UNICAST
+
+
+def _fib_type6(st, addr, dev) -> int:
+    """``__nft_fib6_eval_type``: local on the iif or oif (``nf_ipv6_chk_addr``), a reject route's type, the
+    subnet-router anycast address of a connected prefix, a local route without a device, else by address type."""
+    ret = RTN_LOCAL if dev is not None and any(a.ip == addr for a in dev.addresses(6)) else RTN_UNSPEC
+    if addr.is_multicast:  # every IPv6 device has ff00::/8 (addrconf_add_mroute), which flowsim's FIB leaves out
+        return ret or RTN_MULTICAST
+    route = st.ns.fib.lookup(addr)
+    if route.type not in ("unicast", "local"):
+        return _RTN[route.type]
+    if route.type == "unicast" and route.gateway is None and route.prefix.prefixlen < 127 \
+            and route.prefix.network_address == addr:
+        ret = RTN_ANYCAST  # __ipv6_anycast_destination
+    elif dev is None and route.type == "local":
+        ret = RTN_LOCAL
+    if ret:
+        return ret
+    if addr.is_multicast:
+        return RTN_MULTICAST
+    return RTN_UNSPEC if addr.is_unspecified else RTN_UNICAST
