@@ -410,6 +410,10 @@ def _compare_conn(rows: list, plan: ScenarioPlan, t: TrafficPlan, c: ConnObserva
     for d in DIRS:
         sd, na, nc = dirs.get(d, {}), _sim_acks(report, t, d), _segments_measured(report, t, c, d)
         again = c.retrans.get(d)
+        if not plan.flowtable_netns:  # no flowtable: no probe counts a path, and every packet takes the slow one
+            _fact(rows, s, t.name, f"delivered {d}", c.delivered.get(d), sd.get("delivered"),
+                  _tcp_tolerance(t, d, True, sim_acks=na, segments=nc, retrans=again))
+            continue
         _fact(rows, s, t.name, f"slow path {d}", _kernel_slow(c, d), _sim_slow(plan, sd),
               _tcp_tolerance(t, d, _bulk(sd, _sim_slow(plan, sd)), sim_acks=na, segments=nc,
                              split=_split_path(plan, sd, "leaves"), short=_short_measured(report, t, c, d),
