@@ -124,7 +124,7 @@ def run_schema() -> dict:
         "traffic": arr(obj({"name": S, "proto": enum("tcp", "udp"), "from": S, "src": S, "to": S, "dport": I,
                             "directions": obj({"original": direction, "reply": direction}),
                             "icmp_errors": obj({"sent": I, "delivered": I, "dropped": I}),
-                            "flows": arr(obj({"flow": I, "client": endpoint, "server": endpoint}))})),
+                            "flows": arr(obj({"flow": I, "client": endpoint, "server": nullable(endpoint)}))})),
         "conntrack": {"type": "object", "additionalProperties": arr(ct)},
         "counters": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": pk}},
         "quotas": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": obj(
