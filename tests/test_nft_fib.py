@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from flowsim.config.topology import load_topology
@@ -20,10 +21,11 @@ from flowsim.errors import RulesetError
 from flowsim.kernel.stack.nf import nft_fib_eval
 from flowsim.nft.eval import NftPacket
 from flowsim.nft.parse import parse_ruleset
+from flowsim.schemas import load as load_schema
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
 
-TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "fib-rpfilter.toml"
+TOPOLOGY = Path(__file__).resolve().parent / "data" / "scenarios" / "fib-rpfilter.toml"
 ip = ipaddress.ip_address
 
 
@@ -106,7 +108,7 @@ def test_the_address_type(router, key, pkt, rtn):
 
 
 def test_conform_fib_drops_what_fails_the_reverse_path():
-    """topologies/fib-rpfilter.toml: the spoofed sources (3 IPv4, 3 IPv6) are dropped by the rpfilter rule, the
+    """tests/data/scenarios/fib-rpfilter.toml: the spoofed sources (3 IPv4, 3 IPv6) are dropped by the rpfilter rule, the
     rest arrive; the rules' counters are the kernel's (tests/ and docs/conformance.md: four Debian kernels)."""
     sim = Simulation(load_topology(TOPOLOGY))
     sim.run()
@@ -115,3 +117,7 @@ def test_conform_fib_drops_what_fails_the_reverse_path():
     counters = [c.packets for _k, c in sorted(sim.kernel.netns["r"].nft.rule_counters.items())]
     # type local, . iif type local, daddr oif missing, oifname "veth1", the rpfilter drop
     assert counters == [2, 0, 2, 14, 6]
+    # the spoofed flows never reached a server: the report says null there, and its schema takes it
+    report = build_report(sim)
+    assert [f["server"] for t in report["traffic"] if "spoof" in t["name"] for f in t["flows"]] == [None, None]
+    jsonschema.validate(report, load_schema("run"))
