@@ -368,26 +368,30 @@ def _dev(st, name: str | None):
     return st.ns.devices.get(name) if name is not None else None
 
 
+def _found(dev) -> tuple[str, int] | None:
+    """``nft_fib_store_result``'s device: its name and ifindex, or None."""
+    return (dev.name, dev.ifindex) if dev is not None else None
+
+
 def _fib_oif(st, flags: set, pkt, hook: str, addr, oif):
     """``nft_fib4_eval`` / ``nft_fib6_eval``: the device the route to *addr* leaves by; with the iif or oif flag, that
     device only if the route uses it.  No route, a local one or a reject route: none."""
     in_dev = _dev(st, pkt.iif)
     # nft_fib_can_skip: at prerouting or input, a packet that came in on loopback answers with its device
     if hook in ("prerouting", "input") and in_dev is not None and in_dev.link_type == "loopback":
-        return (in_dev.name, in_dev.ifindex)
+        return _found(in_dev)
     if pkt.nfproto == 2:
         # a source 0.0.0.0 to a broadcast or link-local multicast address (DHCP): the receiving device
         if int(pkt.saddr) == 0 and (pkt.daddr == _LIMITED_BROADCAST or pkt.daddr in _LOCAL_MULTICAST):
-            return (in_dev.name, in_dev.ifindex) if in_dev is not None else None
+            return _found(in_dev)
     elif pkt.l4proto == IPPROTO_ICMPV6 and pkt.saddr.is_unspecified and pkt.daddr.is_link_local:
-        return (in_dev.name, in_dev.ifindex) if in_dev is not None else None  # nft_fib_v6_skip_icmpv6 (DAD)
+        return _found(in_dev)  # nft_fib_v6_skip_icmpv6 (DAD)
     route = st.ns.fib.lookup(addr)
     if route.type != "unicast":  # RTN_LOCAL ("should not see"), RTF_LOCAL, a reject route, or no route: none
         return None
     if oif is None:
-        found = _dev(st, route.dev)
-        return (found.name, found.ifindex) if found is not None else None
-    return (oif.name, oif.ifindex) if route.dev == oif.name else None  # fib_info_nh_uses_dev
+        return _found(_dev(st, route.dev))
+    return _found(oif) if route.dev == oif.name else None  # fib_info_nh_uses_dev
 
 
 def _fib_type4(st, addr, dev) -> int:
@@ -396,8 +400,8 @@ def _fib_type4(st, addr, dev) -> int:
         return RTN_BROADCAST
     if addr.is_multicast:
         return RTN_MULTICAST
-    for rt in st.ns.fib.local(4):  # the local table: a host route per address (lo owns 127.0.0.0/8)
-        if addr in rt.prefix:
+    for rt in st.ns.fib.local(4):  # the local table only (a host route per address; lo owns 127.0.0.0/8): a lookup
+        if addr in rt.prefix:      # of the main table too would mark its routes accessed, which the kernel's does not
             return RTN_LOCAL if dev is None or dev.name == rt.dev else RTN_UNICAST
     return RTN_UNICAST
 
@@ -418,6 +422,4 @@ def _fib_type6(st, addr, dev) -> int:
         ret = RTN_LOCAL
     if ret:
         return ret
-    if addr.is_multicast:
-        return RTN_MULTICAST
     return RTN_UNSPEC if addr.is_unspecified else RTN_UNICAST
