@@ -97,6 +97,8 @@ _ROWS = [
     ("nft-drop", DROP, "nft_do_chain", "an nftables rule or a chain policy dropped the packet"),
     ("nft-reject", DROP, "nft_reject_eval", "an nftables reject statement refused the packet"),
     ("ct-clash", DROP, "__nf_conntrack_confirm", "conntrack confirmation clashed with an existing entry"),
+    ("masquerade-no-address", DROP, "nf_nat_masquerade_ipv4 / nf_nat_masquerade_ipv6",
+     "masquerade found no address to translate to (\"ate my IP address\")"),
     # --- the slow path: receive, forwarding and transmit (flowsim.kernel.stack.l2 / stack_ip)
     ("frame-truncated", DROP, "eth_type_trans / skb_vlan_untag / pppoe_rcv",
      "the frame is shorter than its link-layer headers"),

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
+
 from flowsim.config.snapshot import (NFT_JSON, TEXT_FILES, NetnsSnapshot, Snapshot, SnapshotError,
                                      check_dev_name, check_netns_name)
 from flowsim.config.import_xfrm import xfrm_policies, xfrm_states
@@ -52,6 +54,7 @@ from flowsim.config.limits import read_bounded
 from flowsim.config.topology import load_topology_text
 from flowsim.kernel.devices.base import ETH_DATA_LEN, IfAddr
 from flowsim.kernel.fib import IPNetwork, address_prefix_route, prefix_route_metric
+from flowsim.kernel.headers import RT_SCOPE_NAMES
 from flowsim.errors import FlowsimError
 
 __all__ = ["ImportResult", "import_snapshot", "toml_string", "toml_key", "traffic_tables"]
@@ -713,6 +716,10 @@ class _Importer:
                 if metric:
                     line += f" metric {metric}"
                 addr = IfAddr(ip, remote, metric, info.get("noprefixroute") is True)
+                scope = info.get("scope")  # IPv4's ifa_scope: what source address selection may pick it for
+                if ip.version == 4 and isinstance(scope, str) and RT_SCOPE_NAMES.get(scope, addr.scope) != addr.scope:
+                    addr = attrs.evolve(addr, scope=RT_SCOPE_NAMES[scope])
+                    line += f" scope {scope}"
                 if addr.noprefixroute:  # IFA_F_NOPREFIXROUTE: the machine's own route is imported
                     line += " noprefixroute"
                 elif dev.up and address_prefix_route(addr) is not None:

@@ -40,6 +40,8 @@ import ipaddress
 import shlex
 from collections.abc import Callable
 
+import attrs
+
 from flowsim.config.ipcontext import IpContext
 from flowsim.config.iproute_xfrm import _xfrm_policy_add, _xfrm_state_add
 from flowsim.config.network import LinkRequest, Topology, ipv6_off
@@ -50,7 +52,7 @@ from flowsim.kernel.devices.base import Args, Command, IfAddr, NetDevice, parse_
 from flowsim.kernel.devices.bridge import BridgeDevice
 from flowsim.kernel.devices.bridge import change as bridge_change
 from flowsim.kernel.fib import Route
-from flowsim.kernel.headers import IPV6_MIN_MTU
+from flowsim.kernel.headers import IPV6_MIN_MTU, RT_SCOPE_NAMES
 from flowsim.kernel.neigh import NUD_NAMES, NUD_VALID, NeighEntry, NudState
 
 __all__ = ["run", "Command"]
@@ -278,7 +280,7 @@ def _prefix(ctx: IpContext, text: str, what: str) -> ipaddress.IPv4Interface | i
 
 def _addr_opts(ctx: IpContext, args: Args) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, dict]:
     local = _prefix(ctx, args.next("an address"), "an address")
-    opts: dict = {"peer": None, "dev": None, "metric": 0, "noprefixroute": False}
+    opts: dict = {"peer": None, "dev": None, "metric": 0, "noprefixroute": False, "scope": None}
     while args:
         word = args.next("an address option")
         if word in ("peer", "remote"):
@@ -291,7 +293,10 @@ def _addr_opts(ctx: IpContext, args: Args) -> tuple[ipaddress.IPv4Interface | ip
             opts["metric"] = args.int(word, 0, 0xFFFFFFFF)
         elif word in ("nodad", "home", "mngtmpaddr", "optimistic"):
             continue
-        elif word in ("scope", "label", "broadcast", "brd", "valid_lft", "preferred_lft"):
+        elif word == "scope":  # iproute2's rtnl_rtscope_a2n: a name or a number
+            opts["scope"] = (args.choice(word, RT_SCOPE_NAMES) if args.peek() in RT_SCOPE_NAMES
+                             else args.int(word, 0, 255))
+        elif word in ("label", "broadcast", "brd", "valid_lft", "preferred_lft"):
             args.next(f"a value after {word!r}")
         else:
             raise ctx.cmd.error(f"unknown address option {word!r}", value=word,
@@ -317,11 +322,23 @@ def _addr_add(ctx: IpContext, verb: str, args: Args) -> None:
                             value=str(local), expected=f"a device of MTU {IPV6_MIN_MTU} or more (ipv6_add_dev: "
                                                        "-EINVAL, Invalid argument)")
     new = IfAddr(local, opts["peer"], opts["metric"], opts["noprefixroute"])
+    if opts["scope"] is not None and new.version == 4:  # inet6_rtm_newaddr ignores it: IPv6's is the address's own
+        new = attrs.evolve(new, scope=opts["scope"])
     # fib_add_ifaddr (not for an IPv4 secondary) / addrconf_prefix_route add its prefix route, again if deleted
-    primary = new.version == 6 or dev.ipv4_primary(new.prefix) is None
+    first = dev.ipv4_primary(new.prefix) if new.version == 4 else None
+    if first is not None and first.scope != new.scope:  # __inet_insert_ifa: a secondary has its primary's scope
+        raise ctx.cmd.error(f"address {local.ip} would be a secondary of {first.ip} with another scope",
+                            value=str(local), expected=f"scope {_scope_name(first.scope)} (RTNETLINK answers: Invalid argument, "
+                                                       "ipv4: Invalid scope value)")
+    primary = first is None
     dev.addrs.append(new)
     if primary and not new.noprefixroute:
         ctx.topo.netns(ctx.netns).fib.prefix_route_restored(dev.name, new.prefix)
+
+
+def _scope_name(scope: int) -> str:
+    """iproute2's rtnl_rtscope_n2a: the name of an address scope, else its number."""
+    return next((name for name, n in RT_SCOPE_NAMES.items() if n == scope), str(scope))
 
 
 def _addr_del(ctx: IpContext, verb: str, args: Args) -> None:

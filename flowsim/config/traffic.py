@@ -13,8 +13,10 @@ A traffic table describes one flow the simulator generates
     dport = 5201
 
 ``name``, ``proto``, ``from``, ``to`` and ``dport`` are required; the
-optional keys are ``src`` (an address configured in ``from``; default its
-first non-loopback address of ``to``'s family), ``sport``, ``packets`` /
+optional keys are ``src`` (an address configured in ``from``; default the
+address the kernel selects for a connection that binds none: the output
+route's ``src``, else its device's address in the gateway's subnet for IPv4,
+RFC 6724's rules for IPv6, :mod:`flowsim.kernel.saddr`), ``sport``, ``packets`` /
 ``size`` and ``reply_packets`` / ``reply_size`` (IP lengths), ``handshake``
 and ``close`` (TCP only, default on), ``rate`` (packets per second),
 ``start`` (seconds), ``gso_size``, ``flows``, ``df``, ``acks`` (TCP:
@@ -46,6 +48,7 @@ from flowsim.config.limits import MAX_VIRTUAL_TIME, SECONDS_EXPECTED, is_number,
 from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import IPAddress
 from flowsim.kernel.pkt import IP_DEFAULT_TTL
+from flowsim.kernel.saddr import ip_route_connect_saddr
 
 __all__ = ["Traffic", "TRAFFIC_KEYS", "ACK_MODELS", "REPLY_STARTS", "read_traffic"]
 
@@ -58,8 +61,10 @@ class Traffic:
     """One ``[[traffic]]`` table: a flow the simulator will generate (the one declaration of its fields:
     :class:`flowsim.sim.traffic.TrafficSpec` derives from it).
 
-    ``packets`` go from ``src`` (an address of netns ``from``; default its
-    first address of ``to``'s family) to ``to``; ``reply_packets`` come back.
+    ``packets`` go from ``src`` (an address of netns ``from``; default the one
+    the kernel selects for a socket that binds none, ``src_bound`` then False:
+    :func:`flowsim.kernel.saddr.ip_route_connect_saddr`) to ``to``;
+    ``reply_packets`` come back.
     TCP flows do the three-way handshake and a FIN close unless disabled
     (``close = false`` in the file: no close; ``"rst"`` through the API).
     ``rate`` is packets per second (0: back to back), ``start`` seconds.
@@ -94,6 +99,7 @@ class Traffic:
     acks: str = "none"  # TCP pure ACKs: "none" (the table's reply_packets model them) or "linux" (delayed ACKs)
     reply_after: str = "accept"  # TCP: the server's replies start once connected, or after the first data
     line: int | None = None
+    src_bound: bool = True  # the sender binds src; False: the table named none and the kernel's choice is src
 
 
 TRAFFIC_KEYS = {"name", "proto", "from", "src", "to", "dport", "sport", "packets", "size", "reply_packets",
@@ -132,7 +138,9 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
         mine = [a.ip for d in ns.devices.values() if d.name != "lo" for a in d.addrs if a.version == dst.version]
         if not mine:
             raise bad(f"{netns} has no IPv{dst.version} address", netns, "a 'src' address", "from")
-        src = mine[0]
+        # ip_route_connect's choice; without a route the kernel's connect fails: the sender then uses its first
+        # address and its packets meet the same missing route
+        src = ip_route_connect_saddr(ns, ns.fib.lookup(dst, access=False), dst) or mine[0]
     if src.version != dst.version:
         raise bad("src and to have different families", str(src), "addresses of one family", "src")
 
@@ -184,8 +192,7 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
                    reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=rate, start=start,
                    gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df, acks=acks,
-                   reply_after=reply_after,
-                   line=line)
+                   reply_after=reply_after, line=line, src_bound="src" in item)
 
 
 def _address(item: dict, key: str, bad) -> IPAddress:

@@ -138,6 +138,7 @@ class TrafficPlan:
     reply_after: str = "accept"  # the simulated server's first write: "data" in socat mode (after the first byte)
     sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
     pause: int = 0  # whole seconds the guest waits before the table, after the ones before it (start_pause)
+    bind_src: bool = True  # the table names its src; False: the client binds its port only, the kernel picks src
 
     @property
     def tag(self) -> str:
@@ -312,7 +313,8 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
             close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
-            acks=acks, sim_rate=sim_rate, reply_after=reply_after, pause=start_pause(t, ordered[:i])))
+            acks=acks, sim_rate=sim_rate, reply_after=reply_after, pause=start_pause(t, ordered[:i]),
+            bind_src=t.src_bound))
         if plans[-1].pause:
             notes.append(f"{who}: starts {plans[-1].pause} s after the tables before it ended (start = "
                          f"{t.start:g} s; the simulation's idle time before it)")
@@ -520,7 +522,10 @@ def _sock(t: TrafficPlan, listen: bool) -> str:
         # would otherwise stop at EMSGSIZE; it keeps sending, like the simulator's generator.
         proto += "-DATAGRAM"
     dst = f"[{t.dst}]" if t.family == 6 else t.dst
-    src = f"[{t.src}]" if t.family == 6 else t.src
+    # a table without src: the guest's kernel selects the source (the model's src is its prediction, which the
+    # conntrack facts then check); the port stays bound
+    src = t.src if t.bind_src else ("::" if t.family == 6 else "0.0.0.0")
+    src = f"[{src}]" if t.family == 6 else src
     return f"{proto}:{dst}:{t.dport},bind={src}:{t.sport}{nodf}"
 
 

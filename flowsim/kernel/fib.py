@@ -476,8 +476,9 @@ class Fib:
         return [r for r in routes if r.version == daddr.version and daddr in r.prefix and self._usable(r)]
 
     def lookup(self, daddr: IPAddress, *, saddr: IPAddress | None = None, oif: str | None = None,
-               mark: int = 0) -> Route:
-        """Output route lookup for *daddr* (see the module docstring); never raises."""
+               mark: int = 0, access: bool = True) -> Route:
+        """Output route lookup for *daddr* (see the module docstring); never raises.  Without *access* the
+        route found is not marked accessed: a look at the FIB that no packet of the simulation made."""
         if daddr.version == 4 and int(daddr) == 0:
             # ip_route_output_key_hash_rcu: no destination → loopback
             return Route(ipaddress.ip_network("127.0.0.1/32"), type="local", dev="lo", proto="kernel",
@@ -503,7 +504,7 @@ class Fib:
             return (-r.prefix.prefixlen, r.metric, prefer, order[id(r)])
 
         best = min(found, key=rank)
-        if best.version == 4 and best.proto != "kernel":
+        if access and best.version == 4 and best.proto != "kernel":
             self.accessed(best)  # fib_table_lookup → fib_alias_accessed
         return best
 

@@ -28,6 +28,7 @@ __all__ = [
     "csum_fold", "internet_checksum", "csum_replace", "ip_send_check",
     "addr_bytes", "addr_text", "ETHERTYPE_TO_PPP", "PPP_TO_ETHERTYPE", "mac_aton", "mac_ntoa",
     "GSO_LEGACY_MAX_SIZE", "Encap",
+    "RT_SCOPE_UNIVERSE", "RT_SCOPE_SITE", "RT_SCOPE_LINK", "RT_SCOPE_HOST", "RT_SCOPE_NOWHERE", "RT_SCOPE_NAMES",
 ]
 
 _inet_ntop = socket.inet_ntop
@@ -79,6 +80,16 @@ ETHERTYPE_TO_PPP = {ETH_P_IP: PPP_IP, ETH_P_IPV6: PPP_IPV6}
 
 # <linux/netdevice.h>: the largest GSO skb a device takes unless it says more (16-bit IPv4 total length).
 GSO_LEGACY_MAX_SIZE = 65536
+
+# include/uapi/linux/rtnetlink.h, enum rt_scope_t: an address's (ifa_scope) and a route's (rtm_scope) reach,
+# narrower with a higher number; the names are iproute2's (lib/rt_names.c rtnl_rtscope_tab, "universe" its alias)
+RT_SCOPE_UNIVERSE = 0
+RT_SCOPE_SITE = 200
+RT_SCOPE_LINK = 253
+RT_SCOPE_HOST = 254
+RT_SCOPE_NOWHERE = 255
+RT_SCOPE_NAMES = {"global": RT_SCOPE_UNIVERSE, "universe": RT_SCOPE_UNIVERSE, "site": RT_SCOPE_SITE,
+                  "link": RT_SCOPE_LINK, "host": RT_SCOPE_HOST, "nowhere": RT_SCOPE_NOWHERE}
 
 
 def pppoe_proto_to_ethertype(ppp_proto: int) -> int:

@@ -47,6 +47,9 @@ from flowsim.kernel.headers import (  # re-exported: the device modules and thei
     mac_aton,
     mac_ntoa,
 )
+from flowsim.kernel.headers import RT_SCOPE_HOST, RT_SCOPE_UNIVERSE
+
+_LOOPNET = ipaddress.IPv4Network("127.0.0.0/8")
 
 #: what strtoul reads as octal with base 0: a 0 and octal digits
 _STRTOUL_OCTAL = re.compile(r"0[0-7]+")
@@ -274,6 +277,14 @@ class IfAddr:
     peer: ipaddress.IPv4Interface | ipaddress.IPv6Interface | None = None
     metric: int = 0  # ifa_rt_priority (`metric N`): its prefix route's metric; 0 = the family's default
     noprefixroute: bool = False  # IFA_F_NOPREFIXROUTE: the kernel installs no prefix route for it
+    # ifa_scope (`scope S`), IPv4's: what inet_select_addr may pick it for.  iproute2's default_scope gives
+    # 127.0.0.0/8 host scope, every other address global.  IPv6 ignores it (inet6_rtm_newaddr: an IPv6
+    # address's scope is its own, ipv6_addr_scope)
+    scope: int = attrs.field()
+
+    @scope.default
+    def _default_scope(self) -> int:
+        return RT_SCOPE_HOST if self.local.version == 4 and self.local.ip in _LOOPNET else RT_SCOPE_UNIVERSE
 
     @property
     def ip(self) -> IPAddress:

@@ -69,7 +69,7 @@ from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
     AF_INET, ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
-    IPPROTO_TCP, IPPROTO_UDP, internet_checksum,
+    IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_LINK, internet_checksum,
 )
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
@@ -78,10 +78,13 @@ from flowsim.kernel.pkt import (
     build_ipv6, icmp_error, ip6_fragment, ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment,
     ipv6_decrease_hoplimit, ipv6frag_thdr_truncated, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
 )
+from flowsim.kernel.saddr import (
+    fib_result_prefsrc, inet_select_addr, ip6_route_get_saddr, ip_route_connect_saddr, ipv6_dev_get_saddr,
+)
 from flowsim.kernel.skb import ZEROS, SkBuff
 from flowsim.kernel.stack import l2 as stack_l2
 from flowsim.kernel.stack import xfrm as stack_xfrm
-from flowsim.kernel.stack.nf import NfCtx, nat_source_address, nf_ct_attach, nf_hook, quoted_info
+from flowsim.kernel.stack.nf import NfCtx, nf_ct_attach, nf_hook, quoted_info
 
 __all__ = ["ip_rcv", "ip_forward", "ip_local_out", "ip_local_deliver", "ip_output", "ip_tunnel_xmit",
            "ip6_tnl_xmit", "ipip_tunnel_xmit", "ip6_tnl_start_xmit", "icmp_send", "ip_defrag", "ipv6_defrag",
@@ -561,7 +564,7 @@ def ip_tunnel_xmit(kernel, st, tun: IpipDevice, skb: SkBuff) -> None:
         icmp_ndo_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, mtu)
         kernel.drop(skb, "frag-needed", where, len=info.tot_len, mtu=mtu)
         return
-    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(remote), 4)
+    src = tun.local or fib_result_prefsrc(st.ns, rt)  # ip_tunnel_xmit: fl4.saddr 0, the route's choice
     inner = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
     tos = skb.buf[info.l3off + 1] & 0x03  # ECN of the inner header (INET_ECN_encapsulate)
     outer = build_ipv4(src, remote, IPPROTO_IPIP, inner, ttl=tun.ttl or info.ttl, tos=tos,
@@ -613,7 +616,9 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     if limit is not None:  # ipv6_push_frag_opts: destination options with IPV6_TLV_TNL_ENCAP_LIMIT, PadN
         payload = bytes((proto, 0, 4, 1, limit, 1, 1, 0)) + payload
         nexthdr = 60
-    src = tun.local or nat_source_address(st, st.ns.devices[rt.dev], rt.nexthop(remote), 6)
+    # without a local address the kernel's ip6_tnl_xmit_ctl refuses to send (no IP6_TNL_F_CAP_XMIT); flowsim
+    # sends from the address a connection to the remote end would have (not modelled: the refusal)
+    src = tun.local or ip6_route_get_saddr(st.ns, rt, remote)
     ecn = _ecn(skb, info)
     outer = build_ipv6(src, remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
                        flowlabel=_flowlabel(info))
@@ -653,14 +658,7 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
     back = st.route(info.src)
     if back.error:
         return
-    src: IPv4Address | IPv6Address | None
-    if local:
-        src = info.dst
-    else:
-        dev = st.ns.devices.get("lo" if back.type == "local" else back.dev)
-        src = back.src if back.src is not None and back.src.version == info.version else None
-        if src is None and dev is not None:
-            src = nat_source_address(st, dev, back.nexthop(info.src), info.version)
+    src = info.dst if local else _icmp_saddr(st, skb, info, back)
     if src is None:
         return
     offending = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
@@ -670,6 +668,27 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
     kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
     kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), nf_ct_attach(nfc))
+
+
+def _icmp_saddr(st, skb: SkBuff, info: PktInfo, back) -> IPv4Address | IPv6Address | None:
+    """The source of an error about a packet not addressed to us.  ``icmp_send`` (net/ipv4/icmp.c): with
+    ``net.ipv4.icmp_errors_use_inbound_ifaddr``, ``inet_select_addr`` on the inbound device; otherwise (or
+    when it has none) the source the route back gives (``icmp_route_lookup``: ``fib_result_prefsrc``).
+    ``icmp6_send`` (net/ipv6/icmp.c): unless the route back has a ``src`` (``icmpv6_rt_has_prefsrc``),
+    ``ipv6_dev_get_saddr`` on the inbound device, else the route's choice."""
+    ns = st.ns
+    in_dev = ns.by_index.get(skb.iif) if skb.iif else None  # rt_is_input_route / parm->iif
+    if info.version == 4:
+        if in_dev is not None and st.sysctl_on("net.ipv4.icmp_errors_use_inbound_ifaddr"):
+            src = inet_select_addr(ns, in_dev, info.src, RT_SCOPE_LINK)
+            if src is not None:
+                return src
+        return ip_route_connect_saddr(ns, back, info.src)
+    if in_dev is not None and back.src is None:
+        src = ipv6_dev_get_saddr(ns, in_dev, info.src)
+        if src is not None:
+            return src
+    return ip6_route_get_saddr(ns, back, info.src)
 
 
 def _icmp_ineligible(buf, info: PktInfo) -> bool:

@@ -50,13 +50,14 @@ from flowsim.kernel.conntrack import (
     CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet, tcp_error, udp_error,
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
-from flowsim.kernel.headers import IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, internet_checksum
+from flowsim.kernel.headers import IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_UNIVERSE, internet_checksum
 from flowsim.kernel.pkt import (
     PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip, reparse_ip,
 )
+from flowsim.kernel.saddr import inet_select_addr, ipv6_dev_get_saddr
 from flowsim.nft.ruleset import NftPacket
 
-__all__ = ["NfCtx", "nf_hook", "nf_ct_attach", "ct_tuple", "quoted_info", "nat_source_address", "HOOK_CORE"]
+__all__ = ["NfCtx", "nf_hook", "nf_ct_attach", "ct_tuple", "quoted_info", "HOOK_CORE"]
 
 _INF = float("inf")
 
@@ -152,19 +153,18 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
     nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
 
 
-def nat_source_address(st, out_dev, nexthop, version: int):
-    """``nf_nat_masquerade_ipv4`` / ``_ipv6``: the output device's address (in the next hop's subnet first)."""
-    addrs = [a for a in out_dev.addrs if a.version == version]
-    if version == 6:
-        addrs = [a for a in addrs if not a.ip.is_link_local] or addrs
-    for a in addrs:
-        if nexthop is not None and nexthop in a.prefix:
-            return a.ip
-    return addrs[0].ip if addrs else None
+def nf_nat_masquerade_saddr(st, out_dev, nexthop, info: PktInfo):
+    """The address ``masquerade`` translates to: ``nf_nat_masquerade_ipv4``'s ``inet_select_addr(out, nh,
+    RT_SCOPE_UNIVERSE)`` (the next hop's subnet first), ``nf_nat_masquerade_ipv6``'s ``ipv6_dev_get_saddr(out,
+    daddr)`` (net/netfilter/nf_nat_masquerade.c); None where the kernel drops ("ate my IP address")."""
+    if info.version == 4:
+        return inet_select_addr(st.ns, out_dev, nexthop, RT_SCOPE_UNIVERSE)
+    return ipv6_dev_get_saddr(st.ns, out_dev, info.dst)
 
 
-def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_dev, route) -> PktInfo:
-    """Bind NAT if the nat chains ran (``nf_nat_inet_fn``), then rewrite the packet (``nf_nat_packet``)."""
+def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_dev, route) -> PktInfo | None:
+    """Bind NAT if the nat chains ran (``nf_nat_inet_fn``), then rewrite the packet (``nf_nat_packet``); None
+    when ``masquerade`` has no address to translate to (NF_DROP)."""
     ct, d = nfc.ct, nfc.dir
     if ct is None or d is None:  # conntrack sets both or neither (_conntrack_in)
         return info
@@ -182,9 +182,9 @@ def _nat_core(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, res, out_de
             addr = None
             if res.nat.kind == "masquerade":
                 nexthop = route.nexthop(info.dst) if route is not None else None
-                addr = nat_source_address(st, out_dev, nexthop, info.version) if out_dev is not None else None
+                addr = nf_nat_masquerade_saddr(st, out_dev, nexthop, info) if out_dev is not None else None
                 if addr is None:
-                    return info  # no address to masquerade to: the kernel drops (NF_DROP); keep it simple
+                    return None
             elif res.nat.kind == "redirect" and skb is not None:
                 addr = info.dst
             rng = NatRange.from_request(res.nat, addr=addr)
@@ -301,7 +301,10 @@ def nf_hook(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, in_dev=None, 
         if action == "ct_in":
             _conntrack_in(kernel, st, skb, info, nfc)
         elif action == "nat":
-            info = _nat_core(kernel, st, hook, skb, info, nfc, nat_res, out_dev, route)
+            nat_info = _nat_core(kernel, st, hook, skb, info, nfc, nat_res, out_dev, route)
+            if nat_info is None:
+                return info, "masquerade-no-address"
+            info = nat_info
         elif action == "confirm":
             ct = nfc.ct
             # __nf_conntrack_confirm: only the ORIGINAL direction confirms ("we refuse to set up related

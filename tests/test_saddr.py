@@ -1,0 +1,303 @@
+"""Source address selection (flowsim.kernel.saddr), as Debian's linux-source-7.2 has it.
+
+IPv4: ``ip_route_output_key_hash_rcu`` / ``fib_select_path`` (net/ipv4/route.c) → ``fib_result_prefsrc``
+(net/ipv4/fib_semantics.c) → ``inet_select_addr`` (net/ipv4/devinet.c); the address order of
+``__inet_insert_ifa``.  IPv6: ``ip6_route_get_saddr`` (include/net/ip6_route.h) → ``ipv6_dev_get_saddr`` and
+``ipv6_get_saddr_eval`` (net/ipv6/addrconf.c), the default labels of net/ipv6/addrlabel.c, the address order of
+``ipv6_link_dev_addr``.  The users: a ``[[traffic]]`` table without ``src`` (a socket that binds no address),
+``masquerade`` (net/netfilter/nf_nat_masquerade.c), ICMP errors (``icmp_send``, ``icmp6_send``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import attrs
+import pytest
+
+from flowsim.conform.guest import TrafficPlan, _sock
+from flowsim.config.topology import load_topology_text
+from flowsim.errors import TopologyError
+from flowsim.kernel.headers import RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
+from flowsim.kernel.saddr import (
+    inet_select_addr, ip_route_connect_saddr, ipv6_addr_label, ipv6_dev_get_saddr,
+)
+
+ip = ipaddress.ip_address
+
+
+def host(commands: str, traffic: str = "", sysctls: str = ""):
+    """Namespace h (eth0, eth1: veths to namespace p) with *commands* after the links are up."""
+    text = f"""[netns.h]
+commands = '''
+ip link add eth0 type veth peer name e0 netns p
+ip link add eth1 type veth peer name e1 netns p
+ip link set eth0 up
+ip link set eth1 up
+{commands}
+'''
+{sysctls}
+[netns.p]
+commands = '''
+ip link set e0 up
+ip link set e1 up
+'''
+{traffic}"""
+    return load_topology_text(text, file="saddr.toml")
+
+
+def connect_src(topo, daddr: str):
+    ns = topo.namespaces["h"]
+    d = ip(daddr)
+    return ip_route_connect_saddr(ns, ns.fib.lookup(d, access=False), d)
+
+
+# ----------------------------------------------------------------------------- IPv4
+
+def test_inet_select_addr_prefers_the_gateways_subnet_on_the_routes_device():
+    # inet_select_addr(dev, gw, RT_SCOPE_UNIVERSE): the first primary in the gateway's subnet, not the first
+    # address of the namespace (eth1's) nor of the device (203.0.113.9)
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\n"
+                "ip addr add 192.0.2.2/24 dev eth0\nip route add default via 192.0.2.1")
+    assert connect_src(topo, "198.51.100.7") == ip("192.0.2.2")
+
+
+def test_without_an_address_in_the_gateways_subnet_the_first_primary_of_the_device():
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\n"
+                "ip addr add 203.0.113.10/32 dev eth0\nip route add default via 192.0.2.1 dev eth0 onlink")
+    assert connect_src(topo, "198.51.100.7") == ip("203.0.113.9")
+
+
+def test_a_secondary_is_never_selected():
+    # __inet_insert_ifa marks 192.0.2.3 IFA_F_SECONDARY: the loop skips it even for a destination of its own
+    topo = host("ip addr add 192.0.2.2/24 dev eth0\nip addr add 192.0.2.3/24 dev eth0")
+    ns = topo.namespaces["h"]
+    dev = ns.devices["eth0"]
+    assert inet_select_addr(ns, dev, ip("192.0.2.3"), RT_SCOPE_UNIVERSE) == ip("192.0.2.2")
+
+
+def test_a_link_scope_address_is_not_a_gateway_routes_source():
+    # the route via a gateway has scope universe: `min(ifa_scope, localnet_scope) > scope` skips scope link;
+    # a device route (scope link) may use it
+    topo = host("ip addr add 192.0.2.2/24 dev eth0 scope link\nip addr add 203.0.113.9/32 dev eth0\n"
+                "ip route add default via 192.0.2.1")
+    ns = topo.namespaces["h"]
+    dev = ns.devices["eth0"]
+    assert dev.addrs[0].scope == RT_SCOPE_LINK
+    assert connect_src(topo, "198.51.100.7") == ip("203.0.113.9")
+    assert inet_select_addr(ns, dev, ip("192.0.2.1"), RT_SCOPE_LINK) == ip("192.0.2.2")
+
+
+def test_the_routes_src_wins():
+    topo = host("ip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1\n"
+                "ip route add 198.51.100.0/24 via 192.0.2.1 src 10.99.0.1\nip route add default via 192.0.2.1")
+    assert connect_src(topo, "198.51.100.7") == ip("10.99.0.1")
+    assert connect_src(topo, "203.0.113.7") == ip("192.0.2.2")
+
+
+def test_a_local_destination_is_its_own_source():
+    # ip_route_output_key_hash_rcu, RTN_LOCAL: the local route's prefsrc (lo's 127.0.0.0/8 has 127.0.0.1)
+    topo = host("ip link set lo up\nip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1")
+    assert connect_src(topo, "10.99.0.1") == ip("10.99.0.1")
+    assert connect_src(topo, "127.0.0.9") == ip("127.0.0.1")
+
+
+def test_no_route_no_source():
+    topo = host("ip addr add 192.0.2.2/24 dev eth0")
+    assert connect_src(topo, "198.51.100.7") is None  # the kernel's connect fails: -ENETUNREACH
+
+
+def test_the_device_without_an_address_falls_back_to_any_devices_primary():
+    # inet_select_addr's no_in_dev loop, in_dev_select_addr: lo's 127.0.0.1 has host scope (not within
+    # universe), the next device's global primary is the answer
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip route add default dev eth0")
+    assert connect_src(topo, "198.51.100.7") == ip("10.99.0.1")
+
+
+def test_route_localnet_lets_a_host_scope_address_serve_a_link_route():
+    topo = host("ip addr add 127.1.0.1/8 dev eth0\nip route add 198.51.100.0/24 dev eth0",
+                sysctls='sysctls = { "net.ipv4.conf.eth0.route_localnet" = 1 }')
+    ns = topo.namespaces["h"]
+    dev = ns.devices["eth0"]
+    assert dev.addrs[0].scope == RT_SCOPE_HOST  # iproute2's default_scope for 127.0.0.0/8
+    assert inet_select_addr(ns, dev, None, RT_SCOPE_LINK) == ip("127.1.0.1")
+
+
+@pytest.mark.parametrize("scope, value", [("global", 0), ("site", 200), ("link", 253), ("host", 254), ("7", 7)])
+def test_ip_addr_scope_is_kept(scope, value):
+    topo = host(f"ip addr add 192.0.2.2/24 dev eth0 scope {scope}")
+    assert topo.namespaces["h"].devices["eth0"].addrs[0].scope == value
+
+
+def test_a_secondary_of_another_scope_is_refused():
+    # __inet_insert_ifa: "ipv4: Invalid scope value" (-EINVAL)
+    with pytest.raises(TopologyError, match="Invalid scope value") as err:
+        host("ip addr add 192.0.2.2/24 dev eth0\nip addr add 192.0.2.3/24 dev eth0 scope link")
+    assert err.value.file == "saddr.toml"
+
+
+def test_a_bad_scope_is_a_located_error():
+    with pytest.raises(TopologyError, match="scope"):
+        host("ip addr add 192.0.2.2/24 dev eth0 scope 256")
+
+
+# ----------------------------------------------------------------------------- IPv6
+
+def test_ipv6_prefers_the_outgoing_device_then_the_longest_prefix():
+    # IPV6_SADDR_RULE_OIF before IPV6_SADDR_RULE_PREFIX: eth1's 2001:db8:3:1::99 shares 63 bits with the
+    # destination, but the route leaves by eth0; there 2001:db8:1::2 (46 bits) beats the newer 2001:db8:77::2
+    # (41 bits), which comes first in addr_list (ipv6_link_dev_addr: newest first within a scope)
+    topo = host("ip addr add 2001:db8:3:1::99/64 dev eth1 nodad\nip addr add 2001:db8:1::2/64 dev eth0 nodad\n"
+                "ip addr add 2001:db8:77::2/64 dev eth0 nodad\nip -6 route add default via 2001:db8:1::1")
+    assert connect_src(topo, "2001:db8:3::2") == ip("2001:db8:1::2")
+
+
+def test_ipv6_a_tie_goes_to_the_newest_address():
+    # both share 32 bits with 2001:db8:ffff::1 and are cut at /64: every rule ties, the first candidate of
+    # addr_list stays the best, and ipv6_link_dev_addr put the newer one first
+    topo = host("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:2::2/64 dev eth0 nodad\n"
+                "ip -6 route add default via 2001:db8:1::1")
+    assert connect_src(topo, "2001:db8:ffff::1") == ip("2001:db8:2::2")
+
+
+def test_ipv6_the_prefix_rule_stops_at_the_addresses_prefix_length():
+    # 2001:db8:1::2/48 would share 126 bits with 2001:db8:1::1 but counts 48; 2001:db8:1::3/64 counts 64
+    topo = host("ip addr add 2001:db8:1::3/64 dev eth0 nodad\nip addr add 2001:db8:1::2/48 dev eth0 nodad")
+    ns = topo.namespaces["h"]
+    assert ipv6_dev_get_saddr(ns, ns.devices["eth0"], ip("2001:db8:1::1")) == ip("2001:db8:1::3")
+
+
+def test_ipv6_label_rule_prefers_an_address_of_the_destinations_label():
+    # ip6addrlbl_init_table: fc00::/7 has label 5, 2001:db8::/32 (not within 2001::/32) label 1; both addresses
+    # are on the outgoing device, so IPV6_SADDR_RULE_LABEL decides before the prefix rule
+    assert ipv6_addr_label(ip("fd00::1")) == 5
+    assert ipv6_addr_label(ip("2001:db8::1")) == 1
+    assert ipv6_addr_label(ip("2001:0:1::1")) == 6  # Teredo, 2001::/32
+    assert ipv6_addr_label(ip("::1")) == 0
+    topo = host("ip addr add fd00:1::2/64 dev eth0 nodad\nip addr add 2001:db8:1::2/64 dev eth0 nodad\n"
+                "ip -6 route add fd00:9::/64 via fd00:1::1\nip -6 route add default via 2001:db8:1::1")
+    assert connect_src(topo, "fd00:9::1") == ip("fd00:1::2")
+    assert connect_src(topo, "2001:db8:9::1") == ip("2001:db8:1::2")
+
+
+def test_ipv6_the_routes_src_wins():
+    topo = host("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:77::2/64 dev eth1 nodad\n"
+                "ip -6 route add 2001:db8:4::/64 via 2001:db8:1::1 src 2001:db8:77::2")
+    assert connect_src(topo, "2001:db8:4::9") == ip("2001:db8:77::2")
+
+
+def test_ipv6_a_link_local_destination_looks_at_the_outgoing_device_only():
+    # use_oif_addr for dst.scope <= IPV6_ADDR_SCOPE_LINKLOCAL: eth1's address is no candidate
+    topo = host("ip addr add 2001:db8:1::2/64 dev eth1 nodad\nip addr add fe80::2/64 dev eth0 nodad")
+    ns = topo.namespaces["h"]
+    assert ipv6_dev_get_saddr(ns, ns.devices["eth0"], ip("fe80::1")) == ip("fe80::2")
+    assert ipv6_dev_get_saddr(ns, None, ip("fe80::1")) == ip("fe80::2")  # scope: link-local fits best
+
+
+def test_use_oif_addrs_only():
+    topo = host("ip addr add 2001:db8:1::2/64 dev eth1 nodad\nip addr add fd00::2/64 dev eth0 nodad",
+                sysctls='sysctls = { "net.ipv6.conf.eth0.use_oif_addrs_only" = 1 }')
+    ns = topo.namespaces["h"]
+    assert ipv6_dev_get_saddr(ns, ns.devices["eth0"], ip("2001:db8:9::1")) == ip("fd00::2")
+    assert ipv6_dev_get_saddr(ns, ns.devices["eth1"], ip("2001:db8:9::1")) == ip("2001:db8:1::2")
+
+
+# ----------------------------------------------------------------------------- the users
+
+TRAFFIC = """
+[[traffic]]
+name = "t"
+proto = "udp"
+from = "h"
+to = "DST"
+dport = 5000
+"""
+
+
+def test_a_table_without_src_takes_the_kernels_choice():
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 192.0.2.2/24 dev eth0\n"
+                "ip route add default via 192.0.2.1", TRAFFIC.replace("DST", "198.51.100.7"))
+    (t,) = topo.traffic
+    assert (t.src, t.src_bound) == (ip("192.0.2.2"), False)
+
+
+def test_a_table_with_src_binds_it():
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 192.0.2.2/24 dev eth0\n"
+                "ip route add default via 192.0.2.1",
+                TRAFFIC.replace("DST", "198.51.100.7") + 'src = "10.99.0.1"\n')
+    (t,) = topo.traffic
+    assert (t.src, t.src_bound) == (ip("10.99.0.1"), True)
+
+
+def test_a_table_without_a_route_keeps_the_first_address():
+    # the kernel's connect fails; the sender uses the first address of its devices (eth0 was made first) and
+    # its packets meet the missing route
+    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 192.0.2.2/24 dev eth0",
+                TRAFFIC.replace("DST", "198.51.100.7"))
+    assert topo.traffic[0].src == ip("192.0.2.2")
+
+
+@pytest.mark.parametrize("family, src, wildcard", [(4, "192.0.2.2", "0.0.0.0"), (6, "2001:db8:1::2", "[::]")])
+def test_the_guest_binds_only_the_port_of_a_table_without_src(family, src, wildcard):
+    # the guest's kernel then selects the source, and the conntrack facts check the model's prediction
+    plan = TrafficPlan(index=0, name="t", proto="udp", family=family, client="h", server="p", src=src,
+                       dst="198.51.100.7" if family == 4 else "2001:db8:3::2", dport=5000, listen_port=5000,
+                       sport=40000, packets=1, size=100, reply_packets=0, reply_size=100, close=False, rate=0.0)
+    shown = f"[{src}]" if family == 6 else src
+    assert f",bind={shown}:40000" in _sock(plan, False)
+    assert f",bind={wildcard}:40000" in _sock(attrs.evolve(plan, bind_src=False), False)
+
+
+MASQ = """[netns.c]
+commands = '''
+ip link add eth0 type veth peer name veth0 netns r
+ip link set eth0 up
+ip addr add 192.0.2.2/24 dev eth0
+ip route add default via 192.0.2.1
+'''
+[netns.r]
+commands = '''
+ip link add veth1 type veth peer name eth0 netns s
+ip link set veth0 up
+ip link set veth1 up
+ip addr add 192.0.2.1/24 dev veth0 SCOPE
+ip addr add 198.51.100.1/24 dev veth1 SCOPE
+'''
+sysctls = { "net.ipv4.ip_forward" = 1 }
+nft = '''
+table ip nat {
+  chain postrouting { type nat hook postrouting priority 100; policy accept; oifname "veth1" masquerade }
+}
+'''
+[netns.s]
+commands = '''
+ip link set eth0 up
+ip addr add 198.51.100.2/24 dev eth0
+ip route add default via 198.51.100.1
+'''
+[[traffic]]
+name = "u"
+proto = "udp"
+from = "c"
+to = "198.51.100.2"
+dport = 5000
+packets = 3
+"""
+
+
+@pytest.mark.parametrize("scope, delivered", [("", 3), ("scope link", 0)])
+def test_masquerade_without_a_global_address_drops(scope, delivered):
+    # nf_nat_masquerade_ipv4: inet_select_addr(out, nh, RT_SCOPE_UNIVERSE) finds no address when the router's
+    # are all scope link (in_dev_select_addr skips them too): "veth1 ate my IP address", NF_DROP
+    from flowsim.sim.report import build_report
+    from flowsim.sim.simulation import Simulation
+
+    sim = Simulation(load_topology_text(MASQ.replace("SCOPE", scope), file="masq.toml"))
+    sim.run()
+    report = build_report(sim)
+    (t,) = report["traffic"]
+    assert t["directions"]["original"]["delivered"] == delivered
+    assert report["drops"].get("masquerade-no-address", 0) == 3 - delivered
+    if delivered:  # translated to the output device's address (in the next hop's subnet)
+        (ct,) = sim.kernel.netns["r"].conntrack.entries()
+        assert ct.tuplehash[1].dst == ip("198.51.100.1")
