@@ -560,3 +560,18 @@ def test_namespaces_run_so_that_ifindexes_come_out_alike(tmp_path):
     r = topo.namespaces["r"].devices
     assert (r["lan0"].ifindex, r["lan1"].ifindex) == (2, 3)
     assert topo.namespaces["a"].devices["eth0"].ifindex == 2 and topo.namespaces["b"].devices["eth0"].ifindex == 2
+
+
+def test_an_ipv4_address_keeps_its_scope(tmp_path):
+    """ip -j addr's "scope" of an IPv4 address (ifa_scope) is what inet_select_addr reads: import writes it
+    when it is not iproute2's default (global; host for 127.0.0.0/8)."""
+    addrs = json.dumps([{"ifname": "d0", "addr_info": [
+        {"family": "inet", "local": "192.0.2.1", "prefixlen": 24, "scope": "link"},
+        {"family": "inet", "local": "198.51.100.1", "prefixlen": 24, "scope": "global"},
+        {"family": "inet", "local": "127.0.0.2", "prefixlen": 8, "scope": "host"}]}])
+    result = import_snapshot(_mini(tmp_path, [LO, _dev(2, "d0")], addr_json=addrs))
+    assert "ip addr add 192.0.2.1/24 dev d0 scope link" in result.text
+    assert "ip addr add 198.51.100.1/24 dev d0\n" in result.text
+    assert "ip addr add 127.0.0.2/8 dev d0\n" in result.text
+    dev = load_topology_text(result.text).namespaces["r"].devices["d0"]
+    assert [a.scope for a in dev.addrs] == [253, 0, 254]
