@@ -301,3 +301,45 @@ def test_masquerade_without_a_global_address_drops(scope, delivered):
     if delivered:  # translated to the output device's address (in the next hop's subnet)
         (ct,) = sim.kernel.netns["r"].conntrack.entries()
         assert ct.tuplehash[1].dst == ip("198.51.100.1")
+
+
+TUN6 = """[netns.a]
+commands = '''
+ip link add eth0 type veth peer name eth0 netns b
+ip link set eth0 up
+ip addr add 2001:db8:1::1/64 dev eth0 nodad
+ip link add t0 type ip6tnl mode ip6ip6 LOCAL remote 2001:db8:1::2 encaplimit none
+ip link set t0 up
+ip addr add 2001:db8:5::1/64 dev t0 nodad
+ip -6 route add 2001:db8:9::/64 dev t0
+'''
+[netns.b]
+commands = '''
+ip link set eth0 up
+ip addr add 2001:db8:1::2/64 dev eth0 nodad
+ip link add t0 type ip6tnl mode ip6ip6 local 2001:db8:1::2 remote 2001:db8:1::1 encaplimit none
+ip link set t0 up
+ip addr add 2001:db8:9::1/64 dev t0 nodad
+'''
+[[traffic]]
+name = "u"
+proto = "udp"
+from = "a"
+to = "2001:db8:9::1"
+dport = 5000
+packets = 3
+"""
+
+
+@pytest.mark.parametrize("local, delivered", [("local 2001:db8:1::1", 3), ("", 0)])
+def test_ip6tnl_without_a_local_address_does_not_transmit(local, delivered):
+    # ip6_tnl_xmit → ip6_tnl_xmit_ctl: `local any` gives only IP6_TNL_F_CAP_PER_PACKET, never CAP_XMIT
+    from flowsim.sim.report import build_report
+    from flowsim.sim.simulation import Simulation
+
+    sim = Simulation(load_topology_text(TUN6.replace("LOCAL", local), file="tun6.toml"))
+    sim.run()
+    report = build_report(sim)
+    (t,) = report["traffic"]
+    assert t["directions"]["original"]["delivered"] == delivered
+    assert report["drops"].get("tunnel-no-local", 0) == 3 - delivered

@@ -597,6 +597,14 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     if not _mode_accepts(tun, proto):
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}", mode=tun.mode)
         return
+    if tun.local is None:
+        # ip6_tnl_xmit_ctl: with `local any` ip6_tnl_get_cap gives only IP6_TNL_F_CAP_PER_PACKET, and the
+        # packet's source is that same any address, never IP6_TNL_F_CAP_XMIT: tx_err_link_failure counts a
+        # carrier error and dst_link_failure answers the inner source (ip6_link_failure: address unreachable;
+        # ipv4_link_failure: host unreachable)
+        icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True))
+        kernel.drop(skb, "tunnel-no-local", where)
+        return
     limit = tun.encaplimit
     mtu = st.route_mtu(rt) - 40 - (8 if limit is not None else 0)
     if skb.gso_size:
@@ -616,9 +624,7 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     if limit is not None:  # ipv6_push_frag_opts: destination options with IPV6_TLV_TNL_ENCAP_LIMIT, PadN
         payload = bytes((proto, 0, 4, 1, limit, 1, 1, 0)) + payload
         nexthdr = 60
-    # without a local address the kernel's ip6_tnl_xmit_ctl refuses to send (no IP6_TNL_F_CAP_XMIT); flowsim
-    # sends from the address a connection to the remote end would have (not modelled: the refusal)
-    src = tun.local or ip6_route_get_saddr(st.ns, rt, remote)
+    src = tun.local
     ecn = _ecn(skb, info)
     outer = build_ipv6(src, remote, nexthdr, payload, hlim=tun.ttl or info.ttl, tclass=ecn,
                        flowlabel=_flowlabel(info))
