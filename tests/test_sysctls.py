@@ -90,9 +90,35 @@ def test_the_stack_gives_each_namespace_its_own_timeouts():
     assert sim.kernel.netns["ns1"].conntrack.timeouts is DEFAULT_TIMEOUTS
 
 
+@pytest.mark.parametrize("key", ["nft", "kernel.hostname", "net", "net..ipv4", "net.ipv4.", "net.ipv4 .x",
+                                 "vm.swappiness"])
+def test_a_sysctl_outside_the_net_tree_is_refused(key):
+    # a network namespace has only the net.* tree; a misplaced TOML key (an `nft = ...` line under a
+    # [netns.X.sysctls] table) became the sysctl "nft", which the guest could not write
+    assert sysctl_problem(key, "1").what == "not a sysctl of a network namespace"
+    with pytest.raises(TopologyError, match="not a sysctl of a network namespace") as err:
+        load_topology_text(BASE.format(command="", sysctls=f'"{key}" = "1"'), "bad.toml")
+    assert (err.value.file, err.value.line) == ("bad.toml", 7)
+    # the array form is checked as the table form is (it was not checked at all)
+    with pytest.raises(TopologyError, match="not a sysctl of a network namespace"):
+        load_topology_text(BASE.format(command="", sysctls="").replace("sysctls = {  }", f'sysctls = ["{key}=1"]'),
+                           "bad.toml")
+    if " " not in key:
+        with pytest.raises(TopologyError, match="not a sysctl of a network namespace"):
+            load_topology_text(BASE.format(command=f"sysctl -w {key}=1", sysctls=""), "bad.toml")
+    assert sysctl_problem("net.ipv4.\x01", "1").what == "not a sysctl of a network namespace"
+
+
+def test_the_array_form_checks_values_too():
+    text = BASE.format(command="", sysctls="").replace("sysctls = {  }", 'sysctls = ["net.ipv4.ip_forward=yes"]')
+    with pytest.raises(TopologyError, match="not an integer"):
+        load_topology_text(text, "bad.toml")
+
+
 @pytest.mark.parametrize("key, value", [
     ("net.ipv4.ip_forward", "yes"), ("net.ipv4.conf.eth0/10.forwarding", "on"), ("net.ipv6.conf.all.forwarding", ""),
-    ("net.ipv4.conf.all.promote_secondaries", "1.0"),
+    ("net.ipv4.conf.all.promote_secondaries", "1.0"), ("net.ipv4.conf.eth0.route_localnet", "y"),
+    ("net.ipv6.conf.eth0.use_oif_addrs_only", "true"), ("net.ipv4.icmp_errors_use_inbound_ifaddr", "on"),
 ])
 def test_a_switch_flowsim_reads_must_be_an_integer(key, value):
     # proc_dointvec refuses it; flowsim took any text but "0" for on

@@ -6,10 +6,11 @@ Theory of operation
 Some keys are turned into numbers by the simulator: the flowtable's and conntrack's timeouts
 (``proc_dointvec_jiffies``: whole seconds in the kernel, any non-negative number of seconds here, within a
 run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).
-The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``) must be integers, as
+The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``, ``route_localnet``, …) must
+be integers, as
 ``proc_dointvec`` wants: 0 is off, any other on.  Every other sysctl is kept as the text it was given (a key
-flowsim does not model is inert).
-:func:`sysctl_problem` says what is wrong with one value.
+flowsim does not model is inert), but a key must belong to the ``net.`` tree: the only sysctls a network
+namespace has.  :func:`sysctl_problem` says what is wrong with one key and value.
 
 The keys come from the kernel modules that read them; the bounds from :mod:`flowsim.config.limits`.
 """
@@ -38,7 +39,13 @@ INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neig
                              "net.ipv4.ipfrag_max_dist"})
 #: switches flowsim reads (0 off, another integer on; proc_dointvec refuses anything but an integer)
 SWITCH_SYSCTLS = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding"
-                            r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries|" + re.escape(CT_TCP_LOOSE_SYSCTL))
+                            r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries|" + re.escape(CT_TCP_LOOSE_SYSCTL) +
+                            # source address selection (flowsim.kernel.saddr, icmp_send)
+                            r"|net\.ipv4\.conf\.[^.]+\.route_localnet|net\.ipv6\.conf\.[^.]+\.use_oif_addrs_only"
+                            r"|net\.ipv4\.icmp_errors_use_inbound_ifaddr")
+#: a namespace's sysctls are the net.* tree, the one /proc/sys holds per network namespace; a component is
+#: a /proc/sys directory or file name ("/" stands for a "." inside one, as in a VLAN device's name)
+_NETNS_SYSCTL = re.compile(r"net(\.[^.\s\x00-\x1f]+)+")
 _INT_MAX = (1 << 31) - 1
 _INT_MIN = -(1 << 31)
 
@@ -52,7 +59,10 @@ class SysctlProblem:
 
 
 def sysctl_problem(key: str, value: str) -> SysctlProblem | None:
-    """None if *value* is one *key* may hold, else what is wrong with it."""
+    """None if *key* names a sysctl of a network namespace and *value* is one it may hold, else what is wrong."""
+    if not _NETNS_SYSCTL.fullmatch(key):
+        return SysctlProblem("not a sysctl of a network namespace",
+                             "a key of the net. tree, its names separated by single dots (net.ipv4.ip_forward)")
     text = str(value).strip()
     if key in SECONDS_SYSCTLS:
         expected = f"a number of seconds, 0 to {MAX_VIRTUAL_TIME:.0f}"

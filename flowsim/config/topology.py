@@ -278,6 +278,14 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
     return out
 
 
+def _check_sysctls(items: dict[str, str], file: str, line: int | None) -> None:
+    for key, val in items.items():
+        problem = sysctl_problem(key, val)
+        if problem is not None:
+            raise TopologyError(f"sysctl {key} = {short(val)}: {problem.what}", file=file, line=line, value=val,
+                                expected=problem.expected)
+
+
 def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
     line = _line(raw, header, "sysctls")
 
@@ -292,6 +300,7 @@ def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
             if not sep or not key.strip():
                 raise bad(f"bad sysctl {short(item)}", item)
             items[key.strip()] = val.strip()
+        _check_sysctls(items, file, line)
         return items
     if isinstance(value, dict):
         flat: dict[str, str] = {}
@@ -306,11 +315,7 @@ def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
                 flat[prefix] = str(int(v))  # bool is an int: true/false are 1/0
             else:
                 raise bad(f"bad sysctl {prefix or '(empty key)'} = {short(v)}", v)
-        for key, val in flat.items():
-            problem = sysctl_problem(key, val)
-            if problem is not None:
-                raise TopologyError(f"sysctl {key} = {short(val)}: {problem.what}", file=file, line=line, value=val,
-                                    expected=problem.expected)
+        _check_sysctls(flat, file, line)
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line, value=type(value).__name__,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')
