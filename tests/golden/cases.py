@@ -26,28 +26,16 @@ PROFILES = ("linux-6.1", "linux-6.12", "linux-6.18", "linux-6.19", "linux-7.0", 
 
 
 def _router_and_flow(topology: pathlib.Path) -> tuple[str, str, str] | None:
-    """The first namespace with a flowtable, and its first traffic's addresses (for ``path``)."""
+    """The first namespace with a flowtable, and its first traffic's addresses (for ``path``): the source the
+    loaded topology gives it (the table's ``src``, else the kernel's selection)."""
+    from flowsim.config.topology import load_topology
+
     doc = tomllib.loads(topology.read_text())
     routers = [name for name, ns in doc.get("netns", {}).items() if "flowtable" in ns.get("nft", "")]
-    traffic = doc.get("traffic", [])
-    if not routers or not traffic:
+    if not routers or not doc.get("traffic"):
         return None
-    dst = _address(doc, traffic[0]["to"], None)
-    src = traffic[0].get("src") or _address(doc, traffic[0]["from"], ":" in dst)
-    return routers[0], src, dst
-
-
-def _address(doc: dict, name: str, v6: bool | None) -> str:
-    """``name`` is an address, or a namespace: its first address (of the family asked for)."""
-    if name not in doc.get("netns", {}):
-        return name
-    for line in doc["netns"][name].get("commands", "").splitlines():
-        words = line.split()
-        if "addr" in words and "add" in words and words[0] == "ip":
-            addr = words[words.index("add") + 1].split("/")[0]
-            if v6 is None or (":" in addr) == v6:
-                return addr
-    return name
+    first = load_topology(topology).traffic[0]
+    return routers[0], str(first.src), str(first.dst)
 
 
 def cases() -> dict[str, list[str]]:
