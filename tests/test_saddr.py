@@ -22,6 +22,8 @@ from flowsim.kernel.headers import RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVER
 from flowsim.kernel.saddr import (
     inet_select_addr, ip_route_connect_saddr, ipv6_addr_label, ipv6_dev_get_saddr,
 )
+from flowsim.sim.report import build_report
+from flowsim.sim.simulation import Simulation
 
 ip = ipaddress.ip_address
 
@@ -54,18 +56,48 @@ def connect_src(topo, daddr: str):
 
 # ----------------------------------------------------------------------------- IPv4
 
-def test_inet_select_addr_prefers_the_gateways_subnet_on_the_routes_device():
+CONNECT = [
     # inet_select_addr(dev, gw, RT_SCOPE_UNIVERSE): the first primary in the gateway's subnet, not the first
     # address of the namespace (eth1's) nor of the device (203.0.113.9)
-    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\n"
-                "ip addr add 192.0.2.2/24 dev eth0\nip route add default via 192.0.2.1")
-    assert connect_src(topo, "198.51.100.7") == ip("192.0.2.2")
+    ("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\nip addr add 192.0.2.2/24 dev eth0\n"
+     "ip route add default via 192.0.2.1", "198.51.100.7", "192.0.2.2"),
+    # none in the gateway's subnet: the device's first primary
+    ("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\nip addr add 203.0.113.10/32 dev eth0\n"
+     "ip route add default via 192.0.2.1 dev eth0 onlink", "198.51.100.7", "203.0.113.9"),
+    # fib_result_prefsrc: the route's src wins; another route's does not count
+    ("ip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1\n"
+     "ip route add 198.51.100.0/24 via 192.0.2.1 src 10.99.0.1\nip route add default via 192.0.2.1",
+     "198.51.100.7", "10.99.0.1"),
+    ("ip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1\n"
+     "ip route add 198.51.100.0/24 via 192.0.2.1 src 10.99.0.1\nip route add default via 192.0.2.1",
+     "203.0.113.7", "192.0.2.2"),
+    # ip_route_output_key_hash_rcu, RTN_LOCAL: the local route's prefsrc (lo's 127.0.0.0/8 has 127.0.0.1)
+    ("ip link set lo up\nip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1", "10.99.0.1",
+     "10.99.0.1"),
+    ("ip link set lo up\nip addr add 192.0.2.2/24 dev eth0", "127.0.0.9", "127.0.0.1"),
+    # no route: the kernel's connect fails (-ENETUNREACH)
+    ("ip addr add 192.0.2.2/24 dev eth0", "198.51.100.7", None),
+    # the route's device has no address: in_dev_select_addr over every device (lo's 127.0.0.1 is host scope)
+    ("ip addr add 10.99.0.1/24 dev eth1\nip route add default dev eth0", "198.51.100.7", "10.99.0.1"),
+    # IPV6_SADDR_RULE_OIF before IPV6_SADDR_RULE_PREFIX: eth1's 2001:db8:3:1::99 shares 63 bits with the
+    # destination, but the route leaves by eth0; there 2001:db8:1::2 (46 bits) beats the newer 2001:db8:77::2
+    # (41 bits), which comes first in addr_list (ipv6_link_dev_addr: newest first within a scope)
+    ("ip addr add 2001:db8:3:1::99/64 dev eth1 nodad\nip addr add 2001:db8:1::2/64 dev eth0 nodad\n"
+     "ip addr add 2001:db8:77::2/64 dev eth0 nodad\nip -6 route add default via 2001:db8:1::1", "2001:db8:3::2",
+     "2001:db8:1::2"),
+    # both share 32 bits with 2001:db8:ffff::1 and are cut at /64: every rule ties, the first candidate of
+    # addr_list stays the best, and ipv6_link_dev_addr put the newer one first
+    ("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:2::2/64 dev eth0 nodad\n"
+     "ip -6 route add default via 2001:db8:1::1", "2001:db8:ffff::1", "2001:db8:2::2"),
+    # ip6_route_get_saddr: the route's src (fib6_prefsrc)
+    ("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:77::2/64 dev eth1 nodad\n"
+     "ip -6 route add 2001:db8:4::/64 via 2001:db8:1::1 src 2001:db8:77::2", "2001:db8:4::9", "2001:db8:77::2"),
+]
 
 
-def test_without_an_address_in_the_gateways_subnet_the_first_primary_of_the_device():
-    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip addr add 203.0.113.9/32 dev eth0\n"
-                "ip addr add 203.0.113.10/32 dev eth0\nip route add default via 192.0.2.1 dev eth0 onlink")
-    assert connect_src(topo, "198.51.100.7") == ip("203.0.113.9")
+@pytest.mark.parametrize("commands, daddr, src", CONNECT)
+def test_the_source_of_a_connection(commands, daddr, src):
+    assert connect_src(host(commands), daddr) == (ip(src) if src else None)
 
 
 def test_a_secondary_is_never_selected():
@@ -86,32 +118,6 @@ def test_a_link_scope_address_is_not_a_gateway_routes_source():
     assert dev.addrs[0].scope == RT_SCOPE_LINK
     assert connect_src(topo, "198.51.100.7") == ip("203.0.113.9")
     assert inet_select_addr(ns, dev, ip("192.0.2.1"), RT_SCOPE_LINK) == ip("192.0.2.2")
-
-
-def test_the_routes_src_wins():
-    topo = host("ip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1\n"
-                "ip route add 198.51.100.0/24 via 192.0.2.1 src 10.99.0.1\nip route add default via 192.0.2.1")
-    assert connect_src(topo, "198.51.100.7") == ip("10.99.0.1")
-    assert connect_src(topo, "203.0.113.7") == ip("192.0.2.2")
-
-
-def test_a_local_destination_is_its_own_source():
-    # ip_route_output_key_hash_rcu, RTN_LOCAL: the local route's prefsrc (lo's 127.0.0.0/8 has 127.0.0.1)
-    topo = host("ip link set lo up\nip addr add 192.0.2.2/24 dev eth0\nip addr add 10.99.0.1/24 dev eth1")
-    assert connect_src(topo, "10.99.0.1") == ip("10.99.0.1")
-    assert connect_src(topo, "127.0.0.9") == ip("127.0.0.1")
-
-
-def test_no_route_no_source():
-    topo = host("ip addr add 192.0.2.2/24 dev eth0")
-    assert connect_src(topo, "198.51.100.7") is None  # the kernel's connect fails: -ENETUNREACH
-
-
-def test_the_device_without_an_address_falls_back_to_any_devices_primary():
-    # inet_select_addr's no_in_dev loop, in_dev_select_addr: lo's 127.0.0.1 has host scope (not within
-    # universe), the next device's global primary is the answer
-    topo = host("ip addr add 10.99.0.1/24 dev eth1\nip route add default dev eth0")
-    assert connect_src(topo, "198.51.100.7") == ip("10.99.0.1")
 
 
 def test_route_localnet_lets_a_host_scope_address_serve_a_link_route():
@@ -143,23 +149,6 @@ def test_a_bad_scope_is_a_located_error():
 
 # ----------------------------------------------------------------------------- IPv6
 
-def test_ipv6_prefers_the_outgoing_device_then_the_longest_prefix():
-    # IPV6_SADDR_RULE_OIF before IPV6_SADDR_RULE_PREFIX: eth1's 2001:db8:3:1::99 shares 63 bits with the
-    # destination, but the route leaves by eth0; there 2001:db8:1::2 (46 bits) beats the newer 2001:db8:77::2
-    # (41 bits), which comes first in addr_list (ipv6_link_dev_addr: newest first within a scope)
-    topo = host("ip addr add 2001:db8:3:1::99/64 dev eth1 nodad\nip addr add 2001:db8:1::2/64 dev eth0 nodad\n"
-                "ip addr add 2001:db8:77::2/64 dev eth0 nodad\nip -6 route add default via 2001:db8:1::1")
-    assert connect_src(topo, "2001:db8:3::2") == ip("2001:db8:1::2")
-
-
-def test_ipv6_a_tie_goes_to_the_newest_address():
-    # both share 32 bits with 2001:db8:ffff::1 and are cut at /64: every rule ties, the first candidate of
-    # addr_list stays the best, and ipv6_link_dev_addr put the newer one first
-    topo = host("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:2::2/64 dev eth0 nodad\n"
-                "ip -6 route add default via 2001:db8:1::1")
-    assert connect_src(topo, "2001:db8:ffff::1") == ip("2001:db8:2::2")
-
-
 def test_ipv6_the_prefix_rule_stops_at_the_addresses_prefix_length():
     # 2001:db8:1::2/48 would share 126 bits with 2001:db8:1::1 but counts 48; 2001:db8:1::3/64 counts 64
     topo = host("ip addr add 2001:db8:1::3/64 dev eth0 nodad\nip addr add 2001:db8:1::2/48 dev eth0 nodad")
@@ -178,12 +167,6 @@ def test_ipv6_label_rule_prefers_an_address_of_the_destinations_label():
                 "ip -6 route add fd00:9::/64 via fd00:1::1\nip -6 route add default via 2001:db8:1::1")
     assert connect_src(topo, "fd00:9::1") == ip("fd00:1::2")
     assert connect_src(topo, "2001:db8:9::1") == ip("2001:db8:1::2")
-
-
-def test_ipv6_the_routes_src_wins():
-    topo = host("ip addr add 2001:db8:1::2/64 dev eth0 nodad\nip addr add 2001:db8:77::2/64 dev eth1 nodad\n"
-                "ip -6 route add 2001:db8:4::/64 via 2001:db8:1::1 src 2001:db8:77::2")
-    assert connect_src(topo, "2001:db8:4::9") == ip("2001:db8:77::2")
 
 
 def test_ipv6_a_link_local_destination_looks_at_the_outgoing_device_only():
@@ -248,6 +231,15 @@ def test_the_guest_binds_only_the_port_of_a_table_without_src(family, src, wildc
     assert f",bind={wildcard}:40000" in _sock(attrs.evolve(plan, bind_src=False), False)
 
 
+UDP3 = """[[traffic]]
+name = "u"
+proto = "udp"
+from = "{frm}"
+to = "{to}"
+dport = 5000
+packets = 3
+"""
+
 MASQ = """[netns.c]
 commands = '''
 ip link add eth0 type veth peer name veth0 netns r
@@ -275,29 +267,24 @@ ip link set eth0 up
 ip addr add 198.51.100.2/24 dev eth0
 ip route add default via 198.51.100.1
 '''
-[[traffic]]
-name = "u"
-proto = "udp"
-from = "c"
-to = "198.51.100.2"
-dport = 5000
-packets = 3
-"""
+""" + UDP3.format(frm="c", to="198.51.100.2")
+
+
+def run(text: str, file: str):
+    """The run of topology *text*: the simulation, its one table's delivered originals and the drops by reason."""
+    sim = Simulation(load_topology_text(text, file=file))
+    sim.run()
+    report = build_report(sim)
+    (t,) = report["traffic"]
+    return sim, t["directions"]["original"]["delivered"], report["drops"]
 
 
 @pytest.mark.parametrize("scope, delivered", [("", 3), ("scope link", 0)])
 def test_masquerade_without_a_global_address_drops(scope, delivered):
     # nf_nat_masquerade_ipv4: inet_select_addr(out, nh, RT_SCOPE_UNIVERSE) finds no address when the router's
     # are all scope link (in_dev_select_addr skips them too): "veth1 ate my IP address", NF_DROP
-    from flowsim.sim.report import build_report
-    from flowsim.sim.simulation import Simulation
-
-    sim = Simulation(load_topology_text(MASQ.replace("SCOPE", scope), file="masq.toml"))
-    sim.run()
-    report = build_report(sim)
-    (t,) = report["traffic"]
-    assert t["directions"]["original"]["delivered"] == delivered
-    assert report["drops"].get("masquerade-no-address", 0) == 3 - delivered
+    sim, arrived, drops = run(MASQ.replace("SCOPE", scope), "masq.toml")
+    assert (arrived, drops.get("masquerade-no-address", 0)) == (delivered, 3 - delivered)
     if delivered:  # translated to the output device's address (in the next hop's subnet)
         (ct,) = sim.kernel.netns["r"].conntrack.entries()
         assert ct.tuplehash[1].dst == ip("198.51.100.1")
@@ -321,25 +308,11 @@ ip link add t0 type ip6tnl mode ip6ip6 local 2001:db8:1::2 remote 2001:db8:1::1 
 ip link set t0 up
 ip addr add 2001:db8:9::1/64 dev t0 nodad
 '''
-[[traffic]]
-name = "u"
-proto = "udp"
-from = "a"
-to = "2001:db8:9::1"
-dport = 5000
-packets = 3
-"""
+""" + UDP3.format(frm="a", to="2001:db8:9::1")
 
 
 @pytest.mark.parametrize("local, delivered", [("local 2001:db8:1::1", 3), ("", 0)])
 def test_ip6tnl_without_a_local_address_does_not_transmit(local, delivered):
     # ip6_tnl_xmit → ip6_tnl_xmit_ctl: `local any` gives only IP6_TNL_F_CAP_PER_PACKET, never CAP_XMIT
-    from flowsim.sim.report import build_report
-    from flowsim.sim.simulation import Simulation
-
-    sim = Simulation(load_topology_text(TUN6.replace("LOCAL", local), file="tun6.toml"))
-    sim.run()
-    report = build_report(sim)
-    (t,) = report["traffic"]
-    assert t["directions"]["original"]["delivered"] == delivered
-    assert report["drops"].get("tunnel-no-local", 0) == 3 - delivered
+    _sim, arrived, drops = run(TUN6.replace("LOCAL", local), "tun6.toml")
+    assert (arrived, drops.get("tunnel-no-local", 0)) == (delivered, 3 - delivered)
