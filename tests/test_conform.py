@@ -738,8 +738,9 @@ def test_socat_mode_simulates_a_server_that_replies_after_the_first_data():
 def test_an_unreplied_udp_entry_outlives_its_flow_on_6_1():
     """Debian 6.1.192 (saved boot of openwrt-fw4): udp-upload's replies all took the fast path, so its entry
     never saw a reply (UNREPLIED); when the flow expires, 6.1's flow_offload_fixup_ct gives it
-    udp_timeouts[UDP_CT_REPLIED] less the offload timeout (120 - 30 s), so the entry is still listed at the end,
-    where 6.12 (by IPS_SEEN_REPLY: 30 - 30 s) and later drop it at once (profile switch fixup_ct_timeout)."""
+    udp_timeouts[UDP_CT_REPLIED] less the offload timeout (OpenWrt's nf_conntrack_udp_timeout_stream, 180 s,
+    less 30 s), so the entry is still listed at the end, where 6.12 (by IPS_SEEN_REPLY: OpenWrt's
+    nf_conntrack_udp_timeout, 60 s, less 30 s) and later have let it go (profile switch fixup_ct_timeout)."""
     result = run_conformance([str(ROOT / "topologies" / "openwrt-fw4.toml")], "debian-6.1",
                              results=str(DATA / "results-openwrt-fw4-debian-6.1.log.gz"))
     assert result.status == 0, result.text()
