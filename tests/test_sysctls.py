@@ -136,3 +136,21 @@ def test_nf_conntrack_tcp_loose_decides_a_mid_stream_pickup(value, picked_up):
     res = table.nf_conntrack_in(CtTuple(a, b, 40000, 80, 2, 6), 0.0, tcp_flags=0x10, length=52)  # a bare ACK
     assert (res.entry is not None) == picked_up
     assert res.state == ("new" if picked_up else "invalid")
+
+
+def test_a_bad_sysctl_in_a_dotted_key_or_its_own_table_names_its_line():
+    """``sysctls."KEY" = …`` lines (as openwrt-fw4 writes OpenWrt's conntrack sysctls) and a
+    ``[netns.a.sysctls]`` table: the error names the key's own line, not the namespace's header."""
+    dotted = ("[netns.a]\ncommands = '''\nip link set lo up\n'''\n"
+              'sysctls."net.ipv4.ip_forward" = 1\nsysctls."net.netfilter.nf_conntrack_udp_timeout" = "x"\n'
+              "nft = '''\ntable inet t {\n}\n'''\n")
+    with pytest.raises(TopologyError, match="not a number") as err:
+        load_topology_text(dotted, "dotted.toml")
+    assert err.value.line == 6
+    table = "[netns.a]\n[netns.a.sysctls]\n\"net.ipv4.ip_forward\" = 1\n\"nft\" = \"table inet t {}\"\n"
+    with pytest.raises(TopologyError, match="not a sysctl of a network namespace") as err:
+        load_topology_text(table, "table.toml")
+    assert err.value.line == 4
+    # the namespace's other keys still find their lines behind the dotted ones
+    assert load_topology_text(dotted.replace('"x"', "60"), "ok.toml").namespaces["a"].sysctls == {
+        "net.ipv4.ip_forward": "1", "net.netfilter.nf_conntrack_udp_timeout": "60"}

@@ -34,7 +34,9 @@ class RawToml:
     """Line numbers for a TOML text (tomllib gives none): headers and keys outside strings."""
 
     _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=\s*(.*)$")
+    # a key, or a dotted key (``sysctls."net.ipv4.ip_forward" = 1``: indexed as a whole and as its first part)
+    _KEY = re.compile(r"^\s*((?:[A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*'))*)"
+                      r"\s*=\s*(.*)$")
 
     def __init__(self, text: str):
         self.lines = text.split("\n")
@@ -54,7 +56,10 @@ class RawToml:
             m = self._KEY.match(raw)
             if m:
                 value = m.group(2)
-                self.keys.append((no, len(self.headers) - 1, m.group(1).strip('"'), value))
+                parts = _KEY_PART.findall(m.group(1))
+                self.keys.append((no, len(self.headers) - 1, _dotted(m.group(1)), value))
+                if len(parts) > 1:  # a dotted key also names the table it writes into
+                    self.keys.append((no, len(self.headers) - 1, _dotted(parts[0]), value))
                 for delim in ("'''", '"""'):
                     if value.count(delim) % 2 == 1:
                         ml = delim

@@ -67,6 +67,7 @@ command creates by ``dev_valid_name``), times are finite and bounded
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Callable
@@ -278,12 +279,25 @@ def _commands(value, netns: str, raw: RawToml, header: str, file: str) -> list[C
     return out
 
 
-def _check_sysctls(items: dict[str, str], file: str, line: int | None) -> None:
+def _check_sysctls(items: dict[str, str], file: str, line: int | None,
+                   key_line: Callable[[str], int | None] = lambda key: None) -> None:
+    """Every sysctl's key and value (flowsim.config.sysctls); an error names *key_line*'s line for the key
+    when it has one of its own, else *line*."""
     for key, val in items.items():
         problem = sysctl_problem(key, val)
         if problem is not None:
-            raise TopologyError(f"sysctl {key} = {short(val)}: {problem.what}", file=file, line=line, value=val,
-                                expected=problem.expected)
+            raise TopologyError(f"sysctl {key} = {short(val)}: {problem.what}", file=file,
+                                line=key_line(key) or line, value=val, expected=problem.expected)
+
+
+def _sysctl_key_line(raw: RawToml, header: str, key: str) -> int | None:
+    """The line of sysctl *key* when it has one of its own: ``sysctls."KEY" = …`` in the namespace's table, or
+    ``"KEY" = …`` in a ``[netns.X.sysctls]`` table (an inline table's keys share its line)."""
+    for table, name in ((header, f"sysctls.{key}"), (f"{header}.sysctls", key)):
+        found = raw.key(table, name)
+        if found is not None:
+            return found[0]
+    return None
 
 
 def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
@@ -315,7 +329,7 @@ def _sysctls(value, raw: RawToml, header: str, file: str) -> dict[str, str]:
                 flat[prefix] = str(int(v))  # bool is an int: true/false are 1/0
             else:
                 raise bad(f"bad sysctl {prefix or '(empty key)'} = {short(v)}", v)
-        _check_sysctls(flat, file, line)
+        _check_sysctls(flat, file, line, functools.partial(_sysctl_key_line, raw, header))
         return flat
     raise TopologyError("sysctls must be a table or an array", file=file, line=line, value=type(value).__name__,
                         expected='{ "net.ipv4.ip_forward" = 1 } or ["net.ipv4.ip_forward=1"]')
