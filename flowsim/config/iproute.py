@@ -362,8 +362,7 @@ def _goes_with(ctx: IpContext, dev: NetDevice, primary: IfAddr, other: IfAddr) -
     if dev.ipv4_primary(primary.prefix) is not primary:  # a secondary is deleted alone
         return False
     ns = ctx.topo.netns(ctx.netns)
-    promote = any(str(ns.sysctl(f"net.ipv4.conf.{conf}.promote_secondaries", "0")).strip() not in ("", "0")
-                  for conf in ("all", dev.name))
+    promote = any(ns.sysctl_on(f"net.ipv4.conf.{conf}.promote_secondaries") for conf in ("all", dev.name))
     return not promote
 
 

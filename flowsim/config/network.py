@@ -152,6 +152,10 @@ class Namespace:
     def sysctl(self, key: str, default: str | None = None) -> str | None:
         return self.sysctls.get(key, default)
 
+    def sysctl_on(self, key: str, default: str = "0") -> bool:
+        """A switch (``proc_dointvec``): on unless it holds 0."""
+        return str(self.sysctls.get(key, default)).strip() not in ("0", "")
+
 
 class Topology:
     """Namespaces, devices and links (see the module docstring)."""

@@ -53,14 +53,9 @@ _ORCHID = ipaddress.IPv6Network("2001:10::/28")  # ipv6_addr_orchid
 
 # ----------------------------------------------------------------------------- IPv4
 
-def _on(ns, key: str) -> bool:
-    """A switch sysctl of the namespace is on (not 0)."""
-    return str(ns.sysctl(key, "0")).strip() not in ("", "0")
-
-
 def _route_localnet(ns, dev) -> bool:
     """``IN_DEV_ROUTE_LOCALNET``: net.ipv4.conf.{all,DEV}.route_localnet."""
-    return _on(ns, "net.ipv4.conf.all.route_localnet") or _on(ns, f"net.ipv4.conf.{dev.name}.route_localnet")
+    return any(ns.sysctl_on(f"net.ipv4.conf.{conf}.route_localnet") for conf in ("all", dev.name))
 
 
 def _primaries(dev) -> list:
@@ -168,7 +163,7 @@ def ipv6_dev_get_saddr(ns, dst_dev, daddr: IPAddress) -> IPAddress | None:
     ifindex = dst_dev.ifindex if dst_dev is not None else 0
     use_oif_addr = dst_dev is not None and (
         daddr.is_multicast or dst_scope <= IPV6_ADDR_SCOPE_LINKLOCAL
-        or _on(ns, f"net.ipv6.conf.{dst_dev.name}.use_oif_addrs_only"))
+        or ns.sysctl_on(f"net.ipv6.conf.{dst_dev.name}.use_oif_addrs_only"))
     devices = (dst_dev,) if use_oif_addr else tuple(ns.devices.values())
     label = ipv6_addr_label(daddr)
     best, best_score = None, None

@@ -328,7 +328,7 @@ class NetnsState:
         return self.ip6_ident
 
     def sysctl_on(self, key: str, default: str = "0") -> bool:
-        return str(self.ns.sysctls.get(key, default)).strip() not in ("0", "")
+        return self.ns.sysctl_on(key, default)
 
     def forwarding(self, dev, version: int) -> bool:
         """IN_DEV_FORWARD(in_dev) for IPv4 (per device, else ``all`` / ``ip_forward``); IPv6's global switch."""
@@ -340,11 +340,10 @@ class NetnsState:
 
     def _forwarding(self, dev, version: int) -> bool:
         if version == 4:
-            sysctls = self.ns.sysctls
             for name in (dev.name.replace(".", "/"), dev.name):
-                value = sysctls.get(f"net.ipv4.conf.{name}.forwarding")
-                if value is not None:
-                    return str(value).strip() not in ("0", "")
+                key = f"net.ipv4.conf.{name}.forwarding"
+                if key in self.ns.sysctls:
+                    return self.ns.sysctl_on(key)
             return self.sysctl_on("net.ipv4.conf.all.forwarding") or self.sysctl_on("net.ipv4.ip_forward")
         return self.sysctl_on("net.ipv6.conf.all.forwarding")
 
@@ -440,7 +439,7 @@ class Kernel:
     def _netns_state(self, ns) -> NetnsState:
         # the namespace's conntrack sysctls: its timeouts, and nf_conntrack_tcp_loose (mid-stream pickup, on by default)
         table = ConntrackTable(CtTimeouts.from_sysctls(ns.sysctls),
-                               tcp_loose=str(ns.sysctls.get(CT_TCP_LOOSE_SYSCTL, "1")).strip() != "0")
+                               tcp_loose=ns.sysctl_on(CT_TCP_LOOSE_SYSCTL, "1"))
         st = NetnsState(ns.name, ns, table, {})
         ns.fib.sync()  # the address-derived routes the run starts with (later events are compared with them)
         if ns.nft is None or not ns.nft.text.strip():
