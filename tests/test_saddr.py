@@ -22,8 +22,10 @@ from flowsim.kernel.headers import RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVER
 from flowsim.kernel.saddr import (
     inet_select_addr, ip_route_connect_saddr, ipv6_addr_label, ipv6_dev_get_saddr,
 )
+from flowsim.kernel.pkt import parse_ip
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
+from flowsim.sim.traffic import TrafficSpec
 
 ip = ipaddress.ip_address
 
@@ -316,3 +318,57 @@ def test_ip6tnl_without_a_local_address_does_not_transmit(local, delivered):
     # ip6_tnl_xmit → ip6_tnl_xmit_ctl: `local any` gives only IP6_TNL_F_CAP_PER_PACKET, never CAP_XMIT
     _sim, arrived, drops = run(TUN6.replace("LOCAL", local), "tun6.toml")
     assert (arrived, drops.get("tunnel-no-local", 0)) == (delivered, 3 - delivered)
+
+
+ASYM = """[netns.c]
+commands = '''
+ip link add eth0 type veth peer name veth0 netns r
+ip link add eth1 type veth peer name veth2 netns r
+ip link set eth0 up
+ip link set eth1 up
+ip addr add 192.0.2.2/24 dev eth0
+ip addr add 10.1.0.2/24 dev eth1
+ip addr add 203.0.113.9/32 dev eth0
+ip route add default via 192.0.2.1
+'''
+[netns.r]
+commands = '''
+ip link add veth1 type veth peer name eth0 netns s
+ip link set veth0 up
+ip link set veth1 up
+ip link set veth2 up
+ip addr add 192.0.2.1/24 dev veth0
+ip addr add 198.51.100.1/24 dev veth1
+ip addr add 10.1.0.1/24 dev veth2
+ip route add 203.0.113.9/32 via 10.1.0.2
+'''
+sysctls = { "net.ipv4.ip_forward" = 1, "net.ipv4.icmp_errors_use_inbound_ifaddr" = INBOUND }
+[netns.s]
+commands = '''
+ip link set eth0 up
+ip addr add 198.51.100.2/24 dev eth0
+ip route add default via 198.51.100.1
+'''
+"""
+
+
+@pytest.mark.parametrize("inbound, source", [(0, "10.1.0.1"), (1, "192.0.2.1")])
+def test_an_icmp_errors_source(inbound, source):
+    """icmp_send (net/ipv4/icmp.c): the TTL runs out at r for a packet from 203.0.113.9, which came in on veth0
+    and whose route back leaves by veth2.  The error leaves from the route back's source (fib_result_prefsrc:
+    veth2's address in the gateway's subnet), or with icmp_errors_use_inbound_ifaddr from inet_select_addr on
+    the inbound device (veth0's primary)."""
+    topo = load_topology_text(ASYM.replace("INBOUND", str(inbound)), file="asym.toml")
+    spec = TrafficSpec(name="t", proto="udp", netns="c", src=ip("203.0.113.9"), dst=ip("198.51.100.2"), dport=5000,
+                       packets=2, ttl=1)
+    sim = Simulation(topo, traffic=[spec])
+    errors = []
+
+    def tap(ns, dev, frame, skb, outbound):
+        info = parse_ip(frame, 14)
+        if ns == "c" and not outbound and info is not None and info.icmp_type == 11:
+            errors.append((dev, str(info.src)))
+
+    sim.kernel.packet_tap = tap
+    sim.run()
+    assert errors == [("eth1", source)] * 2
