@@ -242,6 +242,15 @@ dport = 5000
 packets = 3
 """
 
+#: the server behind the router in MASQ and ASYM
+SERVER = """[netns.s]
+commands = '''
+ip link set eth0 up
+ip addr add 198.51.100.2/24 dev eth0
+ip route add default via 198.51.100.1
+'''
+"""
+
 MASQ = """[netns.c]
 commands = '''
 ip link add eth0 type veth peer name veth0 netns r
@@ -263,13 +272,7 @@ table ip nat {
   chain postrouting { type nat hook postrouting priority 100; policy accept; oifname "veth1" masquerade }
 }
 '''
-[netns.s]
-commands = '''
-ip link set eth0 up
-ip addr add 198.51.100.2/24 dev eth0
-ip route add default via 198.51.100.1
-'''
-""" + UDP3.format(frm="c", to="198.51.100.2")
+""" + SERVER + UDP3.format(frm="c", to="198.51.100.2")
 
 
 def run(text: str, file: str):
@@ -343,13 +346,7 @@ ip addr add 10.1.0.1/24 dev veth2
 ip route add 203.0.113.9/32 via 10.1.0.2
 '''
 sysctls = { "net.ipv4.ip_forward" = 1, "net.ipv4.icmp_errors_use_inbound_ifaddr" = INBOUND }
-[netns.s]
-commands = '''
-ip link set eth0 up
-ip addr add 198.51.100.2/24 dev eth0
-ip route add default via 198.51.100.1
-'''
-"""
+""" + SERVER
 
 
 @pytest.mark.parametrize("inbound, source", [(0, "10.1.0.1"), (1, "192.0.2.1")])
