@@ -59,17 +59,12 @@ def _route_localnet(ns, dev) -> bool:
 
 
 def _primaries(dev) -> list:
-    """The device's primary IPv4 addresses in ``in_dev->ifa_list`` order: ``__inet_insert_ifa`` puts a primary
-    after the last one whose scope number is not below its own, so the list runs from the narrowest scope to
-    the widest, each scope in the order added; a secondary (a prefix the device already had) is skipped."""
-    seen = set()
-    out = []
-    for a in dev.addrs:
-        if a.version != 4 or a.prefix in seen:
-            continue
-        seen.add(a.prefix)
-        out.append(a)
-    return sorted(out, key=lambda a: -a.scope)  # stable: the order added within a scope
+    """The device's primary IPv4 addresses (:meth:`~flowsim.kernel.devices.base.NetDevice.ipv4_primary`: a
+    secondary is a later address of a prefix the device had) in ``in_dev->ifa_list`` order: ``__inet_insert_ifa``
+    puts a primary after the last one whose scope number is not below its own, so the list runs from the
+    narrowest scope to the widest, each scope in the order added."""
+    primaries = [a for a in dev.addrs if a.version == 4 and dev.ipv4_primary(a.prefix) is a]
+    return sorted(primaries, key=lambda a: -a.scope)  # stable: the order added within a scope
 
 
 def inet_select_addr(ns, dev, dst: IPAddress | None, scope: int) -> IPAddress | None:
