@@ -131,7 +131,8 @@ _ROWS = [
     ("neigh-unresolved", DROP, "neigh_resolve_output", "the next hop has no valid neighbour entry"),
     ("no-tunnel", DROP, "ipip_rcv / ip6_tnl_rcv", "no tunnel device matches the outer addresses and protocol"),
     ("tunnel-no-local", DROP, "ip6_tnl_xmit → ip6_tnl_xmit_ctl",
-     "an ip6tnl device without a local address never has IP6_TNL_F_CAP_XMIT: tx_err_link_failure"),
+     "an ip6tnl device without a local address, or whose local address is not configured here, does not "
+     "transmit: tx_err_link_failure"),
     ("tunnel-proto-mismatch", DROP, "ipip_tunnel_xmit / ip6_tnl_start_xmit",
      "the tunnel's mode does not carry this inner protocol"),
     ("reassembly-timeout", DROP, "ip_expire / ip6_frag_expire / nf_ct_frag6_expire",

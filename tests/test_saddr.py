@@ -297,6 +297,7 @@ def test_masquerade_without_a_global_address_drops(scope, delivered):
 
 TUN6 = """[netns.a]
 commands = '''
+ip link set lo up
 ip link add eth0 type veth peer name eth0 netns b
 ip link set eth0 up
 ip addr add 2001:db8:1::1/64 dev eth0 nodad
@@ -316,11 +317,21 @@ ip addr add 2001:db8:9::1/64 dev t0 nodad
 """ + UDP3.format(frm="a", to="2001:db8:9::1")
 
 
-@pytest.mark.parametrize("local, delivered", [("local 2001:db8:1::1", 3), ("", 0)])
-def test_ip6tnl_without_a_local_address_does_not_transmit(local, delivered):
-    # ip6_tnl_xmit → ip6_tnl_xmit_ctl: `local any` gives only IP6_TNL_F_CAP_PER_PACKET, never CAP_XMIT
-    _sim, arrived, drops = run(TUN6.replace("LOCAL", local), "tun6.toml")
-    assert (arrived, drops.get("tunnel-no-local", 0)) == (delivered, 3 - delivered)
+@pytest.mark.parametrize("local, delivered, refused", [
+    ("local 2001:db8:1::1", 3, 0),
+    ("", 0, 3),  # `local any`: ip6_tnl_get_cap gives only IP6_TNL_F_CAP_PER_PACKET, never CAP_XMIT
+    ("local 2001:db8:1::99", 0, 3),  # "Local address not yet configured!" (ipv6_chk_addr_and_flags finds none)
+    # configured, on another device (t0 itself): a global address may be anywhere, so a sends; b's tunnel
+    # expects 2001:db8:1::1 and drops it (no-tunnel)
+    ("local 2001:db8:5::1", 0, 0),
+])
+def test_ip6tnl_without_a_local_address_does_not_transmit(local, delivered, refused):
+    # ip6_tnl_xmit → ip6_tnl_xmit_ctl
+    sim, arrived, drops = run(TUN6.replace("LOCAL", local), "tun6.toml")
+    assert (arrived, drops.get("tunnel-no-local", 0)) == (delivered, refused)
+    assert sum(drops.values()) == 3 - delivered
+    # dst_link_failure → ip6_link_failure: ICMPv6 destination unreachable, address unreachable, to the sender
+    assert [e[:2] for e in sim.conversations[0].client.icmp_errors] == [(1, 3)] * refused
 
 
 ASYM = """[netns.c]

@@ -586,6 +586,21 @@ def ip6_tnl_start_xmit(kernel, dev: Ip6tnlDevice, skb: SkBuff) -> None:
     ip6_tnl_xmit(kernel, kernel.netns[dev.netns], dev, skb)
 
 
+def _ip6_tnl_xmit_ctl(st, tun: Ip6tnlDevice) -> bool:
+    """``ip6_tnl_xmit_ctl``'s local-address half (net/ipv6/ip6_tunnel.c): with ``local any``, ``ip6_tnl_get_cap``
+    gives only ``IP6_TNL_F_CAP_PER_PACKET`` and the packet's source is that same any address, never
+    ``IP6_TNL_F_CAP_XMIT``; otherwise the address must be configured here ("Local address not yet
+    configured!", ``ipv6_chk_addr_and_flags``): on the tunnel's ``dev`` when it is link-local or loopback, on
+    any device when it is wider.  (Its other half, a remote end of this host, is the no-route drop before.)"""
+    local = tun.local
+    if local is None:
+        return False
+    if tun.lower is not None and (local.is_link_local or local.is_loopback):
+        dev = st.ns.devices.get(tun.lower)
+        return dev is not None and any(a.ip == local for a in dev.addrs)
+    return st.ns.owner_of(local) is not None
+
+
 def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     """``ip6_tnl_start_xmit`` → ``ip6_tnl_xmit``: encap-limit option, outer IPv6 header, ``ip6tunnel_xmit``."""
     where = f"{st.name} {tun.name} xmit"
@@ -597,13 +612,11 @@ def ip6_tnl_xmit(kernel, st, tun: Ip6tnlDevice, skb: SkBuff) -> None:
     if not _mode_accepts(tun, proto):
         kernel.drop(skb, "tunnel-proto-mismatch", where, inner=f"IPv{info.version}", mode=tun.mode)
         return
-    if tun.local is None:
-        # ip6_tnl_xmit_ctl: with `local any` ip6_tnl_get_cap gives only IP6_TNL_F_CAP_PER_PACKET, and the
-        # packet's source is that same any address, never IP6_TNL_F_CAP_XMIT: tx_err_link_failure counts a
-        # carrier error and dst_link_failure answers the inner source (ip6_link_failure: address unreachable;
-        # ipv4_link_failure: host unreachable)
+    if not _ip6_tnl_xmit_ctl(st, tun):
+        # tx_err_link_failure counts a carrier error and dst_link_failure answers the inner source
+        # (ip6_link_failure: address unreachable; ipv4_link_failure: host unreachable)
         icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True))
-        kernel.drop(skb, "tunnel-no-local", where)
+        kernel.drop(skb, "tunnel-no-local", where, local=tun.local)
         return
     limit = tun.encaplimit
     mtu = st.route_mtu(rt) - 40 - (8 if limit is not None else 0)
