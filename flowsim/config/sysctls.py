@@ -6,11 +6,10 @@ Theory of operation
 Some keys are turned into numbers by the simulator: the flowtable's and conntrack's timeouts
 (``proc_dointvec_jiffies``: whole seconds in the kernel, any non-negative number of seconds here, within a
 run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).
-The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``, ``route_localnet``, …) must
-be integers, as
-``proc_dointvec`` wants: 0 is off, any other on.  Every other sysctl is kept as the text it was given (a key
-flowsim does not model is inert), but a key must belong to the ``net.`` tree: the only sysctls a network
-namespace has.  :func:`sysctl_problem` says what is wrong with one key and value.
+The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``, ``route_localnet``, …)
+must be integers, as ``proc_dointvec`` wants: 0 is off, any other on.  Every other sysctl is kept as the text
+it was given (a key flowsim does not model is inert), but a key must belong to the ``net.`` tree: the only
+sysctls a network namespace has.  :func:`sysctl_problem` says what is wrong with one key and value.
 
 The keys come from the kernel modules that read them; the bounds from :mod:`flowsim.config.limits`.
 """
