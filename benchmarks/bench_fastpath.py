@@ -23,7 +23,9 @@ the table slots), conntrack entries excluded; and per connection, 50,000
 connections each established in conntrack (three packets, confirmed: the
 entry, both tuples, the hash slots) and offloaded (its flow).
 
-Both sides receive the same 10,000 frames, in turn within each round, timed in
+Both sides receive the same 10,000 frames, in turn within each round, each as a
+run delivers it (the frame without its zero payload, and the packet's tag: the
+hook pays the per-packet accounting a run pays), timed in
 CPU time (``time.process_time``), best of the rounds with the spread
 (benchmarks/_bench.py); the slow side is warmed up by one untimed pass.
 
@@ -49,7 +51,7 @@ from flowsim.config.topology import load_topology
 from flowsim.kernel.conntrack import TCP_ACK, TCP_SYN, CtTuple
 from flowsim.kernel.flowtable.core import flow_offload_alloc, flow_offload_route_init, nft_flow_offload_eval
 from flowsim.kernel.flowtable.path import nft_flow_route
-from flowsim.kernel.stack.core import Kernel
+from flowsim.kernel.stack.core import ORIGIN_HOST, Kernel
 from flowsim.profiles import get_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +61,7 @@ TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "ip6ip6-rx.to
 FLOWS = 10_000
 MEM_FLOWS = 100_000
 CLIENT, SERVER = ipaddress.ip_address("2001:db8:1::1"), ipaddress.ip_address("2001:db8:3::2")
+PAYLOAD = 1000  # the TCP payload of a frame: zeros, as flowsim's hosts send
 ROUNDS = 15  # the fast side is 0.05 s a round: best of many, on a machine whose load comes in bursts
 TARGETS = {"fastpath_pps": 250_000, "speedup": 12.0, "bytes_per_flow": 1024, "bytes_per_conn": 2048}  # issue 16
 MEM_CONNS = 50_000
@@ -80,34 +83,51 @@ def establish(k: Kernel, sport: int):
     return ct
 
 
-def frames(n: int) -> list[bytes]:
+def frames(n: int) -> list[tuple[bytes, int]]:
+    """*n* frames out of the tunnel, one per flow, each as a run's wire holds it: the frame without the sending
+    host's zero payload, and that payload's length (:func:`flowsim.kernel.skb.frame_on_wire`)."""
     eth1 = "00:11:22:33:11:55"
     base = Ether(src="02:00:00:00:00:99", dst=eth1) / IPv6(src="2001:db8:2::2", dst="2001:db8:2::1", hlim=64)
-    return [bytes(base / IPv6(src=str(SERVER), dst=str(CLIENT), hlim=63)
-                  / TCP(sport=5201, dport=20000 + i, flags="A") / (b"x" * 1000)) for i in range(n)]
+    return [(bytes(base / IPv6(src=str(SERVER), dst=str(CLIENT), hlim=63)
+                   / TCP(sport=5201, dport=20000 + i, flags="A") / bytes(PAYLOAD))[:-PAYLOAD], PAYLOAD)
+            for i in range(n)]
 
 
-def receive_all(k: Kernel, pkts: list[bytes]):
+def _tags(k: Kernel, pkts: list[tuple[bytes, int]]) -> list:
+    """A run's tag for each frame (its sender made it): the per-packet accounting the hook pays
+    (``Kernel.account``), and the zero payload the frame leaves with (``_xmit_wire``)."""
+    tags = []
+    for _frame, zeros in pkts:
+        tag = k.new_tag("bench", "reply", "data", ORIGIN_HOST)
+        tag.zeros = zeros
+        tags.append(tag)
+    return tags
+
+
+def receive_all(k: Kernel, pkts: list[tuple[bytes, int]]):
     """One pass: every frame received on the router's eth1 (what a side of the comparison times)."""
     dev = k.topo.device("router", "eth1")
     receive = k.receive_frame
+    work = [(frame, tag, zeros) for (frame, zeros), tag in zip(pkts, _tags(k, pkts))]
 
     def run() -> None:
-        for f in pkts:
-            receive(dev, f, None)
+        for frame, tag, zeros in work:
+            receive(dev, frame, tag, zeros)
     return run
 
 
-def receive_mixed(fast: Kernel, slow: Kernel, pkts: list[bytes]):
+def receive_mixed(fast: Kernel, slow: Kernel, pkts: list[tuple[bytes, int]]):
     """One pass as a run interleaves its work: every frame received on the fast side's eth1, then on the slow
     side's (each fast-path frame follows a slow-path one, whose objects it evicted from the CPU's caches)."""
     fast_dev, slow_dev = fast.topo.device("router", "eth1"), slow.topo.device("router", "eth1")
     fast_receive, slow_receive = fast.receive_frame, slow.receive_frame
+    work = [(frame, fast_tag, slow_tag, zeros)
+            for (frame, zeros), fast_tag, slow_tag in zip(pkts, _tags(fast, pkts), _tags(slow, pkts))]
 
     def run() -> None:
-        for f in pkts:
-            fast_receive(fast_dev, f, None)
-            slow_receive(slow_dev, f, None)
+        for frame, fast_tag, slow_tag, zeros in work:
+            fast_receive(fast_dev, frame, fast_tag, zeros)
+            slow_receive(slow_dev, frame, slow_tag, zeros)
     return run
 
 
