@@ -222,6 +222,67 @@ def test_a_table_without_a_route_keeps_the_first_address():
     assert topo.traffic[0].src == ip("192.0.2.2")
 
 
+#: h reaches p's 198.51.100.7 by its default route (source 192.0.2.2); the event, at 0.1 s, gives that prefix a
+#: route of its own (ROUTE_SRC); the table starts at START
+CONNECT_LATER = """[netns.h]
+commands = '''
+ip link add eth0 type veth peer name e0 netns p
+ip link add eth1 type veth peer name e1 netns p
+ip link set eth0 up
+ip link set eth1 up
+ip addr add 192.0.2.2/24 dev eth0
+ip addr add 10.99.0.1/24 dev eth1
+ip route add default via 192.0.2.1
+'''
+[netns.p]
+commands = '''
+ip link set lo up
+ip link set e0 up
+ip link set e1 up
+ip addr add 192.0.2.1/24 dev e0
+ip addr add 10.99.0.2/24 dev e1
+ip addr add 198.51.100.7/32 dev lo
+'''
+[[event]]
+at = 0.1
+netns = "h"
+command = "ip route add 198.51.100.0/24 via 192.0.2.1 ROUTE_SRC"
+
+[[traffic]]
+name = "t"
+proto = "tcp"
+from = "h"
+to = "198.51.100.7"
+dport = 5000
+packets = 3
+reply_packets = 2
+start = START
+"""
+
+
+@pytest.mark.parametrize("start, src, route_src, chosen", [
+    # ip_route_connect at the table's start: the route the event added, and its src
+    ("0.2", "", "src 10.99.0.1", "10.99.0.1"),
+    # the event comes after the connect: the socket keeps the source it connected with
+    ("0.0", "", "src 10.99.0.1", "192.0.2.2"),
+    # a route without src: fib_result_prefsrc, eth0's address in the gateway's subnet
+    ("0.2", "", "", "192.0.2.2"),
+    # a table with src binds it, whatever the routes say
+    ("0.2", 'src = "192.0.2.2"', "src 10.99.0.1", "192.0.2.2"),
+])
+def test_a_table_without_src_connects_through_the_routes_of_its_start(start, src, route_src, chosen):
+    text = CONNECT_LATER.replace("START", start).replace("ROUTE_SRC", route_src) + src + "\n"
+    topo = load_topology_text(text, file="connect-later.toml")
+    assert topo.traffic[0].src == ip("192.0.2.2")  # the load sees the commands only
+    report = build_report(Simulation(topo).run())
+    (t,) = report["traffic"]
+    (flow,) = t["flows"]
+    assert (t["src"], flow["client"]["local"].rsplit(":", 1)[0]) == (chosen, chosen)
+    # every packet of the connection used it: the handshake, the data and the close arrive both ways
+    assert all(d["sent"] == d["delivered"] > 0 for d in t["directions"].values())
+    assert report["drops"] == {}
+
+
 @pytest.mark.parametrize("family, src, wildcard", [(4, "192.0.2.2", "0.0.0.0"), (6, "2001:db8:1::2", "[::]")])
 def test_the_guest_binds_only_the_port_of_a_table_without_src(family, src, wildcard):
     # the guest's kernel then selects the source, and the conntrack facts check the model's prediction

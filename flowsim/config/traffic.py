@@ -16,7 +16,9 @@ A traffic table describes one flow the simulator generates
 optional keys are ``src`` (an address configured in ``from``; default the
 address the kernel selects for a connection that binds none: the output
 route's ``src``, else its device's address in the gateway's subnet for IPv4,
-RFC 6724's rules for IPv6, :mod:`flowsim.kernel.saddr`), ``sport``, ``packets`` /
+RFC 6724's rules for IPv6, :mod:`flowsim.kernel.saddr`; ``src`` holds the load's
+prediction, and the run chooses again when the table starts, after the events
+before it: :meth:`flowsim.sim.traffic.Endpoint.connect_saddr`), ``sport``, ``packets`` /
 ``size`` and ``reply_packets`` / ``reply_size`` (IP lengths), ``handshake``
 and ``close`` (TCP only, default on), ``rate`` (packets per second),
 ``start`` (seconds), ``gso_size``, ``flows``, ``df``, ``acks`` (TCP:

@@ -123,11 +123,14 @@ def build_report(sim) -> dict:
         icmp = collections.Counter()
         for d in _DIRS:
             icmp.update(per.get((spec.name, d, ORIGIN_STACK), collections.Counter()))
+        flows = [c for c in sim.conversations if c.spec is spec]
+        # the source its first flow used: a table without src has the one its connect chose (Endpoint.connect_saddr)
+        src = flows[0].client.laddr if flows else spec.src
         traffic.append({
-            "name": spec.name, "proto": spec.proto, "from": spec.netns, "src": str(spec.src), "to": str(spec.dst),
+            "name": spec.name, "proto": spec.proto, "from": spec.netns, "src": str(src), "to": str(spec.dst),
             "dport": spec.dport, "directions": dirs,
             "icmp_errors": {"sent": icmp["sent"], "delivered": icmp["delivered"], "dropped": icmp["dropped"]},
-            "flows": [c.report() for c in sim.conversations if c.spec is spec],
+            "flows": [c.report() for c in flows],
         })
     flowtables, conntrack, counters, quotas = [], {}, {}, {}
     for st in k.netns.values():

@@ -80,6 +80,7 @@ from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
 from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, shared_u16
 from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ipv4_header, ipv6_header, tcp_header, udp_header
+from flowsim.kernel.saddr import ip_route_connect_saddr
 from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
 
 __all__ = ["TrafficSpec", "Conversation", "Endpoint", "DEFAULT_GAP", "EPHEMERAL_BASE"]
@@ -534,6 +535,16 @@ class Endpoint:
         proto = IPPROTO_TCP if self.conv.spec.proto == "tcp" else IPPROTO_UDP
         return (proto, self.laddr, self.lport, self.raddr, self.rport)
 
+    def connect_saddr(self, kernel) -> None:
+        """The source of a client that binds no address, chosen at its ``connect`` (``ip_route_connect`` /
+        ``ip6_dst_lookup_tail``: :func:`~flowsim.kernel.saddr.ip_route_connect_saddr`) through the routes and
+        addresses as the run's events have left them; the table's load chose it from the commands alone.  Without
+        a route the connect would fail: the load's choice stays, and its packets meet the same missing route."""
+        st = kernel.netns[self.netns]
+        src = ip_route_connect_saddr(st.ns, st.route(self.raddr), self.raddr)
+        if src is not None and src != self.laddr:
+            self.addrs = addr_pair(src, self.raddr)
+
     def bind(self, kernel) -> None:
         st = kernel.netns[self.netns]
         st.sockets[self.key] = self
@@ -880,6 +891,8 @@ class Conversation:
     def start(self, kernel) -> None:
         """The client opens the conversation (at ``spec.start``)."""
         c = self.client
+        if not self.spec.src_bound:
+            c.connect_saddr(kernel)
         c.bind(kernel)
         if self.spec.proto == "tcp" and self.spec.handshake:
             c.state = "syn_sent"
