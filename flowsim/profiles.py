@@ -186,6 +186,20 @@ class Profile:
         kernel="nf_flow_dst_check moved to nf_flow_table.h and called from nf_flow_offload_gc_step, 7.3 "
                "(commit id not found)")
 
+    # --- ICMP errors: net/ipv4/icmp.c, net/ipv6/icmp.c (flowsim.kernel.icmp_limit)
+    icmp_msgs_default: str = _switch(
+        "the defaults of net.ipv4.icmp_msgs_per_sec / icmp_msgs_burst, the host-wide bucket of rate-limited "
+        "ICMP errors (icmp_sk_init): '1000/50' (6.1.192, 6.12.118) or '10000/10000' (7.2.13)",
+        ("1000/50", "10000/10000"),
+        kernel="icmp_sk_init in Debian's 6.12.118 and 7.2.13 sources (commit id not found; the profiles between "
+               "them keep 1000/50)")
+    icmpv6_ratelimit: str = _switch(
+        "icmpv6_xrlim_allow's timeout per destination: net.ipv6.icmp.ratelimit 1000 ms shifted right by "
+        "(128 - plen) >> 5 for the route's prefix length ('prefix': a /64 route gives 250 ms) or 100 ms for "
+        "every route ('100ms')", ("prefix", "100ms"),
+        kernel="0201eedb69b2 'ipv6: icmp: remove obsolete code in icmpv6_xrlim_allow()', 7.0 (and 6.18.y, "
+               "6.19.y stable)")
+
     def derive(self, **overrides) -> Profile:
         """A copy with some switches changed; values may be given as text."""
         fields = attrs.fields_dict(Profile)
@@ -245,7 +259,7 @@ _LINUX_6_18 = Profile(
     ip6tnl_resolver_lookup="remote", tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
     flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", fixup_ct_timeout="expired", advmss_mtu="configured",
-    gc_dst_check=False,
+    gc_dst_check=False, icmp_msgs_default="1000/50", icmpv6_ratelimit="prefix",
 )
 
 _LINUX_6_19 = attrs.evolve(
@@ -258,7 +272,7 @@ _LINUX_6_19 = attrs.evolve(
 _LINUX_7_0 = attrs.evolve(
     _LINUX_6_19, name="linux-7.0", kernel="7.0",
     ip6ip6_rx=True, ip6ip6_tx_encap_limit=True, ip6tnl_fill_forward_path=True,
-    encap_push_order="innermost-first", pppoe_direct_xmit=True,
+    encap_push_order="innermost-first", pppoe_direct_xmit=True, icmpv6_ratelimit="100ms",
 )
 
 _LINUX_7_1_5 = attrs.evolve(
@@ -273,7 +287,7 @@ _LINUX_7_1_5 = attrs.evolve(
 # a DIRECT tuple whose opposite tuple has a tunnel (nf_flow_dst_check then checks it).
 _LINUX_7_2 = attrs.evolve(
     _LINUX_7_1_5, name="linux-7.2", kernel="7.2.13",
-    tunnel_push_dst="this", direct_tunnel_dst=True,
+    tunnel_push_dst="this", direct_tunnel_dst=True, icmp_msgs_default="10000/10000",
 )
 
 # Debian experimental's 7.3-rc7 (linux-source-7.3): the ctx->ether_type rework (nf_flow_skb_encap_protocol,

@@ -20,7 +20,7 @@ import ipaddress
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP
 from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6ParamProblem, IPv6, IPv6ExtHdrFragment
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
@@ -191,9 +191,11 @@ def test_ipv6frag_thdr_truncated():
 
 # ---------------------------------------------------------------- in the stack
 
-def _run(frames: list[bytes], conntrack: bool = False, tmp_path=None, pieces: bool = True):
+def _run(frames: list[bytes], conntrack: bool = False, tmp_path=None, pieces: bool = True, forwarding: bool = False):
     """Receive *frames* on b's eth0 (from a's MAC), one packet's pieces when *pieces*; the finished simulation."""
-    sim = Simulation(load_topology_text(TOPOLOGY + (CONNTRACK if conntrack else "")), pcap_dir=tmp_path)
+    text = TOPOLOGY + (CONNTRACK if conntrack else "") + \
+        ('sysctls = { "net.ipv4.ip_forward" = 1 }\n' if forwarding else "")
+    sim = Simulation(load_topology_text(text), pcap_dir=tmp_path)
     k = sim.kernel
     dev = sim.topo.device("b", "eth0")
     peer = sim.topo.device("a", "eth0")
@@ -268,11 +270,14 @@ def test_icmpv6_answers_later_fragments(tmp_path, nh, first_byte, answered):
         assert quoted[IPv6ExtHdrFragment].offset == 1
 
 
-def test_icmp_still_answers_only_a_first_ipv4_fragment(tmp_path):
-    later = bytes(IP(src=A4, dst="10.9.9.9", id=3, frag=1, proto=17) / bytes(16))
-    sim = _run([later], tmp_path=tmp_path)
+@pytest.mark.parametrize("frag, answered", [(0, True), (1, False)])
+def test_icmp_still_answers_only_a_first_ipv4_fragment(tmp_path, frag, answered):
+    # b forwards (else ip_error answers nothing at all) and has no route to 10.9.9.9: icmp_send answers a first
+    # fragment only ("Only reply to fragment 0")
+    fragment = bytes(IP(src=A4, dst="10.9.9.9", id=3, frag=frag, flags="MF", proto=17) / bytes(16))
+    sim = _run([fragment], tmp_path=tmp_path, forwarding=True)
     assert dict(sim.kernel.ledger.dropped) == {"no-route": 1}
-    assert not [p for p in _at_a(tmp_path) if p.haslayer(UDP) or p.haslayer("ICMP")]
+    assert len([p for p in _at_a(tmp_path) if p.haslayer("ICMP")]) == answered
 
 
 

@@ -33,12 +33,13 @@ def test_default_is_7_2():
 
 
 def test_7_2_evolves_7_1_5_and_7_3_evolves_7_2():
-    """7.2.13 differs from 7.1.5 only in the tunnel route fix; 7.3-rc7 from 7.2.13 in the ctx->ether_type rework,
-    the tunnel resolvers (family check, path->tun.dst) and the GC's nf_flow_dst_check."""
+    """7.2.13 differs from 7.1.5 in the tunnel route fix and the host-wide ICMP bucket's defaults; 7.3-rc7 from
+    7.2.13 in the ctx->ether_type rework, the tunnel resolvers (family check, path->tun.dst) and the GC's
+    nf_flow_dst_check."""
     def diff(a, b):
         sa, sb = get_profile(a).switches(), get_profile(b).switches()
         return {k for k in sa if sa[k] != sb[k]}
-    assert diff("linux-7.1.5", "linux-7.2") == {"tunnel_push_dst", "direct_tunnel_dst"}
+    assert diff("linux-7.1.5", "linux-7.2") == {"tunnel_push_dst", "direct_tunnel_dst", "icmp_msgs_default"}
     assert diff("linux-7.2", "linux-7.3") == {"tuple_encap_pppoe_proto", "hook_ether_type_check",
                                             "tunnel_resolver_family_check", "ip6tnl_resolver_lookup",
                                             "tunnel_route", "gc_dst_check"}

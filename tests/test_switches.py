@@ -42,7 +42,7 @@ def _parse(frame: bytes, profile: str):
 def test_every_named_profile_has_a_row():
     """The tables below cover every named profile of flowsim.profiles (a new one must say what its switches do)."""
     for table in (IHL_BELOW_5, IPIP_IN_PPPOE, TAG_AFTER_TWO_ENCAPS, QINQ_TAG_ORDER, BRIDGED_LAN_INTO_TUNNEL,
-                  FLOWTABLE_ABSENT_DEVICE, FIXUP_CT_TIMEOUT, ADVMSS_MTU):
+                  FLOWTABLE_ABSENT_DEVICE, FIXUP_CT_TIMEOUT, ADVMSS_MTU, ICMP_MSGS_DEFAULT, ICMPV6_RATELIMIT):
         assert set(table) == set(PROFILES)
 
 
@@ -363,3 +363,43 @@ def test_mss_announced_after_a_learned_path_mtu(profile, announced):
     from tests.test_pmtu_exceptions import _run
     second = next(c for c in _run(profile).conversations if c.spec.name == "second")
     assert second.server.mss_clamp == announced
+
+
+# --- icmp_msgs_default: icmp_sk_init (net/ipv4/icmp.c).  60 datagrams back to back with a TTL of 1, with no
+# limit per destination (net.ipv4.icmp_ratelimit = 0): the host-wide bucket's burst of time exceeded errors.
+ICMP_MSGS_DEFAULT = {
+    "linux-6.1": 50,
+    "linux-6.12": 50,
+    "linux-6.18": 50,
+    "linux-6.19": 50,
+    "linux-7.0": 50,
+    "linux-7.1.5": 50,
+    "linux-7.2": 60,   # a burst of 10000
+    "linux-7.3": 60,
+}
+
+
+@pytest.mark.parametrize("profile,sent", sorted(ICMP_MSGS_DEFAULT.items()))
+def test_host_wide_icmp_burst(profile, sent):
+    from tests.test_icmp_limit import errors
+    assert errors("203.0.113.7", profile, sysctls=', "net.ipv4.icmp_ratelimit" = 0', packets=60, ttl=1)[0] == sent
+
+
+# --- icmpv6_ratelimit: icmpv6_xrlim_allow (net/ipv6/icmp.c), 0201eedb69b2.  20 datagrams 50 ms apart to a
+# destination the router has no route for, its route back a /64: the errors it sends.
+ICMPV6_RATELIMIT = {
+    "linux-6.1": 9,    # 1000 ms >> 2 = 62 jiffies
+    "linux-6.12": 9,
+    "linux-6.18": 9,
+    "linux-6.19": 9,
+    "linux-7.0": 15,   # 100 ms, 25 jiffies
+    "linux-7.1.5": 15,
+    "linux-7.2": 15,
+    "linux-7.3": 15,
+}
+
+
+@pytest.mark.parametrize("profile,sent", sorted(ICMPV6_RATELIMIT.items()))
+def test_icmpv6_errors_per_destination(profile, sent):
+    from tests.test_icmp_limit import errors
+    assert errors("2001:db8:9::7", profile, rate="rate = 20")[0] == sent

@@ -5,7 +5,8 @@ Theory of operation
 -------------------
 Some keys are turned into numbers by the simulator: the flowtable's and conntrack's timeouts
 (``proc_dointvec_jiffies``: whole seconds in the kernel, any non-negative number of seconds here, within a
-run's virtual time), the PMTU exceptions' life, and the neighbour table's hard limit (``proc_dointvec``).
+run's virtual time), the PMTU exceptions' life, the neighbour table's hard limit and the ICMP rate limits
+(``proc_dointvec``).
 The switches it reads (forwarding, ``promote_secondaries``, ``nf_conntrack_tcp_loose``, ``route_localnet``, …)
 must be integers, as ``proc_dointvec`` wants: 0 is off, any other on.  Every other sysctl is kept as the text
 it was given (a key flowsim does not model is inert), but a key must belong to the ``net.`` tree: the only
@@ -35,7 +36,10 @@ SECONDS_SYSCTLS = frozenset({
 })
 #: sysctls read as integers (proc_dointvec: an int)
 INTEGER_SYSCTLS = frozenset({"net.ipv4.neigh.default.gc_thresh3", "net.ipv6.neigh.default.gc_thresh3",
-                             "net.ipv4.ipfrag_max_dist"})
+                             "net.ipv4.ipfrag_max_dist",
+                             # icmp_send's rate limits (flowsim.kernel.icmp_limit): milliseconds, a mask, counts
+                             "net.ipv4.icmp_ratelimit", "net.ipv6.icmp.ratelimit", "net.ipv4.icmp_ratemask",
+                             "net.ipv4.icmp_msgs_per_sec", "net.ipv4.icmp_msgs_burst"})
 #: switches flowsim reads (0 off, another integer on; proc_dointvec refuses anything but an integer)
 SWITCH_SYSCTLS = re.compile(r"net\.ipv4\.ip_forward|net\.ipv[46]\.conf\.[^.]+\.forwarding"
                             r"|net\.ipv4\.conf\.[^.]+\.promote_secondaries|" + re.escape(CT_TCP_LOOSE_SYSCTL) +

@@ -65,10 +65,11 @@ IP_DEFAULT_TTL = 64  # net.ipv4.ip_default_ttl, and the IPv6 default hop limit
 
 # ICMP (RFC 792) and ICMPv6 (RFC 4443) types and codes the stack sends
 ICMP_DEST_UNREACH, ICMP_TIME_EXCEEDED = 3, 11
-ICMP_NET_UNREACH, ICMP_PROT_UNREACH, ICMP_FRAG_NEEDED = 0, 2, 4
+ICMP_NET_UNREACH, ICMP_HOST_UNREACH, ICMP_PROT_UNREACH, ICMP_PORT_UNREACH, ICMP_FRAG_NEEDED = 0, 1, 2, 3, 4
+ICMP_PKT_FILTERED = 13
 ICMP_EXC_TTL = 0
 ICMPV6_DEST_UNREACH, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED = 1, 2, 3
-ICMPV6_NOROUTE = 0
+ICMPV6_NOROUTE, ICMPV6_ADM_PROHIBITED, ICMPV6_ADDR_UNREACH, ICMPV6_PORT_UNREACH = 0, 1, 3, 4
 ICMPV6_PARAMPROB, ICMPV6_HDR_FIELD, ICMPV6_HDR_INCOMP = 4, 0, 3  # Parameter Problem: erroneous field, headers cut
 ICMPV6_INFOMSG_MASK = 0x80  # types from 128 are informational; below, errors (include/uapi/linux/icmpv6.h)
 #: error types per IP version (``icmp_is_err`` / ``icmpv6_is_err``): never answered with an error

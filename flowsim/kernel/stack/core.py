@@ -62,6 +62,7 @@ import attrs
 from flowsim.kernel import api as kernel_api
 from flowsim.kernel.conntrack import CT_TCP_LOOSE_SYSCTL, ConntrackTable, CtTimeouts
 from flowsim.kernel.fib import Route
+from flowsim.kernel.icmp_limit import IcmpRateLimits
 from flowsim.kernel.flowtable.core import Flowtable
 from flowsim.kernel.pkt import new_skb
 from flowsim.kernel.skb import SkBuff
@@ -283,6 +284,7 @@ class NetnsState:
     # (mtu, expiry), the IPv4 route's nexthop exception (update_or_create_fnhe) or the IPv6 RTF_CACHE clone
     # (rt6_insert_exception); every later route to that address carries it (dst_mtu) until it expires
     pmtu_exceptions: dict = attrs.Factory(dict)
+    icmp_limits: IcmpRateLimits = attrs.Factory(IcmpRateLimits)  # icmp_send's rate limits (flowsim.kernel.icmp_limit)
 
     def route(self, daddr, oif: str | None = None):
         """``ip_route_output_key`` / ``fib_lookup`` through a cache."""

@@ -72,11 +72,16 @@ from flowsim.kernel.headers import (
     IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_LINK, internet_checksum,
 )
 from flowsim.kernel.pkt import (
-    ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_NET_UNREACH, ICMP_PROT_UNREACH,
-    ICMP_TIME_EXCEEDED, ICMPV6_DEST_UNREACH, ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB,
-    ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, build_ipv4,
-    build_ipv6, icmp_error, ip6_fragment, ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment,
-    ipv6_decrease_hoplimit, ipv6frag_thdr_truncated, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
+    ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_HOST_UNREACH, ICMP_NET_UNREACH, ICMP_PKT_FILTERED,
+    ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED, ICMPV6_ADDR_UNREACH, ICMPV6_ADM_PROHIBITED, ICMPV6_DEST_UNREACH,
+    ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
+    IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip6_fragment,
+    ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment, ipv6_decrease_hoplimit,
+    ipv6frag_thdr_truncated, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
+)
+from flowsim.kernel.icmp_limit import (
+    ICMP_RATEMASK, icmp_global_allow, icmp_global_consume, icmpv4_mask_allow, icmpv6_mask_allow, icmpv6_peer_timeout,
+    inet_peer_xrlim_allow, ip_error_allow, jiffies, msecs_to_jiffies,
 )
 from flowsim.kernel.saddr import (
     fib_result_prefsrc, inet_select_addr, ip6_route_get_saddr, ip_route_connect_saddr, ipv6_dev_get_saddr,
@@ -134,20 +139,52 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     rt = st.route(info.dst)
     if rt.type == "local":
         ip_local_deliver(kernel, st, dev, skb, info, nfc)
+    elif info.version == 4 and (rt.error or not st.forwarding(dev, 4)):
+        ip_error(kernel, st, dev, skb, info, nfc, rt)
     elif rt.error:
-        icmp_send(kernel, st, skb, info, *_unreachable(info.version), nfc=nfc)
-        kernel.drop(skb, "no-route", f"{st.name} {dev.name}", dst=info.dst)
-    elif not st.forwarding(dev, info.version):
-        icmp_send(kernel, st, skb, info, *_unreachable(info.version, host_unreach=True), nfc=nfc)
+        ip6_pkt_drop(kernel, st, dev, skb, info, nfc, rt)
+    elif not st.forwarding(dev, info.version):  # ip6_forward: no error either
         kernel.drop(skb, "forwarding-disabled", f"{st.name} {dev.name}")
     else:
         ip_forward(kernel, st, dev, skb, info, nfc, rt)
 
 
+#: the error an input route of each failing type gives (ip_error's switch on dst.error, net/ipv4/route.c;
+#: ip6_pkt_discard / ip6_pkt_prohibit, net/ipv6/route.c): (IPv4 code, IPv6 code), None for no error at all
+#: (blackhole: EINVAL, dst_discard)
+_ROUTE_ERROR_CODES = {"none": (ICMP_NET_UNREACH, ICMPV6_NOROUTE), "unreachable": (ICMP_HOST_UNREACH, ICMPV6_NOROUTE),
+                      "prohibit": (ICMP_PKT_FILTERED, ICMPV6_ADM_PROHIBITED), "blackhole": None}
+
+
+def ip_error(kernel, st, dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
+    """``ip_error`` (net/ipv4/route.c), the input of a route that failed: silent when the device does not forward
+    (``ip_route_input_slow`` made the route ``EHOSTUNREACH`` for it) or for a blackhole; else the offender's
+    ``inet_peer`` pays ``ip_rt_error_cost`` before ``icmp_send``, whose own limit per destination then takes
+    from the same bucket (:func:`flowsim.kernel.icmp_limit.ip_error_allow`)."""
+    where = f"{st.name} {dev.name}"
+    if not st.forwarding(dev, 4):
+        kernel.drop(skb, "forwarding-disabled", where)
+        return
+    codes = _ROUTE_ERROR_CODES[rt.type]
+    if codes is not None and ip_error_allow(st.icmp_limits, info.src, jiffies(kernel.now)):
+        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, codes[0], nfc=nfc)
+    kernel.drop(skb, "no-route", where, dst=info.dst)
+
+
+def ip6_pkt_drop(kernel, st, dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> None:
+    """``ip6_pkt_discard`` / ``ip6_pkt_prohibit`` → ``ip6_pkt_drop`` (net/ipv6/route.c), the input of a failing
+    route: ``icmpv6_send`` of no route or administratively prohibited (a blackhole's ``dst_discard`` sends
+    nothing)."""
+    codes = _ROUTE_ERROR_CODES[rt.type]
+    if codes is not None:
+        icmp_send(kernel, st, skb, info, ICMPV6_DEST_UNREACH, codes[1], nfc=nfc)
+    kernel.drop(skb, "no-route", f"{st.name} {dev.name}", dst=info.dst)
+
+
 def _unreachable(version: int, host_unreach: bool = False) -> tuple[int, int]:
     if version == 4:
-        return ICMP_DEST_UNREACH, 1 if host_unreach else ICMP_NET_UNREACH
-    return ICMPV6_DEST_UNREACH, 3 if host_unreach else ICMPV6_NOROUTE
+        return ICMP_DEST_UNREACH, ICMP_HOST_UNREACH if host_unreach else ICMP_NET_UNREACH
+    return ICMPV6_DEST_UNREACH, ICMPV6_ADDR_UNREACH if host_unreach else ICMPV6_NOROUTE
 
 
 # ----------------------------------------------------------------- forward and output
@@ -674,11 +711,16 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
     """
     if _icmp_ineligible(skb.buf, info) or info.src.is_multicast or info.src.is_unspecified:
         return
+    limited = _icmp_global_allow(kernel, st, skb, info.version, icmp_type, code)
+    if limited is None:
+        return
     back = st.route(info.src)
     if back.error:
         return
     src = info.dst if local else _icmp_saddr(st, skb, info, back)
     if src is None:
+        return
+    if limited and not _icmp_xrlim_allow(kernel, st, skb, info, back, icmp_type):
         return
     offending = bytes(skb.buf[info.l3off:info.l3off + info.tot_len])
     pkt = icmp_error(offending, info, src, icmp_type, code, info32, ident=st.next_ident())
@@ -687,6 +729,60 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "icmp-error")
     kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} to {info.src}", info=info32)
     kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), nf_ct_attach(nfc))
+
+
+def _icmp_global_allow(kernel, st, skb: SkBuff, version: int, icmp_type: int, code: int) -> bool | None:
+    """``icmpv4_global_allow`` / ``icmpv6_global_allow`` (flowsim.kernel.icmp_limit): None when the host-wide
+    bucket refuses the error, else whether the per-destination limit applies to it (``apply_ratelimit``).
+    A packet that came in on a loopback device is not asked about (``skb_in->dev->flags & IFF_LOOPBACK``)."""
+    in_dev = st.ns.by_index.get(skb.iif) if skb.iif else None
+    if in_dev is not None and in_dev.link_type == "loopback":
+        return False
+    if (icmpv4_mask_allow(icmp_type, code, _sysctl_int(st, "net.ipv4.icmp_ratemask", ICMP_RATEMASK))
+            if version == 4 else icmpv6_mask_allow(icmp_type)):
+        return False
+    per_sec, burst = (int(n) for n in kernel.profile.icmp_msgs_default.split("/"))
+    limits = st.icmp_limits
+    if icmp_global_allow(limits, jiffies(kernel.now), _sysctl_int(st, "net.ipv4.icmp_msgs_per_sec", per_sec),
+                         _sysctl_int(st, "net.ipv4.icmp_msgs_burst", burst)):
+        return True
+    limits.limited_global += 1  # ICMP_MIB_RATELIMITGLOBAL
+    if kernel.tracing:
+        kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} code {code} not sent: host-wide rate limit "
+                     "(icmp_global_allow)")
+    return None
+
+
+def _icmp_xrlim_allow(kernel, st, skb: SkBuff, info: PktInfo, back, icmp_type: int) -> bool:
+    """``icmpv4_xrlim_allow`` / ``icmpv6_xrlim_allow`` on the route back to the offender's source *back*: the
+    destination's ``inet_peer`` bucket, not through a loopback device; an allowed error pays the host-wide
+    credit (``icmp_global_consume``)."""
+    limits = st.icmp_limits
+    if back.type == "local" or back.dev == "lo":
+        icmp_global_consume(limits)
+        return True
+    if info.version == 4:
+        timeout = msecs_to_jiffies(_sysctl_int(st, "net.ipv4.icmp_ratelimit", 1000))
+    else:
+        prefix = kernel.profile.icmpv6_ratelimit == "prefix"
+        # rt6i_dst.plen: the route's prefix, or 128 for the RTF_CACHE clone a learned path MTU made
+        plen = (128 if st.pmtu_exception(info.src, kernel.now) is not None else back.prefix.prefixlen) \
+            if prefix else None
+        timeout = icmpv6_peer_timeout(_sysctl_int(st, "net.ipv6.icmp.ratelimit", 1000 if prefix else 100), plen)
+    if timeout and not inet_peer_xrlim_allow(limits, info.src, jiffies(kernel.now), timeout):
+        limits.limited_host += 1  # ICMP_MIB_RATELIMITHOST
+        if kernel.tracing:
+            kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} to {info.src} not sent: rate limit per "
+                         "destination (inet_peer_xrlim_allow)")
+        return False
+    icmp_global_consume(limits)
+    return True
+
+
+def _sysctl_int(st, key: str, default: int) -> int:
+    """A sysctl of :data:`flowsim.config.sysctls.INTEGER_SYSCTLS` (checked when the topology loaded)."""
+    value = st.ns.sysctl(key)
+    return default if value is None else int(str(value).strip())
 
 
 def _icmp_saddr(st, skb: SkBuff, info: PktInfo, back) -> IPv4Address | IPv6Address | None:
