@@ -95,7 +95,9 @@ _ROWS = [
     ("flow-add-ct-dying", ACCEPT, "flow_offload_alloc", "the conntrack entry is dying"),
     # --- the slow path: nf_tables and conntrack
     ("nft-drop", DROP, "nft_do_chain", "an nftables rule or a chain policy dropped the packet"),
-    ("nft-reject", DROP, "nft_reject_eval", "an nftables reject statement refused the packet"),
+    ("nft-reject", DROP, "nft_reject_inet_eval / nft_reject_ipv4_eval / nft_reject_ipv6_eval",
+     "an nftables reject statement refused the packet; its ICMP error (nf_send_unreach) or TCP reset (nf_send_reset) "
+     "is sent back"),
     ("ct-clash", DROP, "__nf_conntrack_confirm", "conntrack confirmation clashed with an existing entry"),
     ("masquerade-no-address", DROP, "nf_nat_masquerade_ipv4 / nf_nat_masquerade_ipv6",
      "masquerade found no address to translate to (\"ate my IP address\")"),
@@ -119,9 +121,11 @@ _ROWS = [
     ("pppoe-no-session", DROP, "pppoe_rcv / pppoe_xmit", "no connected PPPoE session for this session id and peer"),
     ("ip-header-invalid", DROP, "ip_rcv_core / ipv6_rcv", "bad IP version, header length, total length or checksum"),
     ("no-route", DROP, "ip_route_input_slow / ip6_route_input / ip_route_output_key",
-     "no route to the destination (ICMP destination unreachable is sent)"),
+     "no route to the destination, or an unreachable, prohibit or blackhole route (ip_error / ip6_pkt_drop send "
+     "ICMP destination unreachable, rate-limited, none for a blackhole)"),
     ("forwarding-disabled", DROP, "ip_route_input_slow / ip6_forward",
-     "forwarding is off for the ingress device (net.ipv4.conf.DEV.forwarding / net.ipv6.conf.all.forwarding)"),
+     "forwarding is off for the ingress device (net.ipv4.conf.DEV.forwarding / net.ipv6.conf.all.forwarding); "
+     "no ICMP error is sent (ip_error, ip6_forward)"),
     ("ttl-exceeded-forward", DROP, "ip_forward / ip6_forward",
      "TTL or hop limit is 1 or 0: ICMP time exceeded is sent back"),
     ("frag-needed", DROP, "ip_forward / ip_tunnel_xmit / ip_finish_output",

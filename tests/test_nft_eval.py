@@ -272,7 +272,7 @@ def test_reject_drops():
     """`reject` is terminal: the verdict is drop and the result says an error reply is due."""
     n = nft("table inet t { chain a { type filter hook input priority 0; tcp dport 23 reject with tcp reset } }")
     res = n.eval_hook("input", tcp(dport=23))
-    assert res.verdict == "drop" and res.reject == "tcp reset"
+    assert res.verdict == "drop" and (res.reject.kind, res.reject.with_) == ("tcp-reset", "tcp reset")
 
 
 def test_jump_goto_return_policy():

@@ -66,7 +66,7 @@ __all__ = [
     "tcp_error", "udp_error", "TCP_VALID_FLAGS",
     "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "CT_TCP_LOOSE_SYSCTL",
     "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
-    "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established",
+    "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established", "nf_conntrack_tcp_set_closing",
     "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
     "csum_replace2", "csum_replace4", "nf_nat_manip_pkt",
     "nf_nat_packet", "ipv6_l4_offset",
@@ -370,6 +370,19 @@ def udp_error(buf, l4off: int, l4len: int) -> str | None:
     if length > l4len or length < UDPH_LEN:
         return "truncated/malformed packet"
     return None
+
+
+def nf_conntrack_tcp_set_closing(ct: CtEntry, now: float, timeouts: CtTimeouts) -> None:
+    """``nf_conntrack_tcp_set_closing`` (nf_conntrack_proto_tcp.c), what ``nf_ct_set_closing`` does when nft's
+    ``reject with tcp reset`` answers a connection's segment: a confirmed entry goes to CLOSE, with CLOSE's
+    timeout unless it was CLOSE already or has a fixed timeout."""
+    if not ct.confirmed:
+        return
+    old = ct.tcp_state
+    ct.tcp_state = TcpConntrack.CLOSE
+    if old == TcpConntrack.CLOSE or ct.test(IPS_FIXED_TIMEOUT):
+        return
+    ct.timeout = now + timeouts.tcp[TcpConntrack.CLOSE]
 
 
 def nf_conntrack_tcp_established(ct: CtEntry) -> bool:

@@ -27,11 +27,16 @@ from flowsim.nft.model import (
     Verdict, VerdictMap,
 )
 from flowsim.nft.types import (
-    BITMASK_DTYPES, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom, nft_number,
+    BITMASK_DTYPES, SYMBOLS, TOKEN_KIND, RawAtom, RawRange, RawSet, RawSlash, coerce, coerce_atom, nft_number,
 )
 
 __all__ = ["RuleCompiler"]
 
+_TCP = SYMBOLS["inet_proto"]["tcp"]
+#: the hooks a reject may sit at, per table family (nft_reject_validate, nft_reject_inet_validate,
+#: nft_reject_netdev_validate): elsewhere the kernel refuses the rule (-EOPNOTSUPP)
+_REJECT_HOOKS = {"ip": ("prerouting", "input", "forward", "output"), "ip6": ("prerouting", "input", "forward", "output"),
+                 "inet": ("prerouting", "input", "forward", "output", "ingress"), "netdev": ("ingress",)}
 _NAT_HOOKS = {"dnat": ("prerouting", "output"), "redirect": ("prerouting", "output"),
               "snat": ("postrouting", "input"), "masquerade": ("postrouting",)}
 _NAT_FLAGS = frozenset({"random", "fully-random", "persistent"})
@@ -188,6 +193,9 @@ class RuleCompiler(Generic[_Table]):
                                "the verdict at the end of the rule")
             exprs.append(getattr(self, "x_" + el.data)(tb, el, defines))
         for e in exprs:
+            if isinstance(e, RejectStmt) and e.kind == "tcp-reset" and _not_tcp(exprs):
+                raise self.err("you cannot use tcp reset with this protocol", e.loc, e.with_,
+                               "a rule that matches TCP (reject with tcp reset adds meta l4proto tcp)")
             if isinstance(e, NatStmt) and e.port_min is not None and not _has_l4_match(exprs):
                 raise self.err("transport protocol mapping is only valid after a transport protocol match",
                                e.loc, None, "e.g. 'tcp dport …' or 'meta l4proto tcp' before it")
@@ -547,8 +555,37 @@ class RuleCompiler(Generic[_Table]):
         return LogStmt(tuple(opts), self.loc(node))
 
     def x_reject_stmt(self, tb, node, defines):
+        """nft's ``stmt_evaluate_reject``: the reply as NFTA_REJECT_TYPE and _ICMP_CODE.  Without ``with``, port
+        unreachable of the table's family (icmpx in inet, bridge and netdev tables)."""
         toks = self.tokens(node, "IDENT")
-        return RejectStmt(" ".join(t.value for t in toks) or None, self.loc(node))
+        words = [t.value for t in toks]
+        loc = self.loc(node)
+        fam = FAMILIES.get(tb.family)
+        if not words:
+            if fam == NFPROTO_IPV4:
+                return RejectStmt(None, loc, "icmp", SYMBOLS["icmp_code"]["port-unreachable"], NFPROTO_IPV4)
+            if fam == NFPROTO_IPV6:
+                return RejectStmt(None, loc, "icmp", SYMBOLS["icmpv6_code"]["port-unreachable"], NFPROTO_IPV6)
+            return RejectStmt(None, loc, "icmpx", SYMBOLS["icmpx_code"]["port-unreachable"])
+        text = " ".join(words)
+        if words == ["tcp", "reset"]:
+            return RejectStmt(text, loc, "tcp-reset", 0)
+        kind = words[0]
+        if kind not in ("icmp", "icmpv6", "icmpx") or len(words) != 2:
+            raise self.err(f"unknown reject {text!r}", toks[0], text,
+                           "reject with icmp|icmpv6|icmpx [type] CODE, or reject with tcp reset")
+        code = SYMBOLS[f"{kind}_code"].get(words[1])
+        if code is None:
+            raise self.err(f"Could not parse {kind} code {words[1]!r}", toks[1], words[1],
+                           "one of " + ", ".join(SYMBOLS[f"{kind}_code"]))
+        if kind == "icmpx":
+            return RejectStmt(text, loc, "icmpx", code)
+        family = NFPROTO_IPV4 if kind == "icmp" else NFPROTO_IPV6
+        if fam in (NFPROTO_IPV4, NFPROTO_IPV6) and fam != family:
+            raise self.err(f"conflicting protocols specified: {tb.family} vs {'ip' if kind == 'icmp' else 'ip6'}",
+                           toks[1], text, f"reject with {'icmp' if fam == NFPROTO_IPV4 else 'icmpv6'} in a table "
+                           f"{tb.family}")
+        return RejectStmt(text, loc, "icmp", code, family)
 
     def validate(self, rs: Ruleset):
         seen_dev: dict[str, Flowtable] = {}
@@ -617,6 +654,11 @@ class RuleCompiler(Generic[_Table]):
                                        f"(reached from {base.name}; nft_fib_validate: Operation not supported)",
                                        getattr(e, "loc", None) or rule.loc, sel.key,
                                        f"a chain of an ip, ip6 or inet table at {', '.join(allowed)}")
+                if isinstance(e, RejectStmt) and hook.hook not in _REJECT_HOOKS.get(t.family, ()):
+                    allowed = _REJECT_HOOKS.get(t.family, ())
+                    raise self.err(f"reject is not valid at hook {hook.hook} of table {t.family} {t.name} (reached from "
+                                   f"{base.name}; nft_reject_validate: Operation not supported)", e.loc, hook.hook,
+                                   f"a chain at {', '.join(allowed)}" if allowed else "a table of another family")
                 if isinstance(e, NatStmt) and (hook.type != "nat" or hook.hook not in _NAT_HOOKS[e.kind]):
                     raise self.err(f"{e.kind} is only valid in nat chains at "
                                    f"{' or '.join(_NAT_HOOKS[e.kind])} (reached from {base.name}: "
@@ -648,6 +690,20 @@ def nft_fib_hooks(key: str) -> tuple[str, ...]:
     if "oif" in flags:
         return ("output", "postrouting", "forward")
     return ("prerouting", "input", "forward", "output", "postrouting")
+
+
+def _not_tcp(exprs) -> bool:
+    """A match of the rule sets a transport protocol other than TCP (``udp dport``, ``meta l4proto udp``)."""
+    for e in exprs:
+        if not isinstance(e, Match):
+            continue
+        l4 = e.selector.spec.l4proto
+        if l4 and _TCP not in l4:
+            return True
+        if e.selector.key in ("l4proto", "protocol", "nexthdr") and e.op == "==" and not e.is_set and \
+                e.values and _TCP not in e.values:
+            return True
+    return False
 
 
 def _has_l4_match(exprs) -> bool:

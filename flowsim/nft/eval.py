@@ -236,7 +236,7 @@ class HookResult:
     meta_mark: int = 0
     dscp: int | None = None  # new DSCP when a rule set it
     nftrace: bool = False
-    reject: str | None = None  # `reject [with …]` fired (verdict is drop)
+    reject: RejectStmt | None = None  # the `reject` that fired (verdict is drop): the stack sends its reply
     trace: tuple[TraceStep, ...] = ()
 
     @property
@@ -269,7 +269,7 @@ class _Ctx:
     effects: list = attrs.Factory(list)
     flow_adds: list = attrs.Factory(list)
     nat: NatRequest | None = None
-    reject: str | None = None
+    reject: RejectStmt | None = None
     trace: list = attrs.Factory(list)
     fib: NftFib | None = None
 
@@ -715,11 +715,18 @@ class Nftables:
         return None
 
     def _h_reject(self, table, chain, rule, n, e: RejectStmt, ctx):
-        ctx.reject = e.with_ or "default"
-        return Verdict("drop")
+        # the dependencies nft adds (stmt_evaluate_reject): `meta nfproto` for an icmp / icmpv6 code in an inet
+        # table, `meta l4proto tcp` for a tcp reset; the rule breaks on another packet
+        if e.family is not None and e.family != ctx.pkt.nfproto:
+            return _BREAK
+        if e.kind == "tcp-reset" and ctx.pkt.l4proto != _TCP:
+            return _BREAK
+        ctx.reject = e
+        return Verdict("drop")  # nft_reject_*_eval: the reply is sent, then NF_DROP
 
 
 _BREAK = object()
+_TCP = SYMBOLS["inet_proto"]["tcp"]
 
 
 def _clock_at_zero() -> float:

@@ -319,10 +319,20 @@ class LogStmt:
 
 @attrs.frozen
 class RejectStmt:
-    """``reject [with …]``: terminal; the packet is dropped and an error is due."""
+    """``reject [with icmp|icmpv6|icmpx [type] CODE | with tcp reset]``: terminal; the reply is sent and the packet
+    dropped (``nft_reject_inet_eval``, ``nft_reject_ipv4_eval``, ``nft_reject_ipv6_eval``).
+
+    ``kind`` is NFTA_REJECT_TYPE's: ``icmp`` (NFT_REJECT_ICMP_UNREACH: an ICMP code of the table's family, or of
+    ``icmp`` / ``icmpv6`` as written), ``icmpx`` (NFT_REJECT_ICMPX_UNREACH: an NFT_REJECT_ICMPX_* code each family
+    maps) or ``tcp-reset``; ``family`` the family an ``icmp`` / ``icmpv6`` code belongs to, which nft makes an
+    implicit ``meta nfproto`` match in an inet table (as ``tcp reset`` an implicit ``meta l4proto tcp``).
+    """
 
     with_: str | None = None
     loc: Loc | None = attrs.field(default=None, eq=False)
+    kind: str = "icmpx"
+    code: int = 1  # NFT_REJECT_ICMPX_PORT_UNREACH: nft's `reject` in an inet table
+    family: int | None = None  # NFPROTO_IPV4 / NFPROTO_IPV6 for kind icmp
 
 
 NSEC_PER_SEC = 1_000_000_000

@@ -56,6 +56,8 @@ SYMBOLS: dict[str, dict[str, int]] = {
                   "frag-needed": 4, "net-prohibited": 9, "host-prohibited": 10, "admin-prohibited": 13},
     "icmpv6_code": {"no-route": 0, "admin-prohibited": 1, "addr-unreachable": 3, "port-unreachable": 4,
                     "policy-fail": 5, "reject-route": 6},
+    # nftables src/datatype.c's icmpx_code_type: NFT_REJECT_ICMPX_* (include/uapi/linux/netfilter/nf_tables.h)
+    "icmpx_code": {"no-route": 0, "port-unreachable": 1, "host-unreachable": 2, "admin-prohibited": 3},
     # nftables src/fib.c's fib_addr_type: the RTN_* route types (include/uapi/linux/rtnetlink.h)
     "fib_addrtype": {"unspec": 0, "unicast": 1, "local": 2, "broadcast": 3, "anycast": 4, "multicast": 5,
                      "blackhole": 6, "unreachable": 7, "prohibit": 8},

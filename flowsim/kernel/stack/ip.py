@@ -56,6 +56,7 @@ OUTPUT and POSTROUTING of the namespace like ``iptunnel_xmit`` →
 from __future__ import annotations
 
 import functools
+import struct
 
 import zlib
 
@@ -64,7 +65,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 from flowsim.kernel.devices.ip6tnl import Ip6tnlDevice
 from flowsim.kernel.devices.ipip import IpipDevice
-from flowsim.kernel.conntrack import IPS_NAT_MASK
+from flowsim.kernel.conntrack import IPS_NAT_MASK, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, nf_conntrack_tcp_set_closing
 from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
@@ -73,11 +74,12 @@ from flowsim.kernel.headers import (
 )
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_HOST_UNREACH, ICMP_NET_UNREACH, ICMP_PKT_FILTERED,
-    ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED, ICMPV6_ADDR_UNREACH, ICMPV6_ADM_PROHIBITED, ICMPV6_DEST_UNREACH,
-    ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED,
-    IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, build_ipv4, build_ipv6, icmp_error, ip6_fragment,
-    ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment, ip_fragment, ipv6_decrease_hoplimit,
-    ipv6frag_thdr_truncated, l4_checksum, new_skb, parse_ip, pseudo_sum, reparse_ip,
+    ICMP_PORT_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED, ICMPV6_ADDR_UNREACH, ICMPV6_ADM_PROHIBITED,
+    ICMPV6_DEST_UNREACH, ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB, ICMPV6_PKT_TOOBIG,
+    ICMPV6_PORT_UNREACH, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, addr_pair,
+    build_ipv4, build_ipv6, icmp_error, ip6_fragment, ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment,
+    ip_fragment, ipv4_header, ipv6_decrease_hoplimit, ipv6_header, ipv6frag_thdr_truncated, l4_checksum, new_skb,
+    parse_ip, pseudo_sum, reparse_ip, tcp_header,
 )
 from flowsim.kernel.icmp_limit import (
     ICMP_RATEMASK, icmp_global_allow, icmp_global_consume, icmpv4_mask_allow, icmpv6_mask_allow, icmpv6_peer_timeout,
@@ -134,6 +136,8 @@ def ip_rcv(kernel, st, dev, skb: SkBuff, host: bool) -> None:
     if st.nft is not None or st.ct_active:  # NF_HOOK: nf_hook_slow only when the netns has hooks
         info, why = nf_hook(kernel, st, "prerouting", skb, info, nfc, in_dev=dev)
         if why is not None:
+            if nfc.reject is not None:
+                nft_reject(kernel, st, skb, info, nfc, "prerouting")
             kernel.drop(skb, why, f"{st.name} {dev.name} prerouting")
             return
     rt = st.route(info.dst)
@@ -222,6 +226,8 @@ def ip_forward(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -
     if st.nft is not None or st.ct_active:
         info, why = nf_hook(kernel, st, "forward", skb, info, nfc, in_dev=in_dev, out_dev=out_dev, route=rt)
         if why is not None:
+            if nfc.reject is not None:
+                nft_reject(kernel, st, skb, info, nfc, "forward")
             kernel.drop(skb, why, f"{st.name} forward")
             return
     if type(rt) is stack_xfrm.XfrmRoute:  # dst_output of an xfrm bundle: xfrm4_output
@@ -389,6 +395,8 @@ def ip_local_out(kernel, st, skb: SkBuff, route=None, nfc: NfCtx | None = None) 
     if st.nft is not None or st.ct_active:
         info, why = nf_hook(kernel, st, "output", skb, info, nfc, out_dev=out_dev, route=rt)
         if why is not None:
+            if nfc.reject is not None:
+                nft_reject(kernel, st, skb, info, nfc, "output")
             kernel.drop(skb, why, f"{st.name} output")
             return
     if info.dst is not dst and info.dst != dst:  # ip_route_me_harder after DNAT in OUTPUT
@@ -412,6 +420,8 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
     if st.nft is not None or st.ct_active:
         info, why = nf_hook(kernel, st, "input", skb, info, nfc, in_dev=in_dev)
         if why is not None:
+            if nfc.reject is not None:
+                nft_reject(kernel, st, skb, info, nfc, "input")
             kernel.drop(skb, why, where)
             return
     if info.version == 6 and info.frag:  # ip6_input_finish → the fragment header's handler, ipv6_frag_rcv
@@ -848,6 +858,82 @@ def icmp_ndo_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: 
 def _icmp_push_reply(kernel, st, skb: SkBuff, nfc: NfCtx) -> None:
     """``icmp_push_reply`` → ``ip_push_pending_frames`` → ``ip_local_out`` of the error with its entry attached."""
     ip_local_out(kernel, st, skb, nfc=nfc)
+
+
+# ----------------------------------------------------------------- nft reject
+
+#: nft_reject_icmp_code / nft_reject_icmpv6_code (net/netfilter/nft_reject.c): an NFT_REJECT_ICMPX_* code (no
+#: route, port, host unreachable, administratively prohibited) as each family's code
+_LIMITED_BROADCAST = 0xFFFFFFFF
+_ICMPX_CODES = {4: (ICMP_NET_UNREACH, ICMP_PORT_UNREACH, ICMP_HOST_UNREACH, ICMP_PKT_FILTERED),
+                6: (ICMPV6_NOROUTE, ICMPV6_PORT_UNREACH, ICMPV6_ADDR_UNREACH, ICMPV6_ADM_PROHIBITED)}
+
+
+def nft_reject(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, hook: str) -> None:
+    """The reply of the nft ``reject`` that dropped *skb* at *hook* (``nft_reject_inet_eval``,
+    ``nft_reject_ipv4_eval``, ``nft_reject_ipv6_eval``; the statement is in ``nfc.reject``): an ICMP error
+    (:func:`nf_send_unreach`) or a TCP reset (:func:`nf_send_reset`).  The caller drops the packet."""
+    rej, nfc.reject = nfc.reject, None
+    if rej is None:
+        return
+    if rej.kind == "tcp-reset":
+        nf_send_reset(kernel, st, skb, info, nfc)
+        return
+    code = rej.code if rej.kind == "icmp" else _ICMPX_CODES[info.version][rej.code]
+    nf_send_unreach(kernel, st, skb, info, nfc, hook, code)
+
+
+def nf_send_unreach(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx, hook: str, code: int) -> None:
+    """``nf_send_unreach`` (net/ipv4/netfilter/nf_reject_ipv4.c) / ``nf_send_unreach6``: nothing for a later
+    fragment or a TCP or UDP segment whose checksum fails (``nf_ip_checksum``, ``reject6_csum_ok``); else
+    ``icmp_send`` with its eligibility and rate limits.  The error's source is the packet's destination in INPUT
+    (and in OUTPUT to a local address: ``RTCF_LOCAL``), elsewhere the route's choice."""
+    if not info.first:
+        return
+    if info.l4proto in (IPPROTO_TCP, IPPROTO_UDP) and not _l4_ok(skb, info):
+        return
+    local = hook == "input" or (hook == "output" and st.route(info.dst).type == "local")
+    icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH if info.version == 4 else ICMPV6_DEST_UNREACH, code,
+              local=local, nfc=nfc)
+
+
+def nf_send_reset(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx) -> None:
+    """``nf_send_reset`` (net/ipv4/netfilter/nf_reject_ipv4.c) / ``nf_send_reset6``: a RST from the packet's
+    destination to its source, for a first-fragment TCP segment that is not a RST itself, whose checksum holds
+    (``nf_reject_ip_tcphdr_get``), between unicast addresses.  ``nf_reject_ip_tcphdr_put``: with ACK set in the
+    segment, the RST's sequence is its acknowledgement; else sequence 0 and an ACK of everything the segment
+    held.  IPv4 with DF, TOS 0, ID 0; both with the default hop limit (no metric: ``ip4_dst_hoplimit``,
+    ``ip6_dst_hoplimit``), window 0.  It leaves through ``ip_local_out`` with the segment's entry attached
+    (``nf_ct_attach``: RELATED), which ``nf_ct_set_closing`` has put in CLOSE."""
+    flags, sport, dport = info.tcp_flags, info.sport, info.dport
+    if not info.first or info.l4proto != IPPROTO_TCP or flags is None or flags & TCP_RST or sport is None \
+            or dport is None:
+        return
+    if not _l4_ok(skb, info) or info.src.is_multicast or info.dst.is_multicast:
+        return
+    if info.version == 4 and (int(info.src) == _LIMITED_BROADCAST or int(info.dst) == _LIMITED_BROADCAST):
+        return  # RTCF_BROADCAST (the limited broadcast; a subnet's broadcast address is not modelled)
+    buf, at = skb.buf, info.l4off
+    seq, ack_seq = struct.unpack_from("!II", buf, at + 4)
+    if flags & TCP_ACK:
+        rst_seq, rst_ack, rst_flags = ack_seq, 0, TCP_RST
+    else:
+        payload = info.l3off + info.tot_len - at - ((buf[at + 12] >> 4) << 2)
+        rst_seq, rst_ack = 0, seq + bool(flags & TCP_SYN) + bool(flags & TCP_FIN) + payload
+        rst_flags = TCP_RST | TCP_ACK
+    pair = addr_pair(info.dst, info.src)
+    tcph = tcp_header(pair.addr_sum, dport, sport, rst_seq, rst_ack, rst_flags, window=0)
+    iph = ipv4_header(pair.packed, IPPROTO_TCP, len(tcph), df=True) if info.version == 4 else \
+        ipv6_header(pair.packed, IPPROTO_TCP, len(tcph))
+    ct = nfc.ct
+    if ct is not None and ct.l4proto == IPPROTO_TCP:
+        nf_conntrack_tcp_set_closing(ct, kernel.now, st.conntrack.timeouts)
+    tag = skb.tag
+    new = kernel.new_tag(tag.traffic if tag is not None else None,
+                         _OPPOSITE.get(tag.direction) if tag is not None else None, "tcp-reset")
+    if kernel.tracing:
+        kernel.trace(skb, f"{st.name} nft reject", f"tcp reset to {info.src}", seq=rst_seq, ack=rst_ack)
+    kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(iph + tcph, new, 0), nf_ct_attach(nfc))
 
 
 # ----------------------------------------------------------------- reassembly

@@ -55,6 +55,7 @@ from flowsim.kernel.pkt import (
     PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip, reparse_ip,
 )
 from flowsim.kernel.saddr import inet_select_addr, ipv6_dev_get_saddr
+from flowsim.nft.model import RejectStmt
 from flowsim.nft.ruleset import NftPacket
 
 __all__ = ["NfCtx", "nf_hook", "nf_ct_attach", "ct_tuple", "quoted_info", "HOOK_CORE"]
@@ -81,6 +82,7 @@ class NfCtx:
     dir: int | None = None
     state: str | None = None
     ctinfo: int | None = None
+    reject: RejectStmt | None = None  # the nft `reject` that dropped the packet at a hook
 
 
 def nf_ct_attach(nfc: NfCtx | None) -> NfCtx:
@@ -291,7 +293,10 @@ def nf_hook(kernel, st, hook: str, skb, info: PktInfo, nfc: NfCtx, in_dev=None, 
             if action == "nat-chain":
                 nat_res = res
             if res.verdict == "drop":
-                return info, "nft-reject" if res.reject else "nft-drop"
+                if res.reject is None:
+                    return info, "nft-drop"
+                nfc.reject = res.reject  # the caller sends the reply (flowsim.kernel.stack.ip.nft_reject)
+                return info, "nft-reject"
             if res.meta_mark != skb.mark:
                 skb.mark = res.meta_mark
             if res.dscp is not None and res.dscp != info.dscp:
