@@ -166,7 +166,8 @@ def path_schema() -> dict:
     optional = ("daddr", "neighbour", "skipped")
     head = {"schema": const_schema("path"), "topology": S, "netns": S, "profile": S,
             "flowtable": obj({"name": S, "devices": arr(S), "hw_offload": B})}
-    route_dir = obj({"dst": route, "in": obj({"ifindex": I, "encap": arr(ENCAP), "ingress_vlans": I, "tun": nullable(TUN)}),
+    route_dir = obj({"dst": nullable(route),  # null: nft_flow_route found no route (no flow)
+                     "in": obj({"ifindex": I, "encap": arr(ENCAP), "ingress_vlans": I, "tun": nullable(TUN)}),
                      "out": obj({"ifindex": I, "h_source": S, "h_dest": S, "needs_gso_segment": B}),
                      "xmit_type": XMIT})
     flow = obj({"created": B, "error": nullable(error), "tuple": arr(route_dir)})
