@@ -156,6 +156,12 @@ class Namespace:
         """A switch (``proc_dointvec``): on unless it holds 0."""
         return str(self.sysctls.get(key, default)).strip() not in ("0", "")
 
+    def sysctl_int(self, key: str, default: int) -> int:
+        """One of :data:`flowsim.config.sysctls.INTEGER_SYSCTLS` (``proc_dointvec``; checked when the topology set
+        it), *default* when unset."""
+        value = self.sysctls.get(key)
+        return default if value is None else int(str(value).strip())
+
 
 class Topology:
     """Namespaces, devices and links (see the module docstring)."""

@@ -121,11 +121,7 @@ def inet_peer_xrlim_allow(state: IcmpRateLimits, addr, now: int, timeout: int) -
     if delta:
         peer[1] = now
         token = min(token + delta, XRLIM_BURST_FACTOR * timeout)
-    allowed = token >= timeout
-    if allowed:
-        token -= timeout
-    peer[0] = token
-    return allowed
+    return _pay(peer, token, timeout)
 
 
 def ip_error_allow(state: IcmpRateLimits, addr, now: int) -> bool:
@@ -136,10 +132,13 @@ def ip_error_allow(state: IcmpRateLimits, addr, now: int) -> bool:
     peer = _getpeer(state, addr, now)
     token = min(peer[0] + now - peer[1], IP_RT_ERROR_BURST)
     peer[1] = now
-    allowed = token >= IP_RT_ERROR_COST
-    if allowed:
-        token -= IP_RT_ERROR_COST
-    peer[0] = token
+    return _pay(peer, token, IP_RT_ERROR_COST)
+
+
+def _pay(peer: list, token: int, cost: int) -> bool:
+    """Both buckets' last step: take *cost* from the refilled *token* when it holds that much; keep the rest."""
+    allowed = token >= cost
+    peer[0] = token - cost if allowed else token
     return allowed
 
 

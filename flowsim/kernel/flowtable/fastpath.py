@@ -532,7 +532,7 @@ def _neigh_hh(ft: Flowtable, ns, rt, outdev, ifidx: int, ip_daddr: bytes, v4: bo
         neigh = neigh_table.lookup(rt.dev, nexthop)
         if neigh is None:
             sysctl = f"net.ipv{4 if v4 else 6}.neigh.default.gc_thresh3"
-            neigh = neigh_table.create(rt.dev, nexthop, int(ns.sysctl(sysctl, str(NEIGH_GC_THRESH3))))
+            neigh = neigh_table.create(rt.dev, nexthop, ns.sysctl_int(sysctl, NEIGH_GC_THRESH3))
             if neigh is None:
                 return None
         hh = mac_aton(neigh.lladdr) + mac_aton(outdev.mac)

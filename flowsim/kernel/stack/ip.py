@@ -748,13 +748,13 @@ def _icmp_global_allow(kernel, st, skb: SkBuff, version: int, icmp_type: int, co
     in_dev = st.ns.by_index.get(skb.iif) if skb.iif else None
     if in_dev is not None and in_dev.link_type == "loopback":
         return False
-    if (icmpv4_mask_allow(icmp_type, code, _sysctl_int(st, "net.ipv4.icmp_ratemask", ICMP_RATEMASK))
+    if (icmpv4_mask_allow(icmp_type, code, st.ns.sysctl_int("net.ipv4.icmp_ratemask", ICMP_RATEMASK))
             if version == 4 else icmpv6_mask_allow(icmp_type)):
         return False
     per_sec, burst = (int(n) for n in kernel.profile.icmp_msgs_default.split("/"))
     limits = st.icmp_limits
-    if icmp_global_allow(limits, jiffies(kernel.now), _sysctl_int(st, "net.ipv4.icmp_msgs_per_sec", per_sec),
-                         _sysctl_int(st, "net.ipv4.icmp_msgs_burst", burst)):
+    if icmp_global_allow(limits, jiffies(kernel.now), st.ns.sysctl_int("net.ipv4.icmp_msgs_per_sec", per_sec),
+                         st.ns.sysctl_int("net.ipv4.icmp_msgs_burst", burst)):
         return True
     limits.limited_global += 1  # ICMP_MIB_RATELIMITGLOBAL
     if kernel.tracing:
@@ -772,13 +772,13 @@ def _icmp_xrlim_allow(kernel, st, skb: SkBuff, info: PktInfo, back, icmp_type: i
         icmp_global_consume(limits)
         return True
     if info.version == 4:
-        timeout = msecs_to_jiffies(_sysctl_int(st, "net.ipv4.icmp_ratelimit", 1000))
+        timeout = msecs_to_jiffies(st.ns.sysctl_int("net.ipv4.icmp_ratelimit", 1000))
     else:
         prefix = kernel.profile.icmpv6_ratelimit == "prefix"
         # rt6i_dst.plen: the route's prefix, or 128 for the RTF_CACHE clone a learned path MTU made
         plen = (128 if st.pmtu_exception(info.src, kernel.now) is not None else back.prefix.prefixlen) \
             if prefix else None
-        timeout = icmpv6_peer_timeout(_sysctl_int(st, "net.ipv6.icmp.ratelimit", 1000 if prefix else 100), plen)
+        timeout = icmpv6_peer_timeout(st.ns.sysctl_int("net.ipv6.icmp.ratelimit", 1000 if prefix else 100), plen)
     if timeout and not inet_peer_xrlim_allow(limits, info.src, jiffies(kernel.now), timeout):
         limits.limited_host += 1  # ICMP_MIB_RATELIMITHOST
         if kernel.tracing:
@@ -787,12 +787,6 @@ def _icmp_xrlim_allow(kernel, st, skb: SkBuff, info: PktInfo, back, icmp_type: i
         return False
     icmp_global_consume(limits)
     return True
-
-
-def _sysctl_int(st, key: str, default: int) -> int:
-    """A sysctl of :data:`flowsim.config.sysctls.INTEGER_SYSCTLS` (checked when the topology loaded)."""
-    value = st.ns.sysctl(key)
-    return default if value is None else int(str(value).strip())
 
 
 def _icmp_saddr(st, skb: SkBuff, info: PktInfo, back) -> IPv4Address | IPv6Address | None:
@@ -972,8 +966,8 @@ def ip_frag_too_far(st, q: FragQueue, src) -> bool:
 
 
 def _ipfrag_max_dist(st) -> int:
-    """The namespace's ``net.ipv4.ipfrag_max_dist`` (checked when the topology set it)."""
-    return int(str(st.ns.sysctls.get("net.ipv4.ipfrag_max_dist", IPFRAG_MAX_DIST)).strip())
+    """The namespace's ``net.ipv4.ipfrag_max_dist``."""
+    return st.ns.sysctl_int("net.ipv4.ipfrag_max_dist", IPFRAG_MAX_DIST)
 
 
 def ip_frag_reinit(kernel, st, key: tuple, q: FragQueue) -> None:
