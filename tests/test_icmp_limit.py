@@ -213,3 +213,15 @@ def test_the_sysctls(sysctls, delivered):
 def test_a_bad_rate_sysctl_is_a_located_error(value):
     with pytest.raises(TopologyError, match=r"unreachable\.toml.*icmp_ratelimit"):
         topology("198.51.100.7", sysctls=f', "net.ipv4.icmp_ratelimit" = {value}', packets=1)
+
+
+def test_frames_mode_skips_a_rate_limited_scenario():
+    # --frames writes flowsim's frames one socat call each: the kernel's buckets would refill at that pace
+    from pathlib import Path
+
+    from flowsim.config.topology import load_topology
+    from flowsim.conform.guest import ScenarioSkipped, plan_scenario
+    topo = load_topology(Path(__file__).resolve().parent.parent / "topologies" / "conform-icmp-limit.toml")
+    assert plan_scenario(topo, 0, frames=False).traffic
+    with pytest.raises(ScenarioSkipped, match=r"rate-limited here \(60 in r not sent\)"):
+        plan_scenario(topo, 0, frames=True)

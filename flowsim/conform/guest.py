@@ -78,6 +78,7 @@ from flowsim.conform import pppoe
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
+from flowsim.sim.simulation import Simulation
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
            "boot_guest", "GuestResult", "PROBE_TABLE", "BASE_SPORT", "ScenarioSkipped", "smallest_size", "TCP_MIN_MSS",
@@ -208,6 +209,19 @@ def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
                "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
 
 
+def _skip_rate_limited(topo: Topology) -> None:
+    """--frames: raise :class:`ScenarioSkipped` when the simulation holds back ICMP errors for a rate limit
+    (flowsim.kernel.icmp_limit).  The guest writes flowsim's frames one socat call each, so the kernel's
+    buckets refill between them by the harness's pace, not the traffic's; socat mode compares those counts."""
+    sim = Simulation(topo).run()
+    held = {name: st.icmp_limits.limited for name, st in sim.kernel.netns.items() if st.icmp_limits.limited}
+    if held:
+        counts = ", ".join(f"{n} in {name}" for name, n in held.items())
+        raise ScenarioSkipped(f"--frames: ICMP errors are rate-limited here ({counts} not sent): the guest writes "
+                              "frames one at a time, and the kernel's per-destination buckets refill between them "
+                              "at that pace; socat mode compares the counts", topo.file or "")
+
+
 def _skip_reason(topo: Topology, frames: bool) -> None:
     """Raise :class:`ScenarioSkipped` for what the guest cannot run at all (file and line in the reason).
 
@@ -224,6 +238,8 @@ def _skip_reason(topo: Topology, frames: bool) -> None:
                                           f"{UNSUPPORTED_KINDS[kind]}", where)
             if tokens[0] == "bridge" and "switchdev" in tokens:
                 raise ScenarioSkipped("'switchdev on|off' is a flowsim extension", where)
+    if frames:
+        _skip_rate_limited(topo)
     if topo.events:
         e = topo.events[0]
         raise ScenarioSkipped(f"[[event]] at {e.at} s: run events have no virtual clock to run on in the guest",

@@ -75,6 +75,12 @@ class IcmpRateLimits:
     peers: dict = attrs.Factory(dict)
     limited_global: int = 0  # ICMP_MIB_RATELIMITGLOBAL
     limited_host: int = 0  # ICMP_MIB_RATELIMITHOST / ICMP6_MIB_RATELIMITHOST
+    limited_route: int = 0  # ip_error's own refusals (the kernel counts none)
+
+    @property
+    def limited(self) -> int:
+        """Errors not sent for a rate limit, all three kinds."""
+        return self.limited_global + self.limited_host + self.limited_route
 
 
 def icmpv4_mask_allow(icmp_type: int, code: int, ratemask: int) -> bool:

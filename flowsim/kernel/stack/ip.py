@@ -170,8 +170,11 @@ def ip_error(kernel, st, dev, skb: SkBuff, info: PktInfo, nfc: NfCtx, rt) -> Non
         kernel.drop(skb, "forwarding-disabled", where)
         return
     codes = _ROUTE_ERROR_CODES[rt.type]
-    if codes is not None and ip_error_allow(st.icmp_limits, info.src, jiffies(kernel.now)):
-        icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, codes[0], nfc=nfc)
+    if codes is not None:
+        if ip_error_allow(st.icmp_limits, info.src, jiffies(kernel.now)):
+            icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, codes[0], nfc=nfc)
+        else:
+            st.icmp_limits.limited_route += 1
     kernel.drop(skb, "no-route", where, dst=info.dst)
 
 
