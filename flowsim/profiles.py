@@ -180,6 +180,14 @@ class Profile:
         "6.12.117 and 7.2.13 have them; 6.12.118 dropped them again)", ("configured", "path"),
         kernel="ip_dst_mtu_configured (include/net/ip.h), ip6_dst_mtu_configured: in Debian's 6.12.117 and "
                "7.2.13 sources, not in 6.1.192 nor 6.12.118 (commit id not found)")
+    ct_offload_timeout: str = _switch(
+        "what keeps an offloaded flow's conntrack entry from expiring: the 'flowtable-gc' "
+        "(nf_flow_table_extend_ct_timeout: under 5 minutes left, UDP a day, TCP by state, and any other "
+        "protocol — GRE — WARN_ON_ONCE and a jiffy, so an offloaded GRE entry dies a day after flow add) or "
+        "the 'conntrack-gc' (nf_ct_offload_timeout: under half a day left, a day, for every protocol)",
+        ("flowtable-gc", "conntrack-gc"),
+        kernel="'netfilter: conntrack: rework offload nf_conn timeout extension logic' (Florian Westphal, "
+               "6.14; in Debian's 6.12.118, not in 6.1.192)")
     gc_dst_check: bool = _switch(
         "nf_flow_offload_gc_step also tears down a flow when nf_flow_dst_check fails on either tuple "
         "(7.3); before, a stale route was noticed only by a packet of that direction",
@@ -259,7 +267,7 @@ _LINUX_6_18 = Profile(
     ip6tnl_resolver_lookup="remote", tunnel_resolver_family_check=False, tunnel_route="update-route",
     path_failure="incomplete-flow", path_requires_both_neigh=True, bridge_tag_encap_check=False,
     flowtable_absent_device="bind-on-register", tcp_fin_rst="closing", fixup_ct_timeout="expired", advmss_mtu="configured",
-    gc_dst_check=False, icmp_msgs_default="1000/50", icmpv6_ratelimit="prefix",
+    gc_dst_check=False, icmp_msgs_default="1000/50", icmpv6_ratelimit="prefix", ct_offload_timeout="flowtable-gc",
 )
 
 _LINUX_6_19 = attrs.evolve(
@@ -307,7 +315,8 @@ _LINUX_7_3 = attrs.evolve(
 # the router in the connection before, advertises MSS 1460 on 6.12.118 and 1960 on 6.12.117 and 7.2.13).
 _LINUX_6_12 = attrs.evolve(_LINUX_6_18, name="linux-6.12", kernel="6.12", tcp_fin_rst="teardown",
                           flowtable_absent_device="refuse", fixup_ct_timeout="state", advmss_mtu="path")
-_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied")
+_LINUX_6_1 = attrs.evolve(_LINUX_6_12, name="linux-6.1", kernel="6.1", fixup_ct_timeout="replied",
+                         ct_offload_timeout="conntrack-gc")
 
 PROFILES: dict[str, Profile] = {
     p.name: p for p in (_LINUX_6_1, _LINUX_6_12, _LINUX_6_18, _LINUX_6_19, _LINUX_7_0, _LINUX_7_1_5,

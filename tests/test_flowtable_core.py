@@ -190,8 +190,8 @@ def test_flow_offload_teardown_is_idempotent_and_hands_the_ct_back():
 def test_gc_keeps_a_live_flow_and_extends_its_ct():
     """nf_flow_offload_gc_step: a flow not yet expired stays; nf_flow_table_extend_ct_timeout keeps the ct."""
     kernel, state, ft, ct, flow = selftest()
-    ct.timeout = kernel.now + 10.0  # under the 5-minute floor
     kernel.now = NF_FLOW_TIMEOUT - 1.0
+    ct.timeout = kernel.now + 10.0  # under the 5-minute floor, not yet expired (an expired one is left alone)
     ft.nf_flow_offload_work_gc(kernel, state)
     assert ft.flows == {flow.id: flow} and ct.timeout == kernel.now + NF_CT_DAY
 

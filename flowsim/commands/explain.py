@@ -39,7 +39,7 @@ def run(args) -> int:
     answers = explain(sim)
     if args.traffic:
         conns = _traffic_connections(sim, args.traffic)
-        answers = [a for a in answers if (a.original["proto"], a.original["sport"]) in conns]
+        answers = [a for a in answers if _answer_key(a.original) in conns]
     if args.json:
         print(json.dumps({"schema": schema_id("explain"), "answers": [a.to_dict() for a in answers]}, indent=2, default=str))
     else:
@@ -49,12 +49,20 @@ def run(args) -> int:
     return 0
 
 
+def _answer_key(original: dict) -> tuple:
+    """How an answer's connection is recognised: (proto, client port); GRE, which has none, by its addresses."""
+    if original["proto"] == "gre":
+        return ("gre", original["src"], original["dst"])
+    return (original["proto"], original["sport"])
+
+
 def _traffic_connections(sim, name: str) -> set[tuple]:
-    """(proto, client port) of each flow of one traffic table: how its connections are recognised."""
+    """The :func:`_answer_key` of each flow of one traffic table."""
     from flowsim.errors import ConfigError
 
     specs = [s for s in sim.specs if s.name == name]
     if not specs:
         raise ConfigError(f"no traffic named {name!r}", value=name,
                           expected="one of " + ", ".join(s.name for s in sim.specs))
-    return {(c.spec.proto, c.client.lport) for c in sim.conversations if c.spec.name == name}
+    return {("gre", str(c.client.laddr), str(c.client.raddr)) if c.spec.proto == "gre" else
+            (c.spec.proto, c.client.lport) for c in sim.conversations if c.spec.name == name}

@@ -7,12 +7,12 @@ A traffic table describes one flow the simulator generates
 
     [[traffic]]
     name = "download"                   # unique among the tables
-    proto = "tcp"                       # tcp or udp
+    proto = "tcp"                       # tcp, udp or gre
     from = "client"                     # netns of the sender
     to = "2001:db8:3::2"                # destination address
     dport = 5201
 
-``name``, ``proto``, ``from``, ``to`` and ``dport`` are required; the
+``name``, ``proto``, ``from``, ``to`` and (TCP, UDP) ``dport`` are required; the
 optional keys are ``src`` (an address configured in ``from``; default the
 address the kernel selects for a connection that binds none: the output
 route's ``src``, else its device's address in the gateway's subnet for IPv4,
@@ -25,7 +25,11 @@ and ``close`` (TCP only, default on), ``rate`` (packets per second),
 ``"linux"`` adds the pure ACKs a Linux receiver sends; default ``"none"``) and
 ``reply_after`` (TCP: ``"data"`` starts the server's replies with the client's
 first data segment, as a server that reads a request first; default
-``"accept"``).  The tables are checked after the
+``"accept"``).  ``proto = "gre"`` sends GRE version 0 packets (``gre_build_header``'s
+four bytes, protocol 0, then zeros: what a raw socket of protocol 47 writes from ``/dev/zero``)
+between the two addresses, which the receiving host's raw socket takes (``raw_local_deliver``); it has no
+ports (``sport``, ``dport``), and one flow only: conntrack keys GRE version 0 by its addresses
+(``gre_pkt_to_tuple`` behaves as ``nf_conntrack_proto_generic``).  The tables are checked after the
 namespaces' commands ran and L2 discovery is done, so ``from`` and ``src``
 are checked against the built :class:`~flowsim.config.topology.Topology`.
 
@@ -49,11 +53,13 @@ from flowsim.config.network import Topology
 from flowsim.config.limits import MAX_VIRTUAL_TIME, SECONDS_EXPECTED, is_number, seconds_problem
 from flowsim.config.raw import RawToml, short
 from flowsim.kernel.devices.base import IPAddress
+from flowsim.kernel.headers import GRE_HLEN
 from flowsim.kernel.pkt import IP_DEFAULT_TTL
 from flowsim.kernel.saddr import ip_route_connect_saddr
 
-__all__ = ["Traffic", "TRAFFIC_KEYS", "ACK_MODELS", "REPLY_STARTS", "read_traffic"]
+__all__ = ["Traffic", "TRAFFIC_KEYS", "PROTOS", "ACK_MODELS", "REPLY_STARTS", "read_traffic"]
 
+PROTOS = ("tcp", "udp", "gre")  # proto = …: what the endpoints send (gre: version 0 over raw sockets)
 ACK_MODELS = ("none", "linux")  # acks = …: no pure ACKs, or a Linux receiver's (quick and delayed ACKs)
 REPLY_STARTS = ("accept", "data")  # reply_after = …: the server writes once connected, or after the first data
 
@@ -114,7 +120,7 @@ def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic
     out = []
     seen: set[str] = set()
     for _i, line, item, bad in raw.tables(items, "traffic", file, TRAFFIC_KEYS,
-                                          ("name", "proto", "from", "to", "dport")):
+                                          ("name", "proto", "from", "to")):
         flow = _one_traffic(item, topo, line, bad)
         if flow.name in seen:  # a set: N tables load in linear time
             raise bad(f"duplicate traffic name {flow.name!r}", flow.name, "unique names", "name")
@@ -125,8 +131,9 @@ def read_traffic(items, topo: Topology, raw: RawToml, file: str) -> list[Traffic
 
 def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
     proto = item["proto"]
-    if proto not in ("tcp", "udp"):
-        raise bad(f"bad proto {short(proto)}", proto, "tcp or udp", "proto")
+    if proto not in PROTOS:
+        raise bad(f"bad proto {short(proto)}", proto, ", ".join(PROTOS[:-1]) + f" or {PROTOS[-1]}", "proto")
+    _ports(item, proto, bad)
     netns = item["from"]
     if not isinstance(netns, str) or netns not in topo.namespaces:
         raise bad(f"no namespace {short(netns)}", netns, "one of " + ", ".join(topo.namespaces), "from")
@@ -159,7 +166,7 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
         if not isinstance(value, bool):
             raise bad(f"bad {key} {short(value)}", value, "true or false", key)
         if value and proto != "tcp":
-            raise bad(f"{key} is only for tcp", value, "false for udp", key)
+            raise bad(f"{key} is only for tcp", value, f"false for {proto}", key)
         return value
 
 
@@ -167,13 +174,13 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
     if acks not in ACK_MODELS:
         raise bad(f"bad acks {short(acks)}", acks, " or ".join(f'"{a}"' for a in ACK_MODELS), "acks")
     if acks != "none" and proto != "tcp":
-        raise bad("acks is only for tcp", acks, "no acks key for udp", "acks")
+        raise bad("acks is only for tcp", acks, f"no acks key for {proto}", "acks")
     reply_after = item.get("reply_after", "accept")
     if reply_after not in REPLY_STARTS:
         raise bad(f"bad reply_after {short(reply_after)}", reply_after,
                   " or ".join(f'"{a}"' for a in REPLY_STARTS), "reply_after")
     if reply_after != "accept" and proto != "tcp":
-        raise bad("reply_after is only for tcp", reply_after, "no reply_after key for udp", "reply_after")
+        raise bad("reply_after is only for tcp", reply_after, f"no reply_after key for {proto}", "reply_after")
     df = item.get("df")
     if df is not None and not isinstance(df, bool):
         raise bad(f"bad df {short(df)}", df, "true or false", "df")
@@ -186,15 +193,38 @@ def _one_traffic(item: dict, topo: Topology, line: int | None, bad) -> Traffic:
     if sport is not None and sport + flows - 1 > 65535:  # flows use client ports sport … sport + flows - 1
         raise bad(f"flows = {flows} from sport {sport} run past port 65535", flows,
                   f"at most {65536 - sport} flows from sport {sport}", "flows")
+    if proto == "gre" and flows > 1:
+        raise bad(f"flows = {flows} of GRE would be one connection", flows,
+                  "flows = 1: conntrack keys GRE version 0 by its addresses (gre_pkt_to_tuple)", "flows")
+    gso_size = integer("gso_size", 1, 65535, None)
+    if gso_size is not None and proto == "gre":
+        raise bad("gso_size is only for tcp and udp", gso_size, "no gso_size key for gre", "gso_size")
+    size, reply_size = integer("size", 1, 65535, 1000), integer("reply_size", 1, 65535, None)
+    if proto == "gre":
+        least = GRE_HLEN + (20 if dst.version == 4 else 40)
+        for key, value in (("size", size), ("reply_size", reply_size)):
+            if value is not None and value < least:
+                raise bad(f"{key} {value} cannot hold the IP and GRE headers", value,
+                          f"at least {least} (an IP length)", key)
     rate, start = _rate(item, packets, bad), _start(item, bad)
     return Traffic(name=item["name"], proto=proto, netns=netns, src=src, dst=dst,
-                   dport=integer("dport", 1, 65535, None), sport=sport,
-                   packets=packets, size=integer("size", 1, 65535, 1000),
+                   dport=0 if proto == "gre" else integer("dport", 1, 65535, None), sport=sport,
+                   packets=packets, size=size,
                    reply_packets=integer("reply_packets", 0, 10**9, 0),
-                   reply_size=integer("reply_size", 1, 65535, None), handshake=flag("handshake"),
+                   reply_size=reply_size, handshake=flag("handshake"),
                    close="fin" if flag("close") else None, rate=rate, start=start,
-                   gso_size=integer("gso_size", 1, 65535, None), flows=flows, df=df, acks=acks,
+                   gso_size=gso_size, flows=flows, df=df, acks=acks,
                    reply_after=reply_after, line=line, src_bound="src" in item)
+
+
+def _ports(item: dict, proto: str, bad) -> None:
+    """TCP and UDP need ``dport`` (``sport`` is optional); GRE has no ports to give."""
+    if proto == "gre":
+        for key in ("sport", "dport"):
+            if key in item:
+                raise bad(f"{key} is not for gre", item[key], f"no {key} key: GRE has no ports", key)
+    elif "dport" not in item:
+        raise bad("traffic needs 'dport'", expected="name, proto, from, to and dport (tcp and udp)")
 
 
 def _address(item: dict, key: str, bad) -> IPAddress:

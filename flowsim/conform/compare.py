@@ -78,6 +78,7 @@ from flowsim.conform.parse import canonical_addr
 from flowsim.profiles import get_profile
 from flowsim.sim.report import build_report
 from flowsim.sim.simulation import Simulation
+from flowsim.sim.traffic import L4_PROTO
 
 __all__ = ["Fact", "simulate", "compare", "summarize", "format_facts", "Tolerance"]
 
@@ -185,7 +186,11 @@ def _sim_tuple(text: str) -> tuple:
     return (*_parse_endpoint(left), *_parse_endpoint(right))
 
 
-def _conn_key(t: TrafficPlan) -> tuple:
+def _conn_key(t: TrafficPlan, no_port: int | None = None) -> tuple:
+    """(src, sport, dst, dport) of connection *t*; GRE has no ports: *no_port* stands for them (None in a
+    conntrack entry's text, 0 in a flow's tuple)."""
+    if t.proto == "gre":
+        return (canonical_addr(t.src), no_port, canonical_addr(t.dst), no_port)
     return (canonical_addr(t.src), t.sport, canonical_addr(t.dst), t.dport)
 
 
@@ -200,14 +205,14 @@ def sim_ct(report: dict, netns: str, t: TrafficPlan) -> dict | None:
 def sim_flows(report: dict, netns: str, t: TrafficPlan) -> list[dict]:
     """The simulator's flows of connection *t* in *netns*'s flowtables (any state)."""
     out = []
-    proto = {"tcp": 6, "udp": 17}[t.proto]
+    proto = L4_PROTO[t.proto]
     for ft in report.get("flowtables", []):
         if ft.get("netns") != netns:
             continue
         for f in ft.get("flows", []):
             tup = f.get("original", {}).get("tuple", {})
             if (canonical_addr(str(tup.get("src"))), tup.get("sport"), canonical_addr(str(tup.get("dst"))),
-                    tup.get("dport")) == _conn_key(t) and tup.get("l4proto") == proto:
+                    tup.get("dport")) == _conn_key(t, 0) and tup.get("l4proto") == proto:
                 out.append(f)
     return out
 
@@ -452,16 +457,16 @@ def _kernel_slow(c: ConnObservation, d: str) -> int | None:
 
 
 def _kernel_fast(t: TrafficPlan, c: ConnObservation, d: str) -> int | None:
-    """Fast path = what arrived at the router minus the slow path; UDP's arrivals are exactly what was sent
-    (a datagram dropped after the slow path still arrived), TCP's are taken as what was delivered."""
+    """Fast path = what arrived at the router minus the slow path; UDP's and GRE's arrivals are exactly what was
+    sent (a datagram dropped after the slow path still arrived), TCP's are taken as what was delivered."""
     kslow = _kernel_slow(c, d)
-    arrived = (t.packets if d == "original" else t.reply_packets) if t.proto == "udp" else c.delivered.get(d)
+    arrived = (t.packets if d == "original" else t.reply_packets) if t.proto != "tcp" else c.delivered.get(d)
     return arrived - kslow if arrived is not None and kslow is not None else None
 
 
 #: a rule's match that no TCP segment passes (an ICMP type, a UDP header field, another layer-4 protocol): its
 #: counter owes nothing to the TCP stacks' timing (nft's listing, as the probe reads it)
-_NOT_TCP = re.compile(r"\b(icmp|icmpv6|udp) (type|code|dport|sport|length)\b|\bl4proto (udp|icmp|ipv6-icmp|icmpv6)\b")
+_NOT_TCP = re.compile(r"\b(icmp|icmpv6|udp) (type|code|dport|sport|length)\b|\bl4proto (udp|icmp|ipv6-icmp|icmpv6|gre)\b")
 
 
 def _aggregate_tolerance(plan: ScenarioPlan, report: dict, text: str, netns: str = "",

@@ -78,6 +78,7 @@ from flowsim.conform import pppoe
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
+from flowsim.kernel.headers import GRE_HLEN
 from flowsim.sim.simulation import Simulation
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
@@ -88,7 +89,10 @@ PROBE_TABLE = "flowsim_probe"
 BASE_SPORT = 40000
 TCP_TIMESTAMP_OPTION = 12   # bytes of TCP options a timestamp-enabled segment carries
 IP_HEADER = {4: 20, 6: 40}
-L4_HEADER = {"tcp": 20 + TCP_TIMESTAMP_OPTION, "udp": 8}
+# the bytes of header the kernel adds in front of a socket's payload; GRE's none: a raw socket's payload begins
+# with the GRE header (zeros from /dev/zero: version 0, protocol 0, the packets flowsim.sim.traffic sends)
+L4_HEADER = {"tcp": 20 + TCP_TIMESTAMP_OPTION, "udp": 8, "gre": 0}
+GRE_PROTO = 47  # the raw sockets' protocol (socat's IP4-/IP6- addresses), /proc/net/raw's "port"
 UNSUPPORTED_KINDS = {"dsa": "needs a DSA switch", "ethernet": "is a flowsim extension (a real NIC)"}
 
 IP = GUEST_BIN["ip"]
@@ -108,8 +112,9 @@ class ScenarioSkipped(ConfigError):
 
 
 def smallest_size(proto: str, family: int) -> int:
-    """The smallest IP packet length a socket can send as one segment / datagram: one payload byte."""
-    return IP_HEADER[family] + L4_HEADER[proto] + 1
+    """The smallest IP packet length a socket can send as one segment / datagram: one payload byte; GRE's
+    header (a raw socket's payload)."""
+    return IP_HEADER[family] + (GRE_HLEN if proto == "gre" else L4_HEADER[proto] + 1)
 
 
 @attrs.frozen
@@ -140,6 +145,7 @@ class TrafficPlan:
     sim_rate: float = 0.0  # the simulation's write rate when it differs from the guest's (SOCAT_SIM_TCP_RATE)
     pause: int = 0  # whole seconds the guest waits before the table, after the ones before it (start_pause)
     bind_src: bool = True  # the table names its src; False: the client binds its port only, the kernel picks src
+    listen_addr: str = ""  # GRE: the server's address, dst after any DNAT (its raw socket binds it)
 
     @property
     def tag(self) -> str:
@@ -196,15 +202,15 @@ def _dnat_targets(topo: Topology, dst, dport: int) -> list[tuple[str, int]]:
     return out
 
 
-def _server(topo: Topology, t: Traffic) -> tuple[str, int]:
-    """The namespace that accepts traffic *t*, and the port it listens on."""
+def _server(topo: Topology, t: Traffic) -> tuple[str, int, str]:
+    """The namespace that accepts traffic *t*, the port it listens on and the address (after any DNAT)."""
     for ns in topo.namespaces.values():
         if ns.name != t.netns and ns.owner_of(t.dst) is not None:
-            return ns.name, t.dport
+            return ns.name, t.dport, str(t.dst)
     for addr, port in _dnat_targets(topo, t.dst, t.dport):
         for ns in topo.namespaces.values():
             if ns.owner_of(ipaddress.ip_address(addr)) is not None:
-                return ns.name, port
+                return ns.name, port, addr
     raise _bad(topo, f"traffic {t.name!r}: no namespace owns {t.dst} and no DNAT rule points elsewhere", t.line,
                "a destination address configured in some namespace, or a 'dnat to ADDR' rule")
 
@@ -293,13 +299,22 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
     """
     _skip_reason(topo, frames)
     plans, notes, acked = [], [], []
+    gre_servers: dict[str, str] = {}
     order = {id(t): i for i, t in enumerate(topo.traffic)}
     ordered = sorted(topo.traffic, key=lambda t: t.start)
     for i, t in enumerate(ordered):
         if t.proto == "tcp" and not t.handshake and not frames:
             raise _bad(topo, f"traffic {t.name!r}: handshake = false cannot be rendered with a real TCP stack",
                        t.line, "handshake = true")
-        server, port = _server(topo, t)
+        server, port, listen_addr = _server(topo, t)
+        if t.proto == "gre" and not frames:
+            # a raw socket takes every GRE packet to the address it binds (raw_v4_match / raw_v6_match): one
+            # table per server address, or the two would read each other's packets
+            other = gre_servers.setdefault(f"{server} {listen_addr}", t.name)
+            if other != t.name:
+                raise ScenarioSkipped(f"GRE tables {other!r} and {t.name!r} both go to {listen_addr} in {server}: "
+                                      "the guest's raw sockets cannot tell their packets apart", topo.file or "",
+                                      "GRE tables to different server addresses")
         who = f"traffic {t.name!r} ({t.netns} {t.src} -> {server} {t.dst})"
         size, reply_size = t.size, t.reply_size or t.size
         packets, reply_packets = t.packets, t.reply_packets
@@ -309,7 +324,7 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
                 if value < low:
                     notes.append(f"{who}: {what} {value} raised to {low}: {value} bytes leave no {t.proto.upper()} "
                                  f"payload for a socket (IPv{t.dst.version} {IP_HEADER[t.dst.version]} + "
-                                 f"{t.proto.upper()} {L4_HEADER[t.proto]} bytes of headers"
+                                 f"{t.proto.upper()} {L4_HEADER[t.proto] or GRE_HLEN} bytes of headers"
                                  + (" with the timestamp option" if t.proto == "tcp" else "") + ")")
             size, reply_size = max(size, low), max(reply_size, low)
         if max_packets is not None and (packets > max_packets or reply_packets > max_packets):
@@ -323,14 +338,14 @@ def plan_scenario(topo: Topology, index: int = 0, *, frames: bool = False,
         if acks != t.acks or sim_rate or reply_after != t.reply_after:
             acked.append(t.name)
         # the simulator's default client port (flowsim.sim.traffic: EPHEMERAL_BASE + 100 * file index)
-        sport = t.sport or BASE_SPORT + 100 * order[id(t)]
+        sport = 0 if t.proto == "gre" else t.sport or BASE_SPORT + 100 * order[id(t)]
         plans.append(TrafficPlan(
             index=i, name=t.name, proto=t.proto, family=t.dst.version, client=t.netns, server=server,
             src=str(t.src), dst=str(t.dst), dport=t.dport, listen_port=port, sport=sport,
             packets=packets, size=size, reply_packets=reply_packets, reply_size=reply_size,
             close=t.proto == "tcp" and t.close is not None, rate=t.rate, file_index=order[id(t)], df=t.df,
             acks=acks, sim_rate=sim_rate, reply_after=reply_after, pause=start_pause(t, ordered[:i]),
-            bind_src=t.src_bound))
+            bind_src=t.src_bound, listen_addr=listen_addr))
         if plans[-1].pause:
             notes.append(f"{who}: starts {plans[-1].pause} s after the tables before it ended (start = "
                          f"{t.start:g} s; the simulation's idle time before it)")
@@ -456,8 +471,10 @@ def topology_commands(topo: Topology) -> dict[str, list]:
 
 def _ct_match(t: TrafficPlan) -> str:
     fam = "ip" if t.family == 4 else "ip6"
-    return (f"meta l4proto {t.proto} ct original {fam} saddr {t.src} ct original {fam} daddr {t.dst} "
-            f"ct original proto-src {t.sport} ct original proto-dst {t.dport}")
+    match = f"meta l4proto {t.proto} ct original {fam} saddr {t.src} ct original {fam} daddr {t.dst}"
+    if t.proto == "gre":  # version 0: conntrack keys it by the addresses (gre_pkt_to_tuple)
+        return match
+    return f"{match} ct original proto-src {t.sport} ct original proto-dst {t.dport}"
 
 
 def _data_segment(t: TrafficPlan) -> list[str]:
@@ -499,12 +516,14 @@ def probe_ruleset(plan: ScenarioPlan, netns: str) -> str:
         ends = []
         if netns == t.server:
             # family and client port too: two tables of a topology may share the destination port (ipip.toml's
-            # tcp-12345 and tcp6-12345); NAT keeps the client port unless it clashes (nf_nat_l4proto_unique_tuple)
-            ends.append(("original", f"meta nfproto ipv{t.family} meta l4proto {t.proto} th sport {t.sport} "
-                                     f"th dport {t.listen_port}"))
+            # tcp-12345 and tcp6-12345); NAT keeps the client port unless it clashes (nf_nat_l4proto_unique_tuple).
+            # GRE has no ports: its server's address (plan_scenario lets one GRE table use it)
+            ends.append(("original", f"meta nfproto ipv{t.family} meta l4proto {t.proto} " +
+                         (f"{fam} daddr {t.listen_addr}" if t.proto == "gre" else
+                          f"th sport {t.sport} th dport {t.listen_port}")))
         if netns == t.client:
-            ends.append(("reply", f"{fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto} "
-                                  f"th sport {t.dport} th dport {t.sport}"))
+            ends.append(("reply", f"{fam} saddr {t.dst} {fam} daddr {t.src} meta l4proto {t.proto}" +
+                         ("" if t.proto == "gre" else f" th sport {t.dport} th dport {t.sport}")))
         for d, match in ends:
             counters.append(f"  counter {t.tag}_in_{d} {{ }}")
             inputs.append(f"    {match} counter name {t.tag}_in_{d}")
@@ -621,7 +640,59 @@ def _first_write(t: TrafficPlan) -> str:
     return f"{_writer(1, size, 0)}; usleep {FIRST_WRITE_PAUSE_US}; {_writer(t.packets - 1, size, 0)}"
 
 
+def _raw_address(t: TrafficPlan, peer: str, own: str, kind: str) -> str:
+    """socat's raw IP address of protocol 47 (``IP4-DATAGRAM:PEER:47,bind=OWN``, ``IP6-…``, or *kind* RECV /
+    SENDTO); *peer* may be shell text (``$peer``), outside the quoting this returns."""
+    b = (lambda a: f"[{a}]") if t.family == 6 else (lambda a: a)
+    own_addr = f"bind={b(own)}"
+    if kind == "RECV":
+        return f"IP{t.family}-RECV:{GRE_PROTO},{own_addr}"
+    peer_addr = peer if peer.startswith("$") else b(peer)
+    options = own_addr + (f",range={b(peer)}/{32 if t.family == 4 else 128}" if kind == "DATAGRAM" else "")
+    return f"IP{t.family}-{kind}:{peer_addr}:{GRE_PROTO},{options}"
+
+
+# socat -d -d logs each datagram it reads: "received packet with N bytes from AF=2 ADDR:0" (IPv6 "[ADDR]:0"): the
+# GRE server's replies go to the first sender it logged, the client's address as NAT left it
+_GRE_PEER = r"s/.* received packet with [0-9]* bytes from AF=[0-9]* \(.*\):0$/\1/p"
+
+
+def _gre_start(t: TrafficPlan) -> list[str]:
+    """GRE over raw sockets of protocol 47, as the simulator's endpoints send it (flowsim.sim.traffic): the server
+    receives (``IP4-RECV``, bound to its address) and, once the first packet (two when back to back: udp_order)
+    arrived, answers its sender (the client as NAT left it) with ``IP4-SENDTO``; the client is an
+    ``IP4-DATAGRAM`` socket bound to its address that takes only the server's packets (``range``).  Each
+    write of ``dd`` is one packet: its zeros begin with a GRE version 0 header of protocol 0."""
+    d = f"/tmp/{t.tag}"
+    q = shlex.quote
+    out, back = t.payload(t.size), t.payload(t.reply_size)
+    bind = t.src if t.bind_src else ("::" if t.family == 6 else "0.0.0.0")
+    _, next_datagram = udp_order(t)
+    first = 2 if not t.rate and t.packets >= 2 else 1
+    lines = [
+        _bg(t.server, f"socat -d -d -u -b {out} {_raw_address(t, '', t.listen_addr, 'RECV')} "
+                      f"OPEN:{d}.srv,creat,trunc 2>{d}.srv.log", f"{t.tag}_srv"),
+        f"wait_listen {q(t.server)} {GRE_PROTO} raw",
+    ]
+    if t.reply_packets:
+        srv = (_await(f"[ $(cat {d}.srv 2>/dev/null | wc -c) -lt {first * out} ]") +
+               f"peer=$(sed -n {q(_GRE_PEER)} {d}.srv.log | head -n 1); "
+               f"{_writer(t.reply_packets, back, t.rate)} | socat -u -b {back} - "
+               f"{_raw_address(t, '$peer', t.listen_addr, 'SENDTO')} 2>{d}.srv.err")
+        lines.append(f"{IP} netns exec {q(t.server)} sh -c {q(srv)} & {t.tag}_rep=$!; PIDS=\"$PIDS ${t.tag}_rep\"")
+    cli = (f"exec 4<&0; cat <&4 > {d}.cli & {'m=0; ' if next_datagram else ''}"
+           f"{_writer(t.packets, out, t.rate, after_each=next_datagram)}; wait")
+    lines += [
+        _bg(t.client, f"socat -b {out} -T 120 {_raw_address(t, t.dst, bind, 'DATAGRAM')} {_system(cli)} "
+                      f"2>{d}.cli.err", f"{t.tag}_cli"),
+        f"wait_bytes {d}.srv {t.packets * out} {d}.cli {t.reply_packets * min(out, back)}",
+    ]
+    return lines
+
+
 def _traffic_start(t: TrafficPlan) -> list[str]:
+    if t.proto == "gre":
+        return _gre_start(t)
     d = f"/tmp/{t.tag}"
     q = shlex.quote
     out_bytes, back_bytes = t.stream_bytes("original"), t.stream_bytes("reply")

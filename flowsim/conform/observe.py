@@ -77,7 +77,8 @@ class ScenarioObservation:
 
 def find_ct(entries: list[CtLine], t: TrafficPlan) -> CtLine | None:
     """The entry of connection *t*: its original tuple as the client sent it (before any NAT)."""
-    want = (t.proto, canonical_addr(t.src), canonical_addr(t.dst), t.sport, t.dport)
+    ports = (None, None) if t.proto == "gre" else (t.sport, t.dport)  # GRE's listing has keys, no ports
+    want = (t.proto, canonical_addr(t.src), canonical_addr(t.dst), *ports)
     return next((e for e in entries if e.key() == want), None)
 
 

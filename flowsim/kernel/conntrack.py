@@ -51,7 +51,7 @@ from collections.abc import Iterator, Mapping
 
 import attrs
 
-from flowsim.kernel.headers import IPPROTO_ICMP, IPPROTO_ICMPV6, shared_u16
+from flowsim.kernel.headers import HZ, IPPROTO_GRE, IPPROTO_ICMP, IPPROTO_ICMPV6, shared_u16
 from flowsim.kernel.nat import (
     _ICMP_ECHO, NatRange, csum_replace2, csum_replace4, get_unique_tuple, ipv6_l4_offset, nf_nat_manip_pkt,
 )
@@ -65,9 +65,9 @@ __all__ = [
     "IP_CT_RELATED_REPLY", "IP_CT_UNTRACKED", "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
     "tcp_error", "udp_error", "TCP_VALID_FLAGS",
     "TcpConntrack", "CtTimeouts", "DEFAULT_TIMEOUTS", "CT_TIMEOUT_SYSCTLS", "CT_TCP_LOOSE_SYSCTL",
-    "NF_CT_DAY", "CtTuple", "CtCounter", "CtEntry",
+    "NF_CT_DAY", "CT_OFFLOAD_EXTEND_UNDER", "CtTuple", "CtCounter", "CtEntry",
     "CtResult", "NatRange", "ConntrackTable", "nft_ct_state", "nf_conntrack_tcp_established", "nf_conntrack_tcp_set_closing",
-    "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
+    "nf_conntrack_tcp_packet", "nf_conntrack_udp_packet", "nf_conntrack_gre_packet", "nf_ct_acct_update", "flow_offload_ct_tcp",
     "csum_replace2", "csum_replace4", "nf_nat_manip_pkt",
     "nf_nat_packet", "ipv6_l4_offset",
 ]
@@ -105,6 +105,9 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 TCP_URG, TCP_ECE, TCP_CWR = 0x20, 0x40, 0x80
 
 NF_CT_DAY = 86400.0
+#: the profile's ct_offload_timeout -> the seconds left under which the GC extends an offloaded entry:
+#: nf_flow_table_extend_ct_timeout's min_timeout, nf_ct_offload_timeout's half day
+CT_OFFLOAD_EXTEND_UNDER = {"flowtable-gc": 300.0, "conntrack-gc": NF_CT_DAY / 2}
 
 
 class TcpConntrack(enum.IntEnum):
@@ -182,6 +185,8 @@ class CtTimeouts:
     icmp: float = 30.0
     generic: float = 600.0
     icmpv6: float = 30.0
+    gre_unreplied: float = 30.0  # nf_conntrack_proto_gre.c's gre_timeouts[GRE_CT_UNREPLIED]
+    gre_replied: float = 180.0  # [GRE_CT_REPLIED], the "stream" timeout
 
     @classmethod
     def from_sysctls(cls, sysctls: Mapping[str, str]) -> CtTimeouts:
@@ -215,6 +220,8 @@ CT_TIMEOUT_SYSCTLS: dict[str, str] = {
     "net.netfilter.nf_conntrack_udp_timeout_stream": "udp_replied",
     "net.netfilter.nf_conntrack_icmp_timeout": "icmp",
     "net.netfilter.nf_conntrack_icmpv6_timeout": "icmpv6",
+    "net.netfilter.nf_conntrack_gre_timeout": "gre_unreplied",
+    "net.netfilter.nf_conntrack_gre_timeout_stream": "gre_replied",
     "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged": "tcp_unacknowledged",
     **{f"net.netfilter.nf_conntrack_tcp_timeout_{state}": f"tcp.{state.upper()}"
        for state in ("syn_sent", "syn_recv", "established", "fin_wait", "close_wait", "last_ack", "time_wait",
@@ -469,6 +476,21 @@ def nf_conntrack_udp_packet(ct: CtEntry, dir: int, length: int, now: float,
     return "accept"
 
 
+def nf_conntrack_gre_packet(ct: CtEntry, dir: int, length: int, now: float,
+                            timeouts: CtTimeouts = DEFAULT_TIMEOUTS) -> str:
+    """nf_conntrack_gre_packet (nf_conntrack_proto_gre.c): unreplied 30 s; once a reply was seen (the packet after
+    it: nf_conntrack_in sets IPS_SEEN_REPLY after the handler) the stream timeout, 180 s, and ASSURED.  The
+    kernel copies both timeouts into the entry at its first packet; flowsim reads the namespace's at each packet
+    (the same unless a run event changes the sysctls while the connection lives)."""
+    if ct.test(IPS_SEEN_REPLY):
+        _refresh_acct(ct, dir, length, now, timeouts.gre_replied)
+        if not ct.test(IPS_NAT_CLASH):  # never ASSURED for NAT clash entries
+            ct.status |= IPS_ASSURED
+    else:
+        _refresh_acct(ct, dir, length, now, timeouts.gre_unreplied)
+    return "accept"
+
+
 class ConntrackTable:
     """The conntrack hash table of one namespace (``net->ct``) on a virtual clock.
 
@@ -626,6 +648,8 @@ class ConntrackTable:
             if not ct.confirmed:  # replies within the first 2 s do not make a stream yet
                 ct.udp_stream_ts = now + self.timeouts.udp_stream_delay
             return nf_conntrack_udp_packet(ct, d, length, now, self.timeouts)
+        if t.l4proto == IPPROTO_GRE:
+            return nf_conntrack_gre_packet(ct, d, length, now, self.timeouts)
         extra = self.timeouts.icmp if t.l4proto == IPPROTO_ICMP else \
             self.timeouts.icmpv6 if t.l4proto == IPPROTO_ICMPV6 else self.timeouts.generic
         _refresh_acct(ct, d, length, now, extra)
@@ -684,18 +708,38 @@ class ConntrackTable:
         if closing or ct.timeout - now > timeout:
             self.nf_ct_refresh(ct, now, timeout)
 
-    def nf_flow_table_extend_ct_timeout(self, ct: CtEntry, now: float) -> None:
-        """Flowtable GC: keep an offloaded ct alive when under 5 minutes remain (``nf_flow_offload_gc_step``)."""
-        min_timeout = 300.0
-        if ct.expires(now) >= min_timeout or not (ct.confirmed and ct.test(IPS_OFFLOAD)):
-            return
+    def nf_flow_table_extend_ct_timeout(self, ct: CtEntry, now: float, mode: str = "flowtable-gc") -> bool:
+        """Keep an offloaded ct from expiring while its flow lives; True when the kernel would WARN.
+
+        *mode* is the profile's ``ct_offload_timeout``.  'flowtable-gc', ``nf_flow_table_extend_ct_timeout``
+        (the flowtable GC, ``nf_flow_offload_gc_step``): when under 5 minutes remain, UDP gets a day, TCP a day
+        when ESTABLISHED and 5 minutes in the closing states, nothing in the others; any other protocol hits
+        the switch's ``default: WARN_ON_ONCE(1)`` with ``new_timeout`` still 1, so the entry expires a jiffy later
+        (GRE, whose flows nft_flow_offload_eval adds: a day after ``flow_offload_add``'s ``nf_ct_refresh(ct,
+        NF_CT_DAY)`` the entry dies and its flow is torn down as "ct dying").  'conntrack-gc',
+        ``nf_ct_offload_timeout`` (conntrack's ``gc_worker``, which visits an entry at least once a minute; run
+        here with the flowtable GC): a day for any protocol, when under half a day remains."""
+        if not (ct.confirmed and ct.test(IPS_OFFLOAD)):
+            return False
+        expires = ct.expires(now)
+        if mode == "conntrack-gc":
+            if expires < CT_OFFLOAD_EXTEND_UNDER[mode]:
+                self.nf_ct_refresh(ct, now, NF_CT_DAY)
+            return False
+        min_timeout = CT_OFFLOAD_EXTEND_UNDER[mode]
+        if expires <= 0 or expires >= min_timeout:
+            return False
+        warn = False
         if ct.l4proto == 17 or ct.l4proto == 6 and ct.tcp_state == _S.ESTABLISHED:
             new = NF_CT_DAY
         elif ct.l4proto == 6 and ct.tcp_state in (_S.FIN_WAIT, _S.CLOSE_WAIT, _S.LAST_ACK, _S.TIME_WAIT):
             new = min_timeout
+        elif ct.l4proto == 6:
+            return False
         else:
-            return
+            new, warn = 1 / HZ, True
         self.nf_ct_refresh(ct, now, new)
+        return warn
 
 
 # ----------------------------------------------------------------- NAT of a packet at a hook

@@ -23,7 +23,7 @@ __all__ = [
     "PPP_IP", "PPP_IPV6", "IPPROTO_IPIP", "IPPROTO_TCP", "IPPROTO_UDP", "IPPROTO_GRE",
     "IPPROTO_IPV6", "IPPROTO_ICMP", "IPPROTO_ICMPV6", "IPPROTO_ESP",
     "NEXTHDR_HOP", "NEXTHDR_ROUTING", "NEXTHDR_FRAGMENT", "NEXTHDR_AUTH", "NEXTHDR_NONE", "NEXTHDR_DEST",
-    "AF_INET", "AF_INET6", "L4_HDRSIZE",
+    "HZ", "AF_INET", "AF_INET6", "L4_HDRSIZE", "GRE_HLEN", "GRE_VERSION", "GRE_VERSION_1",
     "ipv6_ext_hdr", "ipv6_skip_exthdr", "pppoe_proto_to_ethertype",
     "csum_fold", "internet_checksum", "csum_replace", "ip_send_check",
     "addr_bytes", "addr_text", "ETHERTYPE_TO_PPP", "PPP_TO_ETHERTYPE", "mac_aton", "mac_ntoa",
@@ -71,8 +71,15 @@ _EXT_HDRS = frozenset((NEXTHDR_HOP, NEXTHDR_ROUTING, NEXTHDR_FRAGMENT, NEXTHDR_A
 AF_INET = 2
 AF_INET6 = 10
 
+HZ = 250  # CONFIG_HZ of Debian's amd64 kernels: a jiffy is 4 ms
+
+GRE_HLEN = 4  # sizeof(struct gre_base_hdr): flags and version, protocol
+# include/net/gre.h: the version bits of gre_base_hdr's flags (the low three bits of its second byte); version 1
+# is PPTP's enhanced GRE (RFC 2637)
+GRE_VERSION, GRE_VERSION_1 = 0x07, 0x01
+
 # Bytes of L4 header the flowtable pulls (sizeof tcphdr / udphdr / gre_base_hdr).
-L4_HDRSIZE = {IPPROTO_TCP: 20, IPPROTO_UDP: 8, IPPROTO_GRE: 4}
+L4_HDRSIZE = {IPPROTO_TCP: 20, IPPROTO_UDP: 8, IPPROTO_GRE: GRE_HLEN}
 
 # The PPP protocol numbers that carry IP, and back (``__nf_flow_pppoe_proto``, ``ppp_start_xmit``'s npindex).
 PPP_TO_ETHERTYPE = {PPP_IP: ETH_P_IP, PPP_IPV6: ETH_P_IPV6}

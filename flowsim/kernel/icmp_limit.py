@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import attrs
 
+from flowsim.kernel.headers import HZ
 from flowsim.kernel.pkt import ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, ICMPV6_PKT_TOOBIG
 
 __all__ = ["HZ", "XRLIM_BURST_FACTOR", "ICMP_RATEMASK", "IcmpRateLimits", "jiffies", "msecs_to_jiffies",
            "icmpv4_mask_allow", "icmpv6_mask_allow", "icmp_global_allow", "icmp_global_consume",
            "inet_peer_xrlim_allow", "ip_error_allow", "icmpv6_peer_timeout"]
 
-HZ = 250  # CONFIG_HZ of Debian's amd64 kernels
 XRLIM_BURST_FACTOR = 6  # net/ipv4/inetpeer.c
 ICMP_RATEMASK = 0x1818  # icmp_sk_init: destination unreachable, source quench, time exceeded, parameter problem
 NR_ICMP_TYPES = 18  # include/uapi/linux/icmp.h

@@ -121,7 +121,7 @@ def run_schema() -> dict:
         "drops": counts(REASON),
         "drop_samples": arr(obj({"time": NUM, "packet": S, "reason": REASON, "where": S})),
         "flowtables": arr(flowtable),
-        "traffic": arr(obj({"name": S, "proto": enum("tcp", "udp"), "from": S, "src": S, "to": S, "dport": I,
+        "traffic": arr(obj({"name": S, "proto": enum("tcp", "udp", "gre"), "from": S, "src": S, "to": S, "dport": I,
                             "directions": obj({"original": direction, "reply": direction}),
                             "icmp_errors": obj({"sent": I, "delivered": I, "dropped": I}),
                             "flows": arr(obj({"flow": I, "client": endpoint, "server": nullable(endpoint)}))})),

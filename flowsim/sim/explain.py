@@ -219,6 +219,8 @@ def _endpoint(addr, port: int) -> str:
 def _conn_text(ct) -> str:
     t = ct.tuplehash[IP_CT_DIR_ORIGINAL]
     proto = {6: "tcp", 17: "udp", 47: "gre"}.get(t.l4proto, str(t.l4proto))
+    if t.l4proto not in (6, 17):  # GRE version 0: keyed by the addresses alone
+        return f"{proto} {t.src} -> {t.dst}"
     return f"{proto} {_endpoint(t.src, t.sport)} -> {_endpoint(t.dst, t.dport)}"
 
 

@@ -172,7 +172,8 @@ def html_report(report: dict, answers: list, samples: list[tuple[float, str]], p
     for tr in report["traffic"]:
         for d, c in tr["directions"].items():
             to = f"[{tr['to']}]" if ":" in tr["to"] else tr["to"]  # IPv6 endpoints as [addr]:port
-            rows.append([tr["name"], f"{tr['proto']} {tr['from']} {tr['src']} → {to}:{tr['dport']}", d,
+            to = tr["to"] if tr["proto"] == "gre" else f"{to}:{tr['dport']}"  # GRE has no ports
+            rows.append([tr["name"], f"{tr['proto']} {tr['from']} {tr['src']} → {to}", d,
                          c["sent"], c["delivered"], c["dropped"], c["in_flight"], c["fastpath"], c["slowpath"]])
     out.append(_table(["traffic", "what", "direction", "sent", "delivered", "dropped", "in flight",
                        "fastpath", "slowpath"], rows))

@@ -68,7 +68,7 @@ from flowsim.config import iproute
 from flowsim.config.limits import MAX_VIRTUAL_TIME
 from flowsim.errors import ConfigError
 from flowsim.kernel.capture import PcapngWriter, PcapWriter
-from flowsim.kernel.conntrack import IPS_OFFLOAD
+from flowsim.kernel.conntrack import CT_OFFLOAD_EXTEND_UNDER, IPS_OFFLOAD
 from flowsim.kernel.flowtable.core import NF_FLOW_TEARDOWN
 from flowsim.kernel.stack.core import LINK_DELAY, ORIGIN_HOST, Kernel, PacketTag, Timer
 from flowsim.kernel.stack.ip import IPFRAG_TIME
@@ -94,8 +94,6 @@ SEQUENTIAL_MAX = 30.0
 # 20.4 s on the 7.2.13 boot of ip6ip6-over-pppoe under emulation): a stalled connection's retransmissions
 # after that are not seen
 SEQUENTIAL_STALLED_END = 20.0
-# nf_flow_offload_gc_step refreshes an offloaded conntrack entry when fewer seconds than this remain
-_CT_EXTEND_UNDER = 300.0
 
 
 def check_time(what: str, value, *, positive: bool = False) -> float:
@@ -115,12 +113,14 @@ def next_expiry(kernel) -> float:
     Mirrors ``Kernel.gc`` in its order: ``nf_flow_offload_work_gc`` (a flow
     reaching its timeout, a flow torn down or whose ct is dying: the next
     tick; an offloaded ct falling under the 5 minutes
-    ``nf_flow_table_extend_ct_timeout`` refreshes), conntrack's ``gc_worker``
+    ``nf_flow_table_extend_ct_timeout`` refreshes, or 6.1's half day of ``nf_ct_offload_timeout``), conntrack's
+    ``gc_worker``
     (an entry reaching its timeout) and ``ip_expire`` (a reassembly queue
     ``ipfrag_time`` old).  May be early, never late: a tick before it is a
     no-op.  ``-inf`` means "the next tick", ``inf`` "never".
     """
     first = math.inf
+    extend_under = CT_OFFLOAD_EXTEND_UNDER[kernel.profile.ct_offload_timeout]
     for st in kernel.netns.values():
         for ft in st.flowtables.values():
             for flow in ft.flows.values():
@@ -128,7 +128,7 @@ def next_expiry(kernel) -> float:
                     return -math.inf
                 first = min(first, flow.timeout)
                 if flow.ct.confirmed and flow.ct.test(IPS_OFFLOAD):
-                    first = min(first, flow.ct.timeout - _CT_EXTEND_UNDER)
+                    first = min(first, flow.ct.timeout - extend_under)
         for ct in st.conntrack.entries():
             first = min(first, ct.timeout)
         for q in st.frags.values():

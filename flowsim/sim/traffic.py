@@ -45,7 +45,9 @@ timestamps and window scale on SYN and SYN/ACK, the timestamp after), so
 their control packets have Linux's lengths and data 12 bytes less payload.  UDP: the client's
 datagrams, the server's replies once the first datagram arrived; a datagram
 larger than the path MTU the host learned is fragmented by the sending host
-(IPv4 without DF), like ``IP_PMTUDISC_WANT`` / ``IPV6_PMTUDISC_WANT``.
+(IPv4 without DF), like ``IP_PMTUDISC_WANT`` / ``IPV6_PMTUDISC_WANT``.  GRE as UDP, over raw sockets of
+protocol 47 at both ends (``raw_sendmsg``, ``raw_local_deliver``): each packet a GRE version 0 header
+(:data:`GRE_V0_HEADER`) and zeros, no ports.
 
 ``df = false`` (IPv4, ``net.ipv4.ip_no_pmtu_disc = 1``: ``IP_PMTUDISC_DONT``)
 sends every packet without DF, so routers fragment (``ip_fragment``)
@@ -78,7 +80,9 @@ import attrs
 from flowsim.config.traffic import Traffic
 from flowsim.kernel.conntrack import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN
 from flowsim.kernel.gso import gso_type_of
-from flowsim.kernel.headers import GSO_LEGACY_MAX_SIZE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, shared_u16
+from flowsim.kernel.headers import (
+    GRE_HLEN, GSO_LEGACY_MAX_SIZE, IPPROTO_GRE, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, shared_u16,
+)
 from flowsim.kernel.pkt import IPV6_MIN_MTU, AddrPair, addr_pair, ipv4_header, ipv6_header, tcp_header, udp_header
 from flowsim.kernel.saddr import ip_route_connect_saddr
 from flowsim.kernel.stack.core import ORIGIN_HOST, Timer
@@ -96,6 +100,11 @@ def client_port(base: int, offset: int) -> int:
     port = base + offset
     return port if port <= 65535 else _PORT_LOW + (port - _PORT_LOW) % _PORT_SPAN
 _HDR = {4: 20, 6: 40}
+#: a table's proto: its IP protocol number, and the length of the header a datagram protocol puts before the
+#: payload (UDP's; GRE version 0's gre_base_hdr, written by the raw socket's sender as the payload's first bytes)
+L4_PROTO = {"tcp": IPPROTO_TCP, "udp": IPPROTO_UDP, "gre": IPPROTO_GRE}
+_DATAGRAM_HLEN = {"udp": 8, "gre": GRE_HLEN}
+GRE_V0_HEADER = bytes(GRE_HLEN)  # no checksum, key or sequence number, version 0, protocol 0 (zeros, as socat sends)
 #: a retransmission queue entry (Endpoint.rtx_queue) is one int: the segment's sequence number above RTX_LEN_BITS
 #: bits of its length (at most 65,535).  A (seq, length) tuple and the sequence number's own int cost 88 bytes,
 #: this 32-36 (issue 16: a run whose connections all start at once has a segment queued per direction)
@@ -419,7 +428,9 @@ class TrafficSpec(Traffic):
         """From a :class:`flowsim.config.traffic.Traffic` of a topology file: the client port defaults to
         40000 + 100 × *index* (the table's place in the file), wrapped by :func:`client_port`."""
         values = {a.name: getattr(t, a.name) for a in attrs.fields(Traffic)}
-        if t.sport is None:
+        if t.proto == "gre":
+            values["sport"] = 0  # no ports: the endpoints' sockets are keyed by the addresses
+        elif t.sport is None:
             values["sport"] = client_port(EPHEMERAL_BASE, 100 * index)
         return cls(**values)
 
@@ -532,8 +543,8 @@ class Endpoint:
 
     @property
     def key(self) -> tuple:
-        proto = IPPROTO_TCP if self.conv.spec.proto == "tcp" else IPPROTO_UDP
-        return (proto, self.laddr, self.lport, self.raddr, self.rport)
+        """What the stack finds the socket by: protocol, local and remote address and port (0 for GRE)."""
+        return (L4_PROTO[self.conv.spec.proto], self.laddr, self.lport, self.raddr, self.rport)
 
     def connect_saddr(self, kernel) -> None:
         """The source of a client that binds no address, chosen at its ``connect`` (``ip_route_connect`` /
@@ -601,8 +612,8 @@ class Endpoint:
             payload_len = payload
         elif size is None:
             payload_len = 0
-        else:  # the payload that makes an IP packet of *size*: less the IP and TCP / UDP headers
-            headers = _HDR[v] + (self.tcp_hdrlen() if tcp else 8)
+        else:  # the payload that makes an IP packet of *size*: less the IP and TCP / UDP / GRE headers
+            headers = _HDR[v] + (self.tcp_hdrlen() if tcp else _DATAGRAM_HLEN[spec.proto])
             if spec.gso_size:
                 # tcp_current_mss / udp_send_skb: every segment fits the path MTU; tcp_tso_autosize bounds the skb
                 mss = max(1, min(spec.gso_size, (self.pmtu or 65535) - headers))
@@ -633,9 +644,13 @@ class Endpoint:
             proto = IPPROTO_TCP
             df = spec.df is not False
         else:
-            hdr = udp_header(addrs.addr_sum, self.lport, self.rport, payload)
-            proto = IPPROTO_UDP
-            seglen = _HDR[v] + 8 + (gso_size or payload_len)
+            if spec.proto == "udp":
+                hdr = udp_header(addrs.addr_sum, self.lport, self.rport, payload)
+            else:  # raw_sendmsg of protocol 47: the GRE header is the payload's first bytes
+                hdr = GRE_V0_HEADER
+            proto = L4_PROTO[spec.proto]
+            seglen = _HDR[v] + len(hdr) + (gso_size or payload_len)
+            # IP_PMTUDISC_WANT, a UDP or raw socket's default (__ip_make_skb: DF when it fits the path MTU)
             df = spec.df if spec.df is not None else (self.pmtu is None or seglen <= self.pmtu)
         self.ident = shared_u16((self.ident + 1) & 0xFFFF)
         if v == 4:
@@ -648,8 +663,8 @@ class Endpoint:
         tag = kernel.new_tag(spec.name, self.direction, kind, ORIGIN_HOST, conv.seq, conv.flow)
         # the zero payload at the end: its frames wait on the wire without it (flowsim.kernel.skb.frame_on_wire)
         tag.zeros = payload_len
-        # a UDP socket (IP_PMTUDISC_WANT / IPV6_PMTUDISC_WANT) ignores DF (ip_sk_ignore_df, ip6_sk_ignore_df): its
-        # datagram is cut to the path MTU by this host (ip_fragment without DF, ip6_fragment)
+        # a UDP or raw socket (IP_PMTUDISC_WANT / IPV6_PMTUDISC_WANT) ignores DF (ip_sk_ignore_df,
+        # ip6_sk_ignore_df): its datagram is cut to the path MTU by this host (ip_fragment without DF, ip6_fragment)
         kernel.send_l3(self.netns, pkt, tag, gso_size, gso_type_of(pkt) if gso_size else 0, not tcp)
 
     def stream(self, kernel, count: int, size: int, gap: float) -> None:
@@ -729,7 +744,7 @@ class Endpoint:
         self.received += 1
         self.bytes_received += tot_len
         spec = self.conv.spec
-        if spec.proto == "udp":
+        if spec.proto != "tcp":
             return
         flags = info.tcp_flags or 0
         buf, at = skb.buf, info.l4off
@@ -852,8 +867,10 @@ class Endpoint:
                 self.tcp_simple_retransmit(kernel)
 
     def report(self) -> dict:
-        return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}",
-                "remote": f"{_fmt(self.raddr)}:{self.rport}", "state": self.state, "sent": self.sent,
+        ports = self.conv.spec.proto != "gre"  # a raw socket has none
+        return {"netns": self.netns, "local": f"{_fmt(self.laddr)}:{self.lport}" if ports else _fmt(self.laddr),
+                "remote": f"{_fmt(self.raddr)}:{self.rport}" if ports else _fmt(self.raddr),
+                "state": self.state, "sent": self.sent,
                 "received": self.received, "pmtu": self.pmtu, "icmp_errors": len(self.icmp_errors)}
 
 
@@ -882,7 +899,7 @@ class Conversation:
         self.spec = spec
         self.flow = flow
         self.seq = 0
-        sport = client_port(spec.sport or EPHEMERAL_BASE, flow)
+        sport = 0 if spec.proto == "gre" else client_port(spec.sport or EPHEMERAL_BASE, flow)
         self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, spec.dport)
         self.server: Endpoint | None = None
         self.closing = False
@@ -914,7 +931,7 @@ class Conversation:
         flags = info.tcp_flags or 0
         if tcp and self.spec.handshake and not (flags & TCP_SYN and not flags & TCP_ACK):
             return None  # only a SYN opens a listening socket's connection
-        s = Endpoint(self, "server", st.name, info.dst, info.dport, info.src, info.sport)
+        s = Endpoint(self, "server", st.name, info.dst, info.dport or 0, info.src, info.sport or 0)
         self.server = s
         s.bind(kernel)
         if tcp and self.spec.handshake:
@@ -961,13 +978,13 @@ class Conversation:
         spec = self.spec
         if spec.proto == "tcp" and spec.acks == "linux":
             return c.all_acked() and s.all_acked()
-        if spec.proto == "udp":
+        if spec.proto != "tcp":
             return s.received >= spec.packets and c.received >= spec.reply_packets
         return True
 
     def received_bytes(self) -> int:
         """What the two applications read so far (the guest's ``wait_bytes`` watches its files grow): TCP's
-        in-order payload, so a retransmitted duplicate is no progress; UDP's datagrams."""
+        in-order payload, so a retransmitted duplicate is no progress; UDP's and GRE's datagrams."""
         eps = [e for e in (self.client, self.server) if e is not None]
         return sum(e.data_in if self.spec.proto == "tcp" else e.bytes_received for e in eps)
 

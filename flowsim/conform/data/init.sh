@@ -74,12 +74,14 @@ pin_neigh() {
   done
 }
 
-# wait_listen NS PORT PROTO: until a socket listens on PORT (TCP state 0A, or any UDP).
+# wait_listen NS PORT PROTO: until a socket listens on PORT (TCP state 0A, or any UDP; raw: PORT is the protocol).
 wait_listen() {
   hex=$(printf ':%04X ' "$2"); n=0
   while [ $n -lt 100 ]; do
     if [ "$3" = tcp ]; then
       NS "$1" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -i "$hex" | grep -q ' 0A ' && return 0
+    elif [ "$3" = raw ]; then  # a raw socket: its protocol where the port would be
+      NS "$1" cat /proc/net/raw /proc/net/raw6 2>/dev/null | grep -qi "$hex" && return 0
     else
       NS "$1" cat /proc/net/udp /proc/net/udp6 2>/dev/null | grep -qi "$hex" && return 0
     fi

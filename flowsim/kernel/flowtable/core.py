@@ -568,8 +568,10 @@ class Flowtable:
                 self.flow_offload_teardown(flow, kernel, ns_state, "route obsolete (gc)")
             if flow.test(NF_FLOW_TEARDOWN):
                 self._remove(flow, now)
-            else:
-                ns_state.conntrack.nf_flow_table_extend_ct_timeout(flow.ct, now)
+            elif ns_state.conntrack.nf_flow_table_extend_ct_timeout(flow.ct, now, kernel.profile.ct_offload_timeout):
+                kernel.trace(None, f"{ns_state.name} flowtable gc",
+                             f"WARN_ON_ONCE in nf_flow_table_extend_ct_timeout: flow {flow.id}'s entry (IP protocol "
+                             f"{flow.ct.l4proto}) now expires in a jiffy")
 
     def cleanup_dev(self, kernel, ns_state, ifindex: int) -> None:
         """``nf_flow_table_cleanup`` (NETDEV_DOWN): tear down flows whose iifidx is the device, then GC."""
@@ -741,8 +743,12 @@ def nft_flow_offload_eval(kernel, ns_state, ft: Flowtable, *, skb, ct: CtEntry |
     elif l4 == IPPROTO_UDP:
         pass
     elif l4 == IPPROTO_GRE:
+        orig = ct.tuplehash[IP_CT_DIR_ORIGINAL]
         if ct.status & IPS_NAT_MASK:
             ft.record_failure(ct, "flow-add-gre-nat")
+            return False
+        if orig.sport or orig.dport:  # "No support for GRE v1": PPTP's keys (gre_pkt_to_tuple)
+            ft.record_failure(ct, "flow-add-gre-nat", f"GRE keys {orig.sport:#x}/{orig.dport:#x}")
             return False
     else:
         ft.record_failure(ct, "flow-add-l4proto", f"IP protocol {l4}")

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from flowsim.kernel.headers import (
-    AF_INET, AF_INET6, ETH_HLEN, Encap, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES, IPPROTO_GRE,
-    IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPP_TO_ETHERTYPE, PPPOE_SES_HLEN, VLAN_HLEN,
+    AF_INET, AF_INET6, ETH_HLEN, GRE_VERSION, Encap, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_PPP_SES,
+    IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6, IPV4_HLEN, IPV6_HLEN, L4_HDRSIZE, PPP_TO_ETHERTYPE, PPPOE_SES_HLEN, VLAN_HLEN,
     addr_bytes,
     addr_text, ipv6_ext_hdr, ipv6_skip_exthdr,
 )
@@ -552,9 +552,9 @@ def _make_parser(profile: Profile, family: str) -> _Parse:
             return "header-truncated", f"L4 header needs {need} bytes, packet has {len(buf) - d}"
         at = nh + thoff
         if l4proto == IPPROTO_GRE:
-            if buf[at + 1] & 0x07:  # GRE_VERSION bits of the flags word
+            if buf[at + 1] & GRE_VERSION:
                 failed_ctx[:] = offset, hdrsize, tun_hdr_size, tun_proto, ether_type
-                return "gre-version", f"GRE version {buf[at + 1] & 0x07}"
+                return "gre-version", f"GRE version {buf[at + 1] & GRE_VERSION}"
             sport = dport = 0
         else:
             sport, dport = _UNPACK_PORTS(buf, at)

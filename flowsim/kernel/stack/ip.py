@@ -69,7 +69,7 @@ from flowsim.kernel.conntrack import IPS_NAT_MASK, TCP_ACK, TCP_FIN, TCP_RST, TC
 from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
-    AF_INET, ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
+    AF_INET, ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_GRE, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
     IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_LINK, internet_checksum,
 )
 from flowsim.kernel.pkt import (
@@ -440,7 +440,9 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
         _socket_rcv(kernel, st, skb, info, where)
     elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6):
         _icmp_rcv(kernel, st, skb, info, where)
-    else:
+    elif proto == IPPROTO_GRE and raw_local_deliver(kernel, st, skb, info, where):
+        pass
+    else:  # no handler (flowsim models no GRE device: ip_gre is not loaded), no raw socket
         if info.version == 4:
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True, nfc=nfc)
         kernel.drop(skb, "unknown-protocol", where, proto=proto)
@@ -481,6 +483,21 @@ def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
         return
     kernel.deliver(skb, where)
     ep.rx(kernel, st, info, skb)
+
+
+def raw_local_deliver(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> bool:
+    """``raw_local_deliver`` / ``raw6_local_deliver`` for a GRE packet: the raw socket of protocol 47 a GRE
+    traffic table's endpoint holds (bound to the two addresses, ``raw_v4_match`` / ``raw_v6_match``), else one
+    the table's server opens now (``kernel.accept``); True when a socket took it.  Without one the caller goes
+    on to the protocol handler (``ip_protocol_deliver_rcu``), as the kernel does."""
+    ep = st.sockets.get((IPPROTO_GRE, info.dst, 0, info.src, 0))
+    if ep is None and kernel.accept is not None:
+        ep = kernel.accept(kernel, st, skb, info)
+    if ep is None:
+        return False
+    kernel.deliver(skb, where)
+    ep.rx(kernel, st, info, skb)
+    return True
 
 
 def _icmp_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:

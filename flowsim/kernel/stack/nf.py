@@ -50,7 +50,10 @@ from flowsim.kernel.conntrack import (
     CtTuple, NatRange, nf_nat_manip_pkt, nf_nat_packet, tcp_error, udp_error,
 )
 from flowsim.kernel.flowtable.core import nft_flow_offload_eval
-from flowsim.kernel.headers import IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_UNIVERSE, internet_checksum
+from flowsim.kernel.headers import (
+    GRE_HLEN, GRE_VERSION, GRE_VERSION_1, IPPROTO_GRE, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_UNIVERSE,
+    internet_checksum,
+)
 from flowsim.kernel.pkt import (
     PktInfo, ipv4_change_dsfield, ipv6_change_dsfield, l4_checksum, parse_ip, reparse_ip,
 )
@@ -101,10 +104,29 @@ def nf_ct_attach(nfc: NfCtx | None) -> NfCtx:
     return NfCtx(nfc.ct, 0, "related", IP_CT_RELATED)
 
 
-def ct_tuple(info: PktInfo) -> CtTuple:
-    """``nf_ct_get_tuple``: addresses, ports (ICMP echo: the id), protocols; others keyed by address only."""
-    sport, dport = (info.sport or 0, info.dport or 0) if info.first else (0, 0)
+def ct_tuple(info: PktInfo, keys: tuple[int, int] = (0, 0)) -> CtTuple:
+    """``nf_ct_get_tuple``: addresses, ports (ICMP echo: the id; GRE: *keys*, :func:`gre_pkt_to_tuple`),
+    protocols; others keyed by address only."""
+    sport, dport = (info.sport or keys[0], info.dport or keys[1]) if info.first else (0, 0)
     return CtTuple(info.src, info.dst, sport, dport, info.nfproto, info.l4proto)
+
+
+GRE_PROTO_PPP = 0x880B  # include/net/pptp.h: what PPTP's enhanced GRE carries
+
+
+def gre_pkt_to_tuple(buf, info: PktInfo) -> tuple[int, int] | None:
+    """``gre_pkt_to_tuple`` (nf_conntrack_proto_gre.c): (source key, destination key) of a GRE packet, None where
+    it gives no tuple.  Version 0 (or a header cut short) "behaves like nf_conntrack_proto_generic": keys 0.
+    Version 1 (PPTP) carrying PPP: the destination key is its call ID, the source key ``gre_keymap_lookup``'s,
+    0 here (flowsim models no PPTP helper to fill the keymap); carrying anything else: no tuple."""
+    at, end = info.l4off, info.l3off + info.tot_len
+    if at + GRE_HLEN > end or buf[at + 1] & GRE_VERSION != GRE_VERSION_1:
+        return 0, 0
+    if at + 8 > end:  # the PPTP header up to the call ID
+        return 0, 0
+    if (buf[at + 2] << 8) | buf[at + 3] != GRE_PROTO_PPP:
+        return None
+    return 0, (buf[at + 6] << 8) | buf[at + 7]
 
 
 def quoted_info(buf, info: PktInfo) -> PktInfo | None:
@@ -142,6 +164,15 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
             return
         ct, d = hit
         related_to = ct.tuplehash[1 - d]  # what nf_conntrack_in inverts back to direction d
+    elif info.l4proto == IPPROTO_GRE:
+        keys = gre_pkt_to_tuple(skb.buf, info)
+        if keys is None:  # resolve_normal_ct: "Can't get tuple", the packet goes on without an entry
+            nfc.state = "invalid"
+            kernel.trace(skb, f"{st.name} conntrack", "invalid: GRE version 1 without PPP (gre_pkt_to_tuple)")
+            return
+        res = table.nf_conntrack_in(ct_tuple(info, keys), kernel.now, length=info.tot_len)
+        nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
+        return
     elif info.l4proto in _L4_ERROR:
         # nf_conntrack_tcp_packet / nf_conntrack_udp_packet refuse a malformed header first (-NF_ACCEPT): the
         # packet goes on without an entry and nothing is counted (nor created: its unconfirmed entry is freed)
