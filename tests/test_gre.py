@@ -312,3 +312,12 @@ def test_explain_traffic_picks_a_gre_table(capsys):
     assert main(["explain", str(TOPOLOGY), "--traffic", "gre4-nat", "--profile", "linux-7.2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("profile linux-7.2: 1 connection(s)") and "gre 192.0.2.2 -> 198.51.100.3" in out
+
+
+def test_sweep_refuses_ports_on_gre():
+    """A sweep key a GRE table does not have is one error; ``traffic.*.dport`` leaves GRE tables alone."""
+    from flowsim.errors import ConfigError
+    from flowsim.sim.sweep import plan
+    with pytest.raises(ConfigError, match="traffic 'gre4' is gre"):
+        plan(TOPOLOGY, {"traffic.gre4.dport": [1, 2]})
+    assert len(plan(TOPOLOGY, {"traffic.*.dport": [1, 2]}).tasks) == 2

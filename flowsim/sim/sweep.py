@@ -234,6 +234,12 @@ TRAFFIC_FIELDS: dict[str, Callable] = {
     "df": _boolean(none=True),
 }
 _TCP_ONLY = frozenset({"handshake", "close"})
+_NOT_GRE = frozenset({"sport", "dport", "flows"})  # GRE has no ports, and one connection per table
+
+
+def _applies(field: str, proto: str) -> bool:
+    """Whether a traffic table of *proto* has the sweep's *field* (``traffic.*.F`` skips the others)."""
+    return not (field in _TCP_ONLY and proto != "tcp" or field in _NOT_GRE and proto == "gre")
 
 
 @attrs.frozen
@@ -297,9 +303,9 @@ def resolve_key(key: str, traffic: Mapping[str, str]) -> KeySpec:
     if len(parts) == 3 and parts[0] == "traffic" and (parts[1] in traffic or parts[1] == "*") \
             and parts[2] in TRAFFIC_FIELDS:
         name, field = parts[1], parts[2]
-        if field in _TCP_ONLY and name != "*" and traffic[name] != "tcp":
+        if name != "*" and not _applies(field, traffic[name]):
             raise ConfigError(f"grid key {key!r}: traffic {name!r} is {traffic[name]}", value=key,
-                              expected=f"{field} on a tcp traffic table")
+                              expected=f"{field} on a {'tcp' if field in _TCP_ONLY else 'tcp or udp'} traffic table")
         return KeySpec(key, "traffic", TRAFFIC_FIELDS[field], (name, field))
     raise _unknown_key(key, traffic)
 
@@ -440,7 +446,7 @@ def _traffic_specs(topo, settings) -> list[TrafficSpec]:
     for change in changes:
         (name, field), value = change.target, change.value
         specs = [attrs.evolve(s, **{field: value})
-                 if (name == s.name or name == "*") and (field not in _TCP_ONLY or s.proto == "tcp") else s
+                 if (name == s.name or name == "*") and _applies(field, s.proto) else s
                  for s in specs]
     return specs
 

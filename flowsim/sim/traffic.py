@@ -899,8 +899,9 @@ class Conversation:
         self.spec = spec
         self.flow = flow
         self.seq = 0
-        sport = 0 if spec.proto == "gre" else client_port(spec.sport or EPHEMERAL_BASE, flow)
-        self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, spec.dport)
+        gre = spec.proto == "gre"  # no ports (an API caller's TrafficSpec may still carry some)
+        sport = 0 if gre else client_port(spec.sport or EPHEMERAL_BASE, flow)
+        self.client = Endpoint(self, "client", spec.netns, spec.src, sport, spec.dst, 0 if gre else spec.dport)
         self.server: Endpoint | None = None
         self.closing = False
         self.replying = False  # the server's replies started (start_replies)
