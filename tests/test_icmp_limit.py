@@ -5,18 +5,23 @@ them: ``icmp_global_allow`` / ``icmp_global_consume`` and ``icmpv4_xrlim_allow``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
-from flowsim.config.topology import load_topology_text
+from flowsim.config.topology import load_topology, load_topology_text
+from flowsim.conform.parse import SNMP_RATE_LIMITS, parse_snmp
 from flowsim.errors import TopologyError
 from flowsim.kernel.icmp_limit import (
     HZ, IcmpRateLimits, icmp_global_allow, icmp_global_consume, icmpv4_mask_allow, icmpv6_mask_allow,
     icmpv6_peer_timeout, inet_peer_xrlim_allow, msecs_to_jiffies,
 )
-from flowsim.sim.report import build_report
+from flowsim.sim.report import build_report, format_report
 from flowsim.sim.simulation import Simulation
 from flowsim.sim.traffic import TrafficSpec
+
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 
 
 # ----------------------------------------------------------------------------- the limiters
@@ -141,7 +146,7 @@ def errors(dst: str, profile: str = "linux-7.2", rate: str = "", sysctls: str = 
     (t,) = report["traffic"]
     assert sum(report["drops"].values()) == packets
     limits = sim.kernel.netns["r"].icmp_limits
-    return t["icmp_errors"]["delivered"], limits.limited_host + limits.limited_global
+    return t["icmp_errors"]["delivered"], limits.limited - limits.limited_route
 
 
 @pytest.mark.parametrize("profile", ["linux-6.1", "linux-6.12", "linux-7.2"])
@@ -225,3 +230,45 @@ def test_frames_mode_skips_a_rate_limited_scenario():
     assert plan_scenario(topo, 0, frames=False).traffic
     with pytest.raises(ScenarioSkipped, match=r"rate-limited here \(60 in r not sent\)"):
         plan_scenario(topo, 0, frames=True)
+
+
+@pytest.mark.parametrize("profile", ["linux-6.1", "linux-7.2"])
+def test_run_reports_the_refusals_as_the_kernel_counts_them(profile):
+    """``icmp_rate_limits``: per namespace, the refusals /proc/net/snmp counts (OutRateLimitGlobal,
+    OutRateLimitHost), /proc/net/snmp6's Icmp6OutRateLimitHost, and ip_error's (counted nowhere).
+    conform-icmp-limit: IPv4 18 + 1 of 20 to the unreachable route (ip_error, then icmpv4_xrlim_allow), 14 of 20
+    rejected; IPv6 14 and 14."""
+    sim = Simulation(load_topology(TOPOLOGIES / "conform-icmp-limit.toml"), profile).run()
+    report = build_report(sim)
+    assert report["icmp_rate_limits"] == {"r": {"ratelimit_global": 0, "ratelimit_host": 15, "ratelimit_host6": 28,
+                                                "ip_error": 17}}
+    assert "icmp rate limits" in format_report(report)
+    quiet = build_report(Simulation(load_topology(TOPOLOGIES / "conform-forward.toml"), profile).run())
+    assert "icmp_rate_limits" not in quiet  # only a run that refused an error has the key
+
+
+def test_ipv6_error_without_a_route_back_counts_per_destination():
+    """icmp6_send asks icmpv6_xrlim_allow before its own route lookup: a source with no route back is refused
+    there and counted as Icmp6OutRateLimitHost (net/ipv6/icmp.c), where IPv4's icmp_send just gives up."""
+    # c sends from 2001:db8:5::2, a prefix r has no route for, to 2001:db8:9::7, which r cannot reach either
+    text = UNREACHABLE.replace("ip -6 route add default via 2001:db8:1::1",
+                               "ip -6 route add default via 2001:db8:1::1\nip -6 addr add 2001:db8:5::2/64 dev lo")
+    text = text.replace('to = "DST"', 'src = "2001:db8:5::2"\nto = "2001:db8:9::7"')
+    text = text.replace("RATE", "").replace("SYSCTLS", "").replace("PACKETS", "3").replace("ROUTES", "")
+    sim = Simulation(load_topology_text(text, file="noback.toml"), "linux-7.2").run()
+    assert sim.kernel.netns["r"].icmp_limits.counters() == {"ratelimit_global": 0, "ratelimit_host": 0,
+                                                             "ratelimit_host6": 3, "ip_error": 0}
+
+
+def test_parse_snmp_reads_the_kernels_rate_limit_counters():
+    """/proc/net/snmp's Icmp: lines and /proc/net/snmp6's Icmp6OutRateLimitHost, as 7.2.13 printed them for
+    conform-icmp-limit's router (the harness's snmp section); the run's report names them alike."""
+    text = ("Icmp: InMsgs InErrors InCsumErrors InDestUnreachs InTimeExcds InParmProbs InSrcQuenchs InRedirects InEchos "
+            "InEchoReps InTimestamps InTimestampReps InAddrMasks InAddrMaskReps OutMsgs OutErrors OutRateLimitGlobal "
+            "OutRateLimitHost OutDestUnreachs OutTimeExcds OutParmProbs OutSrcQuenchs OutRedirects OutEchos OutEchoReps "
+            "OutTimestamps OutTimestampReps OutAddrMasks OutAddrMaskReps\n"
+            "Icmp: 6 0 0 0 0 0 0 0 2 4 0 0 0 0 13 0 0 15 8 0 0 0 0 4 1 0 0 0 0\n"
+            "Icmp6OutRateLimitHost           \t28\n")
+    assert parse_snmp(text) == {"ratelimit_global": 0, "ratelimit_host": 15, "ratelimit_host6": 28}
+    assert set(SNMP_RATE_LIMITS.values()) < set(IcmpRateLimits().counters())
+    assert parse_snmp("") == {}

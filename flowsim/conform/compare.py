@@ -520,6 +520,14 @@ def compare(plan: ScenarioPlan, obs: ScenarioObservation, report: dict) -> list[
             sc = next((v for k, v in scounters.items() if k.split()[-1] == name), None)
             _fact(rows, s, f"{ns} counter {name}", "packets", packets, sc["packets"] if sc else None,
                   _aggregate_tolerance(plan, report, "", ns, obs))
+    # the ICMP errors each namespace's rate limits refused, where either side refused any (the run reports a
+    # namespace only then: icmp_rate_limits); ip_error's own refusals have no kernel counter
+    sim_limits = report.get("icmp_rate_limits", {})
+    for ns, limits in obs.snmp.items():
+        mine = sim_limits.get(ns, {})
+        for kind, refused in limits.items():
+            if refused or mine.get(kind):
+                _fact(rows, s, f"{ns} icmp", f"errors refused: {kind}", refused, mine.get(kind, 0), EXACT)
     return rows
 
 

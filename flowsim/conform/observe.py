@@ -36,7 +36,8 @@ import attrs
 
 from flowsim.conform.guest import PROBE_TABLE, ScenarioPlan, TrafficPlan
 from flowsim.conform.parse import (
-    CtLine, Section, canonical_addr, parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_sockets,
+    CtLine, Section, canonical_addr, parse_bytes, parse_conntrack, parse_links, parse_nft_json, parse_snmp,
+    parse_sockets,
 )
 
 __all__ = ["ConnObservation", "ScenarioObservation", "observe", "find_ct", "describe"]
@@ -70,6 +71,7 @@ class ScenarioObservation:
     rules: dict = attrs.field(factory=dict)       # netns -> tuple[NftRule]
     counters: dict = attrs.field(factory=dict)    # netns -> {name: packets}
     links: dict = attrs.field(factory=dict)       # netns -> {ifname: stats}
+    snmp: dict = attrs.field(factory=dict)        # netns -> {ratelimit_*: ICMP errors refused} (boots since 2026-12-04)
     errors: list = attrs.field(factory=list)
     notes: list = attrs.field(factory=list)
     seconds: float | None = None
@@ -130,6 +132,9 @@ def observe(plan: ScenarioPlan, sections: list[Section]) -> ScenarioObservation:
         obs.counters[ns] = {name: v[0] for (fam, table, name), v in state.counters.items() if table != PROBE_TABLE}
         links = by.get(("links", ns, "end"))
         obs.links[ns] = parse_links(links.text) if links else {}
+        snmp = by.get(("snmp", ns, "end"))
+        if snmp is not None:
+            obs.snmp[ns] = parse_snmp(snmp.text)
     if not mine:
         obs.errors.append("the guest printed nothing for this scenario")
     elif ("uptime", None, "end") not in by and not obs.errors:

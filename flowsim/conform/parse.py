@@ -52,8 +52,8 @@ from flowsim.config.limits import read_bounded, size_text
 MAX_RESULTS_BYTES = 256 << 20
 
 __all__ = ["Section", "split_sections", "CtTupleDir", "CtLine", "parse_conntrack", "NftRule", "NftState",
-           "parse_nft_json", "parse_links", "parse_bytes", "Socket", "parse_sockets", "canonical_addr", "Pcap",
-           "parse_pcap", "MAX_RESULTS_BYTES", "results_text", "gunzip"]
+           "parse_nft_json", "parse_links", "parse_bytes", "SNMP_RATE_LIMITS", "parse_snmp", "Socket", "parse_sockets",
+           "canonical_addr", "Pcap", "parse_pcap", "MAX_RESULTS_BYTES", "results_text", "gunzip"]
 
 
 @attrs.frozen
@@ -336,6 +336,28 @@ def parse_links(text: str) -> dict[str, dict[str, int]]:
         rx, tx = stats.get("rx", {}), stats.get("tx", {})
         out[link.get("ifname", "?")] = {"rx_packets": rx.get("packets", 0), "rx_bytes": rx.get("bytes", 0),
                                         "tx_packets": tx.get("packets", 0), "tx_bytes": tx.get("bytes", 0)}
+    return out
+
+
+#: /proc/net/snmp's and snmp6's names of the ICMP rate-limit counters -> the run report's (icmp_rate_limits)
+SNMP_RATE_LIMITS = {"OutRateLimitGlobal": "ratelimit_global", "OutRateLimitHost": "ratelimit_host",
+                    "Icmp6OutRateLimitHost": "ratelimit_host6"}
+
+
+def parse_snmp(text: str) -> dict[str, int]:
+    """The ``snmp`` section: /proc/net/snmp's ``Icmp:`` header and value lines (net/ipv4/proc.c's
+    ``icmp_put``) and /proc/net/snmp6's ``Icmp6OutRateLimitHost N`` -> the :data:`SNMP_RATE_LIMITS` counters
+    found (a kernel without a counter has no such name)."""
+    out: dict[str, int] = {}
+    icmp = [line.split()[1:] for line in text.splitlines() if line.startswith("Icmp: ")]
+    for names, values in zip(icmp[::2], icmp[1::2]):
+        for name, value in zip(names, values):
+            if name in SNMP_RATE_LIMITS and value.isdigit():
+                out[SNMP_RATE_LIMITS[name]] = int(value)
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in SNMP_RATE_LIMITS and parts[1].isdigit():
+            out[SNMP_RATE_LIMITS[parts[0]]] = int(parts[1])
     return out
 
 

@@ -73,14 +73,23 @@ class IcmpRateLimits:
     credit: int = 0
     stamp: int | None = None  # None: never refilled (the kernel's stamp 0, a long time ago)
     peers: dict = attrs.Factory(dict)
+    # the kernel's counters of refused errors, /proc/net/snmp's Icmp: OutRateLimitGlobal (both families count
+    # there: icmpv6_global_allow increments the IPv4 MIB) and OutRateLimitHost, /proc/net/snmp6's
+    # Icmp6OutRateLimitHost; and ip_error's refusals, which the kernel counts nowhere
     limited_global: int = 0  # ICMP_MIB_RATELIMITGLOBAL
-    limited_host: int = 0  # ICMP_MIB_RATELIMITHOST / ICMP6_MIB_RATELIMITHOST
-    limited_route: int = 0  # ip_error's own refusals (the kernel counts none)
+    limited_host: int = 0  # ICMP_MIB_RATELIMITHOST
+    limited_host6: int = 0  # ICMP6_MIB_RATELIMITHOST
+    limited_route: int = 0  # ip_error's own refusals
 
     @property
     def limited(self) -> int:
-        """Errors not sent for a rate limit, all three kinds."""
-        return self.limited_global + self.limited_host + self.limited_route
+        """Errors not sent for a rate limit, every kind."""
+        return self.limited_global + self.limited_host + self.limited_host6 + self.limited_route
+
+    def counters(self) -> dict[str, int]:
+        """The refusals by kind, as a run reports them (``icmp_rate_limits``)."""
+        return {"ratelimit_global": self.limited_global, "ratelimit_host": self.limited_host,
+                "ratelimit_host6": self.limited_host6, "ip_error": self.limited_route}
 
 
 def icmpv4_mask_allow(icmp_type: int, code: int, ratemask: int) -> bool:

@@ -129,9 +129,11 @@ def run_schema() -> dict:
         "counters": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": pk}},
         "quotas": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": obj(
             {"quota": I, "consumed": I, "over": B, "exceeded": B})}},
+        "icmp_rate_limits": {"type": "object", "additionalProperties": obj(
+            {"ratelimit_global": I, "ratelimit_host": I, "ratelimit_host6": I, "ip_error": I})},
         "events": arr(obj({"at": NUM, "netns": S, "command": S})),
         "replay": arr(replay_frame), "replay_sources": arr(replay_source),
-    }, optional=("quotas", "replay", "replay_sources"))
+    }, optional=("quotas", "icmp_rate_limits", "replay", "replay_sources"))
 
 
 def explain_schema() -> dict:

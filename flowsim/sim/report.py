@@ -157,6 +157,9 @@ def build_report(sim) -> dict:
     }
     if quotas:  # only then: a run without named quotas keeps its keys
         report["quotas"] = quotas
+    limited = {st.name: st.icmp_limits.counters() for st in k.netns.values() if st.icmp_limits.limited}
+    if limited:  # only then, as quotas
+        report["icmp_rate_limits"] = limited
     if getattr(sim, "replay", None) is not None:  # only then: the report of a run without --replay keeps its keys
         report["replay"], report["replay_sources"] = sim.replay.report()
     return report
@@ -189,6 +192,10 @@ _LEGEND = {
     "counters": "  nft named counters at the end: packets and bytes that matched their rule",
     "quotas": "  nft named quotas at the end: bytes consumed (every packet that reached a rule naming the quota); "
               "exceeded: past the quota, where `quota` breaks the rule and `quota over` lets it go on",
+    "icmp_rate_limits": "  ICMP errors a namespace did not send: ratelimit_global (icmp_global_allow, both families), "
+                        "ratelimit_host / ratelimit_host6 (per destination, inet_peer_xrlim_allow: /proc/net/snmp's "
+                        "OutRateLimitHost, snmp6's Icmp6OutRateLimitHost), ip_error (ip_error's own check, not counted "
+                        "by the kernel)",
     "replay": "  frames of each --replay capture: injected at the device's receive path, skipped when the device "
               "sent them; verdicts: one per flowtable hook met; forwarded: left through a replayed port (absorbed "
               "on its wire, counted delivered)",
@@ -256,6 +263,11 @@ def format_report(r: dict) -> str:
                         [[k, v["quota"], v["consumed"], "over" if v["over"] else "until",
                           "exceeded" if v["exceeded"] else "within"] for k, v in qs.items()])
         lines.append(_LEGEND["quotas"])
+    if r.get("icmp_rate_limits"):
+        lines += ["", "icmp rate limits"]
+        kinds = ["ratelimit_global", "ratelimit_host", "ratelimit_host6", "ip_error"]
+        lines += _table(["netns", *kinds], [[ns, *(v[k] for k in kinds)] for ns, v in r["icmp_rate_limits"].items()])
+        lines.append(_LEGEND["icmp_rate_limits"])
     if r.get("replay_sources"):
         lines += ["", "replay"]
         rows = []

@@ -128,6 +128,11 @@ snapshot() {
     NS "$ns" $IP -s -j link show 2>&1 | section "$s" links "$ns" "$phase"
     # every byte delivered, no socket closed yet: each sender's retransmissions (tcp_info)
     if [ "$phase" = mid ]; then NS "$ns" $SS -tinH 2>&1 | section "$s" sockets "$ns" "$phase"; fi
+    # the ICMP errors the namespace's rate limits refused (the Icmp: lines of snmp, Icmp6OutRateLimitHost)
+    if [ "$phase" = end ]; then
+      NS "$ns" cat /proc/net/snmp /proc/net/snmp6 2>/dev/null | grep -E '^Icmp: |^Icmp6OutRateLimitHost' |
+        section "$s" snmp "$ns" "$phase"
+    fi
   done
 }
 

@@ -746,6 +746,10 @@ def icmp_send(kernel, st, skb: SkBuff, info: PktInfo, icmp_type: int, code: int,
         return
     back = st.route(info.src)
     if back.error:
+        if limited and info.version == 6:
+            # icmp6_send asks icmpv6_xrlim_allow before its own route lookup, and icmpv6_xrlim_allow's lookup
+            # failing (dst->error) counts as a refusal per destination
+            st.icmp_limits.limited_host6 += 1
         return
     src = info.dst if local else _icmp_saddr(st, skb, info, back)
     if src is None:
@@ -800,7 +804,10 @@ def _icmp_xrlim_allow(kernel, st, skb: SkBuff, info: PktInfo, back, icmp_type: i
             if prefix else None
         timeout = icmpv6_peer_timeout(st.ns.sysctl_int("net.ipv6.icmp.ratelimit", 1000 if prefix else 100), plen)
     if timeout and not inet_peer_xrlim_allow(limits, info.src, jiffies(kernel.now), timeout):
-        limits.limited_host += 1  # ICMP_MIB_RATELIMITHOST
+        if info.version == 4:
+            limits.limited_host += 1  # ICMP_MIB_RATELIMITHOST
+        else:
+            limits.limited_host6 += 1  # ICMP6_MIB_RATELIMITHOST
         if kernel.tracing:
             kernel.trace(skb, f"{st.name} icmp", f"error type {icmp_type} to {info.src} not sent: rate limit per "
                          "destination (inet_peer_xrlim_allow)")
