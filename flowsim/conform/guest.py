@@ -78,7 +78,7 @@ from flowsim.conform import pppoe
 from flowsim.conform.kernel import GUEST_BIN, ConformSetupError, CpioEntry, KernelKit, cpio_newc
 from flowsim.errors import ConfigError
 from flowsim.kernel.flowtable.path import ruleset_flowtables
-from flowsim.kernel.headers import GRE_HLEN
+from flowsim.kernel.headers import GRE_HLEN, IPPROTO_GRE
 from flowsim.sim.simulation import Simulation
 
 __all__ = ["TrafficPlan", "ScenarioPlan", "plan_scenario", "render_scenario", "probe_ruleset", "render_init",
@@ -92,7 +92,6 @@ IP_HEADER = {4: 20, 6: 40}
 # the bytes of header the kernel adds in front of a socket's payload; GRE's none: a raw socket's payload begins
 # with the GRE header (zeros from /dev/zero: version 0, protocol 0, the packets flowsim.sim.traffic sends)
 L4_HEADER = {"tcp": 20 + TCP_TIMESTAMP_OPTION, "udp": 8, "gre": 0}
-GRE_PROTO = 47  # the raw sockets' protocol (socat's IP4-/IP6- addresses), /proc/net/raw's "port"
 UNSUPPORTED_KINDS = {"dsa": "needs a DSA switch", "ethernet": "is a flowsim extension (a real NIC)"}
 
 IP = GUEST_BIN["ip"]
@@ -646,10 +645,10 @@ def _raw_address(t: TrafficPlan, peer: str, own: str, kind: str) -> str:
     b = (lambda a: f"[{a}]") if t.family == 6 else (lambda a: a)
     own_addr = f"bind={b(own)}"
     if kind == "RECV":
-        return f"IP{t.family}-RECV:{GRE_PROTO},{own_addr}"
+        return f"IP{t.family}-RECV:{IPPROTO_GRE},{own_addr}"
     peer_addr = peer if peer.startswith("$") else b(peer)
     options = own_addr + (f",range={b(peer)}/{32 if t.family == 4 else 128}" if kind == "DATAGRAM" else "")
-    return f"IP{t.family}-{kind}:{peer_addr}:{GRE_PROTO},{options}"
+    return f"IP{t.family}-{kind}:{peer_addr}:{IPPROTO_GRE},{options}"
 
 
 # socat -d -d logs each datagram it reads: "received packet with N bytes from AF=2 ADDR:0" (IPv6 "[ADDR]:0"): the
@@ -672,7 +671,7 @@ def _gre_start(t: TrafficPlan) -> list[str]:
     lines = [
         _bg(t.server, f"socat -d -d -u -b {out} {_raw_address(t, '', t.listen_addr, 'RECV')} "
                       f"OPEN:{d}.srv,creat,trunc 2>{d}.srv.log", f"{t.tag}_srv"),
-        f"wait_listen {q(t.server)} {GRE_PROTO} raw",
+        f"wait_listen {q(t.server)} {IPPROTO_GRE} raw",  # /proc/net/raw shows the protocol as the port
     ]
     if t.reply_packets:
         srv = (_await(f"[ $(cat {d}.srv 2>/dev/null | wc -c) -lt {first * out} ]") +
