@@ -64,3 +64,14 @@ def test_page_renders_in_headless_chromium(capsys, tmp_path):
     assert shot.is_file() and shot.stat().st_size > 1000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     log = done.stderr
     assert "CONSOLE" not in log and "Uncaught" not in log, log
+
+
+def test_page_shows_icmp_rate_limits_and_gre(capsys, tmp_path):
+    """The ICMP errors a rate limit held back (conform-icmp-limit's router: 15 IPv4, 28 IPv6, 17 by ip_error),
+    only where some were; a GRE table's destination without a port."""
+    root = Path(__file__).resolve().parent.parent / "topologies"
+    text = write_page(capsys, root / "conform-icmp-limit.toml", tmp_path / "limit.html")
+    assert "ICMP errors not sent" in text
+    assert '<td class="n">15</td><td class="n">28</td><td class="n">17</td>' in text
+    gre = write_page(capsys, root / "conform-gre.toml", tmp_path / "gre.html")
+    assert "ICMP errors not sent" not in gre and "gre ns1 192.0.2.2 → 198.51.100.2<" in gre

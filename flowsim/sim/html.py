@@ -148,6 +148,10 @@ def html_report(report: dict, answers: list, samples: list[tuple[float, str]], p
                       [[pk["injected"], pk["delivered"], pk["dropped"], pk["in_flight"]]]))
     if report["drops"]:
         out.append(_table(["drop reason", "packets"], [[k, v] for k, v in report["drops"].items()]))
+    if report.get("icmp_rate_limits"):  # ICMP errors the namespaces' rate limits held back
+        kinds = ["ratelimit_global", "ratelimit_host", "ratelimit_host6", "ip_error"]
+        out.append(_table(["netns: ICMP errors not sent", *kinds],
+                          [[ns, *(v[k] for k in kinds)] for ns, v in report["icmp_rate_limits"].items()]))
 
     out.append('<h2 id="topology">Topology</h2>')
     svg, mermaid = picture
