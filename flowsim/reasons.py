@@ -155,7 +155,9 @@ _ROWS = [
     ("frag-headers-incomplete", DROP, "ipv6_frag_rcv",
      "a first IPv6 fragment without its whole upper-layer header (RFC 8200 4.5; ICMPv6 Parameter Problem)"),
     ("bad-checksum", DROP, "tcp_v4_rcv / udp_rcv / icmp_rcv", "the receiving host found a wrong L4 checksum"),
-    ("no-socket", DROP, "tcp_v4_rcv / udp_rcv", "no endpoint is bound to the packet's addresses and ports"),
+    ("no-socket", DROP, "tcp_v4_rcv / udp_rcv",
+     "no endpoint is bound to the packet's addresses and ports (the host answers UDP with Port Unreachable, TCP with a "
+     "RST)"),
     ("flowtable-drop", DROP, "nf_flow_offload_hook", "the flowtable hook returned NF_DROP without a reason id"),
     ("xfrm-no-state", DROP, "xfrm_lookup / xfrm4_rcv",
      "no xfrm state for the policy's template (XfrmOutNoStates) or for the SPI received (XfrmInNoStates)"),

@@ -417,7 +417,9 @@ def test_packets_to_a_local_address_loop_back():
 
 
 @pytest.mark.parametrize("gso_type,dropped", [
-    (None, {"no-socket": 1}),  # the sender's gso_type: ppp0 segments it, every segment reaches the server
+    # the sender's gso_type: ppp0 segments it, every segment reaches the server, which has no socket: it answers
+    # each of the five with a RST (tcp_v4_send_reset), which the client, without a socket either, drops
+    (None, {"no-socket": 6}),
     (1 << 17, {"gso-segment-failed": 1}),  # SKB_GSO_UDP_L4 on a TCP packet: __udp_gso_segment refuses it
 ])
 def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
@@ -437,7 +439,8 @@ def test_ppp_device_segments_gso_skbs_in_software(gso_type, dropped):
     on_ppp = [n for ns, dev, n in frames if (ns, dev) == ("cpe", "ppp0")]
     assert dict(k.ledger.dropped) == dropped
     # (a capture on an L3 device shows a 14-byte cooked header, as tcpdump's on ppp0)
-    assert on_ppp == ([] if "gso-segment-failed" in dropped else [14 + 1440] * 4 + [14 + 6040 - 4 * 1400])
+    # the five RSTs (40 bytes) go back out through ppp0
+    assert on_ppp == ([] if "gso-segment-failed" in dropped else [14 + 1440] * 4 + [14 + 6040 - 4 * 1400] + [14 + 40] * 5)
 
 
 def test_gso_skb_the_segmenter_cannot_walk_is_dropped_not_raised():

@@ -437,7 +437,7 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
     elif proto == IPPROTO_ESP and info.version == 4:
         stack_xfrm.xfrm4_rcv(kernel, st, in_dev, skb, info)
     elif proto in (IPPROTO_TCP, IPPROTO_UDP):
-        _socket_rcv(kernel, st, skb, info, where)
+        _socket_rcv(kernel, st, skb, info, where, nfc)
     elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6):
         _icmp_rcv(kernel, st, skb, info, where)
     elif proto == IPPROTO_GRE and raw_local_deliver(kernel, st, skb, info, where):
@@ -470,8 +470,9 @@ def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
     return internet_checksum(buf[at:body], pseudo_sum(info.src, info.dst, proto, end - at)) == 0
 
 
-def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
-    """``tcp_v4_rcv`` / ``udp_rcv``: the endpoint bound to the 4-tuple, else a listener (``kernel.accept``)."""
+def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str, nfc: NfCtx | None = None) -> None:
+    """``tcp_v4_rcv`` / ``udp_rcv``: the endpoint bound to the 4-tuple, else a listener (``kernel.accept``); with
+    none, :func:`no_socket`."""
     if not _l4_ok(skb, info):
         kernel.drop(skb, "bad-checksum", where, proto=info.l4proto)
         return
@@ -479,10 +480,30 @@ def _socket_rcv(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> None:
     if ep is None and kernel.accept is not None:
         ep = kernel.accept(kernel, st, skb, info)
     if ep is None:
+        no_socket(kernel, st, skb, info, nfc)
         kernel.drop(skb, "no-socket", where, sport=info.sport, dport=info.dport)
         return
     kernel.deliver(skb, where)
     ep.rx(kernel, st, info, skb)
+
+
+def no_socket(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx | None) -> None:
+    """What a host answers a segment or datagram no socket takes (its checksum held): ``__udp4_lib_rcv`` /
+    ``__udp6_lib_rcv`` send Port Unreachable (``icmp_send``, rate-limited, the datagram's entry attached);
+    ``tcp_v4_rcv`` / ``tcp_v6_rcv`` (``no_tcp_socket``) a RST (``tcp_v4_send_reset`` / ``tcp_v6_send_reset``:
+    the ECN bits of the segment's TOS / traffic class cleared, through LOCAL_OUT as a packet of its own, which
+    conntrack finds as the connection's reply).  A broadcast or multicast destination gets neither."""
+    if info.dst.is_multicast or (info.version == 4 and int(info.dst) == _LIMITED_BROADCAST):
+        return
+    if info.l4proto == IPPROTO_UDP:
+        icmp_send(kernel, st, skb, info, *_PORT_UNREACH[info.version], local=True, nfc=nfc)
+        return
+    pkt = _reset_packet(skb.buf, info, info.dscp)
+    if pkt is not None:
+        _push_reset(kernel, st, skb, info, pkt, "tcp", None)
+
+
+_PORT_UNREACH = {4: (ICMP_DEST_UNREACH, ICMP_PORT_UNREACH), 6: (ICMPV6_DEST_UNREACH, ICMPV6_PORT_UNREACH)}
 
 
 def raw_local_deliver(kernel, st, skb: SkBuff, info: PktInfo, where: str) -> bool:
@@ -926,15 +947,30 @@ def nf_send_reset(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx) -> None:
     held.  IPv4 with DF, TOS 0, ID 0; both with the default hop limit (no metric: ``ip4_dst_hoplimit``,
     ``ip6_dst_hoplimit``), window 0.  It leaves through ``ip_local_out`` with the segment's entry attached
     (``nf_ct_attach``: RELATED), which ``nf_ct_set_closing`` has put in CLOSE."""
-    flags, sport, dport = info.tcp_flags, info.sport, info.dport
-    if not info.first or info.l4proto != IPPROTO_TCP or flags is None or flags & TCP_RST or sport is None \
-            or dport is None:
-        return
-    if not _l4_ok(skb, info) or info.src.is_multicast or info.dst.is_multicast:
+    if info.l4proto != IPPROTO_TCP or not _l4_ok(skb, info) or info.src.is_multicast or info.dst.is_multicast:
         return
     if info.version == 4 and (int(info.src) == _LIMITED_BROADCAST or int(info.dst) == _LIMITED_BROADCAST):
         return  # RTCF_BROADCAST (the limited broadcast; a subnet's broadcast address is not modelled)
-    buf, at = skb.buf, info.l4off
+    pkt = _reset_packet(skb.buf, info, dscp=0)
+    if pkt is None:
+        return
+    ct = nfc.ct
+    if ct is not None and ct.l4proto == IPPROTO_TCP:
+        nf_conntrack_tcp_set_closing(ct, kernel.now, st.conntrack.timeouts)
+    _push_reset(kernel, st, skb, info, pkt, "nft reject", nf_ct_attach(nfc))
+
+
+def _reset_packet(buf, info: PktInfo, dscp: int) -> bytes | None:
+    """The RST that answers the TCP segment *info* from its destination, or None for a later fragment, a segment
+    without ports or a RST (``nf_reject_ip_tcphdr_put`` and ``tcp_v4_send_reset`` / ``tcp_v6_send_response``
+    alike): with ACK set in the segment, the RST's sequence is its acknowledgement; else sequence 0 and an ACK of
+    everything the segment held.  Window 0, no options; IPv4 with DF and ID 0 (the control socket's
+    IP_PMTUDISC_DO), the default hop limit (``ip4_dst_hoplimit``, ``ip6_dst_hoplimit``), *dscp* in the TOS /
+    traffic class."""
+    flags, sport, dport = info.tcp_flags, info.sport, info.dport
+    if not info.first or flags is None or flags & TCP_RST or sport is None or dport is None:
+        return None
+    at = info.l4off
     seq, ack_seq = struct.unpack_from("!II", buf, at + 4)
     if flags & TCP_ACK:
         rst_seq, rst_ack, rst_flags = ack_seq, 0, TCP_RST
@@ -943,18 +979,20 @@ def nf_send_reset(kernel, st, skb: SkBuff, info: PktInfo, nfc: NfCtx) -> None:
         rst_seq, rst_ack = 0, seq + bool(flags & TCP_SYN) + bool(flags & TCP_FIN) + payload
         rst_flags = TCP_RST | TCP_ACK
     pair = addr_pair(info.dst, info.src)
-    tcph = tcp_header(pair.addr_sum, dport, sport, rst_seq, rst_ack, rst_flags, window=0)
-    iph = ipv4_header(pair.packed, IPPROTO_TCP, len(tcph), df=True) if info.version == 4 else \
-        ipv6_header(pair.packed, IPPROTO_TCP, len(tcph))
-    ct = nfc.ct
-    if ct is not None and ct.l4proto == IPPROTO_TCP:
-        nf_conntrack_tcp_set_closing(ct, kernel.now, st.conntrack.timeouts)
+    tcph = tcp_header(pair.addr_sum, dport, sport, rst_seq, rst_ack & 0xFFFFFFFF, rst_flags, window=0)
+    if info.version == 4:
+        return ipv4_header(pair.packed, IPPROTO_TCP, len(tcph), tos=dscp << 2, df=True) + tcph
+    return ipv6_header(pair.packed, IPPROTO_TCP, len(tcph), tclass=dscp << 2) + tcph
+
+
+def _push_reset(kernel, st, skb: SkBuff, info: PktInfo, pkt: bytes, who: str, attach) -> None:
+    """Send the RST *pkt* about *skb* from this namespace (``ip_local_out``, after the current packet)."""
     tag = skb.tag
     new = kernel.new_tag(tag.traffic if tag is not None else None,
                          _OPPOSITE.get(tag.direction) if tag is not None else None, "tcp-reset")
     if kernel.tracing:
-        kernel.trace(skb, f"{st.name} nft reject", f"tcp reset to {info.src}", seq=rst_seq, ack=rst_ack)
-    kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(iph + tcph, new, 0), nf_ct_attach(nfc))
+        kernel.trace(skb, f"{st.name} {who}", f"tcp reset to {info.src}")
+    kernel.schedule(kernel.now, _icmp_push_reply, kernel, st, new_skb(pkt, new, 0), attach)
 
 
 # ----------------------------------------------------------------- reassembly
