@@ -14,7 +14,7 @@ import ipaddress
 
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDPerror
-from scapy.layers.inet6 import ICMPv6DestUnreach, IPv6
+from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6ParamProblem, IPv6
 
 from flowsim.config.topology import load_topology_text
 from flowsim.kernel.headers import mac_aton
@@ -108,3 +108,22 @@ def test_no_reset_to_a_reset():
     src, dst = ip(A4), ip(B4)
     seg = tcp_segment(src, dst, 40000, 443, 1, 0, int(TCP(flags="R").flags), b"")
     assert answers([build_ipv4(src, dst, 6, seg)]) == ([], {"no-socket": 1})
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_an_unknown_protocol_is_answered(family):
+    """No handler and no raw socket (ip_protocol_deliver_rcu / ip6_protocol_deliver_rcu): IPv4's Protocol
+    Unreachable; IPv6's Parameter Problem, unrecognised next header, pointing at the byte that named it (6 in the
+    fixed header; the destination options header's first byte after it)."""
+    src, dst = (ip(A4), ip(B4)) if family == 4 else (ip(A6), ip(B6))
+    if family == 4:
+        (err,), drops = answers([build_ipv4(src, dst, 47, bytes(24))])
+        assert (IP(err)[ICMP].type, IP(err)[ICMP].code) == (3, 2)
+    else:
+        (err,), drops = answers([build_ipv6(src, dst, 47, bytes(24))])
+        p = IPv6(err)[ICMPv6ParamProblem]
+        assert (p.code, p.ptr) == (1, 6)
+        destopt = bytes([47, 0, 1, 4, 0, 0, 0, 0])  # next header GRE, PadN
+        (err,), _ = answers([build_ipv6(src, dst, 60, destopt + bytes(24))])
+        assert IPv6(err)[ICMPv6ParamProblem].ptr == 40
+    assert drops == {"unknown-protocol": 1}

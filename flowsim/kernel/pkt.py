@@ -56,7 +56,7 @@ __all__ = [
     "fix_l4_checksum", "pseudo_sum", "ICMP_DEST_UNREACH",
     "ICMP_TIME_EXCEEDED", "ICMP_FRAG_NEEDED", "ICMP_NET_UNREACH", "ICMP_PROT_UNREACH", "ICMP_EXC_TTL",
     "ICMPV6_DEST_UNREACH", "ICMPV6_PKT_TOOBIG", "ICMPV6_TIME_EXCEED", "ICMPV6_NOROUTE", "ICMPV6_PARAMPROB",
-    "ICMPV6_HDR_FIELD", "ICMPV6_HDR_INCOMP", "ICMPV6_INFOMSG_MASK", "ICMP_ERROR_TYPES",
+    "ICMPV6_HDR_FIELD", "ICMPV6_UNK_NEXTHDR", "ICMPV6_HDR_INCOMP", "ICMPV6_INFOMSG_MASK", "ICMP_ERROR_TYPES",
     "IP_DF", "IP_MF", "IP_OFFSET", "IPV6_MIN_MTU", "IP_DEFAULT_TTL",
 ]
 
@@ -70,7 +70,8 @@ ICMP_PKT_FILTERED = 13
 ICMP_EXC_TTL = 0
 ICMPV6_DEST_UNREACH, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED = 1, 2, 3
 ICMPV6_NOROUTE, ICMPV6_ADM_PROHIBITED, ICMPV6_ADDR_UNREACH, ICMPV6_PORT_UNREACH = 0, 1, 3, 4
-ICMPV6_PARAMPROB, ICMPV6_HDR_FIELD, ICMPV6_HDR_INCOMP = 4, 0, 3  # Parameter Problem: erroneous field, headers cut
+# Parameter Problem: erroneous field, unrecognised next header, headers cut
+ICMPV6_PARAMPROB, ICMPV6_HDR_FIELD, ICMPV6_UNK_NEXTHDR, ICMPV6_HDR_INCOMP = 4, 0, 1, 3
 ICMPV6_INFOMSG_MASK = 0x80  # types from 128 are informational; below, errors (include/uapi/linux/icmpv6.h)
 #: error types per IP version (``icmp_is_err`` / ``icmpv6_is_err``): never answered with an error
 ICMP_ERROR_TYPES = {4: frozenset({3, 4, 5, 11, 12}), 6: frozenset({1, 2, 3, 4})}

@@ -70,13 +70,14 @@ from flowsim.kernel.fib import Route
 from flowsim.kernel.gso import SKB_GSO_IPXIP4, SKB_GSO_IPXIP6, GsoError, skb_gso_validate_network_len
 from flowsim.kernel.headers import (
     AF_INET, ETH_P_IP, ETH_P_IPV6, IPPROTO_ESP, IPPROTO_GRE, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_IPIP, IPPROTO_IPV6,
-    IPPROTO_TCP, IPPROTO_UDP, RT_SCOPE_LINK, internet_checksum,
+    IPPROTO_TCP, IPPROTO_UDP, NEXTHDR_AUTH, NEXTHDR_FRAGMENT, RT_SCOPE_LINK, internet_checksum,
 )
 from flowsim.kernel.pkt import (
     ICMP_DEST_UNREACH, ICMP_EXC_TTL, ICMP_FRAG_NEEDED, ICMP_HOST_UNREACH, ICMP_NET_UNREACH, ICMP_PKT_FILTERED,
     ICMP_PORT_UNREACH, ICMP_PROT_UNREACH, ICMP_TIME_EXCEEDED, ICMPV6_ADDR_UNREACH, ICMPV6_ADM_PROHIBITED,
     ICMPV6_DEST_UNREACH, ICMPV6_HDR_INCOMP, ICMPV6_INFOMSG_MASK, ICMPV6_NOROUTE, ICMPV6_PARAMPROB, ICMPV6_PKT_TOOBIG,
-    ICMPV6_PORT_UNREACH, ICMPV6_TIME_EXCEED, IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue, PktInfo, addr_pair,
+    ICMPV6_PORT_UNREACH, ICMPV6_TIME_EXCEED, ICMPV6_UNK_NEXTHDR, IPV6_MIN_MTU, FragDiscard, Frag6Queue, FragQueue,
+    PktInfo, addr_pair,
     build_ipv4, build_ipv6, icmp_error, ip6_fragment, ip_decrease_ttl, ip_fraglist_fits, ip_fraglist_fragment,
     ip_fragment, ipv4_header, ipv6_decrease_hoplimit, ipv6_header, ipv6frag_thdr_truncated, l4_checksum, new_skb,
     parse_ip, pseudo_sum, reparse_ip, tcp_header,
@@ -443,9 +444,26 @@ def ip_local_deliver(kernel, st, in_dev, skb: SkBuff, info: PktInfo, nfc: NfCtx)
     elif proto == IPPROTO_GRE and raw_local_deliver(kernel, st, skb, info, where):
         pass
     else:  # no handler (flowsim models no GRE device: ip_gre is not loaded), no raw socket
+        # ip_protocol_deliver_rcu: Protocol Unreachable; ip6_protocol_deliver_rcu: Parameter Problem pointing at the
+        # next-header field that named the protocol (IP6CB(skb)->nhoff)
         if info.version == 4:
             icmp_send(kernel, st, skb, info, ICMP_DEST_UNREACH, ICMP_PROT_UNREACH, local=True, nfc=nfc)
+        else:
+            icmp_send(kernel, st, skb, info, ICMPV6_PARAMPROB, ICMPV6_UNK_NEXTHDR, _nexthdr_offset(skb.buf, info),
+                      local=True, nfc=nfc)
         kernel.drop(skb, "unknown-protocol", where, proto=proto)
+
+
+def _nexthdr_offset(buf, info: PktInfo) -> int:
+    """``IP6CB(skb)->nhoff`` at the protocol handler: the offset, from the IPv6 header, of the next-header byte
+    that named the packet's protocol (6 in the fixed header, else the first byte of the last extension
+    header)."""
+    nh, at, last = buf[info.l3off + 6], info.l3off + 40, 6
+    while at < info.l4off:  # the extension headers parse_ip walked (ipv6_skip_exthdr's lengths)
+        last = at - info.l3off
+        size = 8 if nh == NEXTHDR_FRAGMENT else (buf[at + 1] + 2) << 2 if nh == NEXTHDR_AUTH else (buf[at + 1] + 1) << 3
+        nh, at = buf[at], at + size
+    return last
 
 
 def _l4_ok(skb: SkBuff, info: PktInfo) -> bool:
