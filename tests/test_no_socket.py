@@ -20,28 +20,13 @@ from flowsim.config.topology import load_topology_text
 from flowsim.kernel.headers import mac_aton
 from flowsim.kernel.pkt import build_ipv4, build_ipv6, tcp_segment, udp_datagram
 from flowsim.sim.simulation import Simulation
+from tests.test_frag_queue import A4, A6, B4, B6, TOPOLOGY  # a - b over one veth pair, both families
 
-A4, B4, A6, B6 = "10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2"
-TOPOLOGY = f"""
-[netns.a]
-commands = '''
-ip link add eth0 type veth peer name eth0 netns b
-ip link set eth0 up
-ip addr add {A4}/24 dev eth0
-ip addr add {A6}/64 dev eth0 nodad
-'''
-[netns.b]
-commands = '''
-ip link set eth0 up
-ip addr add {B4}/24 dev eth0
-ip addr add {B6}/64 dev eth0 nodad
-'''
-"""
 ip = ipaddress.ip_address
 
 
 def answers(packets: list[bytes]) -> tuple[list[bytes], dict]:
-    """Send *packets* from a to b (no socket anywhere); what b sent back (as captured on a's eth0), and the drops."""
+    """Send *packets* from a to b (no socket anywhere); what b sent back (the frames leaving its eth0), and the drops."""
     sim = Simulation(load_topology_text(TOPOLOGY), traffic=[])
     k = sim.kernel
     back: list[bytes] = []
