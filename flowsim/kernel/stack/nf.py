@@ -152,6 +152,7 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
         return
     table = st.conntrack
     related_to = None
+    keys = (0, 0)  # GRE's, where the ports would be
     if info.is_icmp_error:
         inner = quoted_info(skb.buf, info)
         if inner is None:
@@ -165,14 +166,12 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
         ct, d = hit
         related_to = ct.tuplehash[1 - d]  # what nf_conntrack_in inverts back to direction d
     elif info.l4proto == IPPROTO_GRE:
-        keys = gre_pkt_to_tuple(skb.buf, info)
-        if keys is None:  # resolve_normal_ct: "Can't get tuple", the packet goes on without an entry
+        gre_keys = gre_pkt_to_tuple(skb.buf, info)
+        if gre_keys is None:  # resolve_normal_ct: "Can't get tuple", the packet goes on without an entry
             nfc.state = "invalid"
             kernel.trace(skb, f"{st.name} conntrack", "invalid: GRE version 1 without PPP (gre_pkt_to_tuple)")
             return
-        res = table.nf_conntrack_in(ct_tuple(info, keys), kernel.now, length=info.tot_len)
-        nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
-        return
+        keys = gre_keys
     elif info.l4proto in _L4_ERROR:
         # nf_conntrack_tcp_packet / nf_conntrack_udp_packet refuse a malformed header first (-NF_ACCEPT): the
         # packet goes on without an entry and nothing is counted (nor created: its unconfirmed entry is freed)
@@ -181,7 +180,7 @@ def _conntrack_in(kernel, st, skb, info: PktInfo, nfc: NfCtx) -> None:
             nfc.state = "invalid"
             kernel.trace(skb, f"{st.name} conntrack", f"invalid: {problem}")
             return
-    res = table.nf_conntrack_in(ct_tuple(info), kernel.now, tcp_flags=info.tcp_flags or 0, length=info.tot_len,
+    res = table.nf_conntrack_in(ct_tuple(info, keys), kernel.now, tcp_flags=info.tcp_flags or 0, length=info.tot_len,
                                 icmp_type=info.icmp_type, related_to=related_to)
     nfc.ct, nfc.dir, nfc.state, nfc.ctinfo = res.entry, res.dir, res.state, res.ctinfo
 
